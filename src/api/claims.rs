@@ -1,0 +1,304 @@
+//! The agent side of the pull protocol (DESIGN.md §5): claim by id, claim-next with long-poll,
+//! heartbeat, complete.
+
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::error::{ApiJson, ApiPath, parse_optional_json};
+use super::{ApiError, AppState, Caller, ErrorBody, MAX_WAIT_CAP};
+use crate::queue::validate::{parse_work_type, validate_lease};
+use crate::queue::{
+    ClaimRequest, Completion, CompletionResult, Heartbeat, LogEntry, WorkOrder, WorkType,
+};
+
+/// Longest `message` accepted on complete, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// Body of `POST /work-orders/{id}/claim`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimBody {
+    pub agent_id: Uuid,
+    /// Lease in seconds (5–86400); absent = no lease, the claim timeout alone governs.
+    #[serde(default)]
+    pub lease_seconds: Option<i64>,
+}
+
+/// Body of `POST /agents/{agent_id}/claim` (may be empty).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimNextBody {
+    /// Narrow this claim to these work types (within the agent's capabilities).
+    #[serde(default)]
+    pub work_types: Option<Vec<String>>,
+    /// Seconds to wait for an order to appear, 0–30 (larger values are capped at 30).
+    #[serde(default)]
+    pub max_wait_seconds: Option<i64>,
+    /// Lease in seconds (5–86400); absent = no lease.
+    #[serde(default)]
+    pub lease_seconds: Option<i64>,
+}
+
+/// Body of `POST /work-orders/{id}/heartbeat`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatBody {
+    pub agent_id: Uuid,
+    /// The claim's fencing token; when given, only that claim is extended.
+    #[serde(default)]
+    pub claim_id: Option<Uuid>,
+}
+
+/// Body of `POST /work-orders/{id}/complete`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteBody {
+    pub agent_id: Uuid,
+    /// The claim's fencing token; when given, only that claim may complete.
+    #[serde(default)]
+    pub claim_id: Option<Uuid>,
+    pub success: bool,
+    /// Result or error text, at most 64 KiB.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Default true; false sends a failure straight to the log.
+    #[serde(default)]
+    pub retryable: Option<bool>,
+}
+
+/// `202` body of complete when a retry was scheduled.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct RetryScheduled {
+    /// Always `retry_scheduled`.
+    pub status: String,
+    pub next_retry_after: DateTime<Utc>,
+}
+
+fn claimed(state: &AppState, order: &WorkOrder, started: Instant) {
+    state.metrics.claims.inc();
+    state
+        .metrics
+        .claim_duration
+        .observe(started.elapsed().as_secs_f64());
+    if let Some(at) = order.claimed_at {
+        let wait = (at - order.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+        state.metrics.queue_wait.observe(wait.max(0.0));
+    }
+    tracing::info!(work_order = %order.id, agent = ?order.claimed_by, claim = ?order.claim_id, "work order claimed");
+}
+
+/// Claim one work order by id.
+#[utoipa::path(post, path = "/api/v1/work-orders/{id}/claim", tag = "claims",
+    params(("id" = Uuid, Path, description = "Work order id")), request_body = ClaimBody,
+    responses(
+        (status = 200, description = "Claimed: the full order with claim_id, claimed_at, lease_seconds, lease_expires_at, claim_timeout_seconds", body = WorkOrder),
+        (status = 404, description = "Unknown or not visible to this agent", body = ErrorBody),
+        (status = 409, description = "Not claimable now: `already_claimed`, `backing_off`, `max_concurrency`", body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn claim(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(body): ApiJson<ClaimBody>,
+) -> Result<Json<WorkOrder>, ApiError> {
+    caller.require_agent(body.agent_id)?;
+    let started = Instant::now();
+    let req = ClaimRequest {
+        agent_id: body.agent_id,
+        lease_seconds: validate_lease(body.lease_seconds)?,
+    };
+    let order = state.queue.claim(id, &req).await?;
+    claimed(&state, &order, started);
+    Ok(Json(order))
+}
+
+/// Claim the next eligible work order, waiting up to `max_wait_seconds` (cap 30) for one.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/claim", tag = "claims",
+    params(("id" = Uuid, Path, description = "Agent id")), request_body = ClaimNextBody,
+    responses(
+        (status = 200, description = "Claimed: the full order", body = WorkOrder),
+        (status = 204, description = "Nothing eligible within the wait"),
+        (status = 503, description = "Too many long-polls held; retry after `Retry-After` seconds", body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn claim_next(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(agent_id): ApiPath<Uuid>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    caller.require_agent(agent_id)?;
+    let started = Instant::now();
+    let body: ClaimNextBody = parse_optional_json(&body)?;
+    let work_types: Vec<WorkType> = body
+        .work_types
+        .unwrap_or_default()
+        .iter()
+        .map(|t| parse_work_type("work_types", t))
+        .collect::<Result<_, _>>()?;
+    let wait = match body.max_wait_seconds {
+        None | Some(0) => Duration::ZERO,
+        Some(s) if s < 0 => {
+            return Err(ApiError::bad_request(
+                "invalid_field",
+                format!("max_wait_seconds must be between 0 and 30, got {s}"),
+            ));
+        }
+        Some(s) => Duration::from_secs(s as u64).min(MAX_WAIT_CAP),
+    };
+    let req = ClaimRequest {
+        agent_id,
+        lease_seconds: validate_lease(body.lease_seconds)?,
+    };
+
+    let _permit = if wait.is_zero() {
+        None
+    } else {
+        match state.long_polls.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let mut e = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too_many_long_polls",
+                    "the server holds its maximum of concurrent long-polls; retry shortly",
+                );
+                e.retry_after = Some(1);
+                return Err(e);
+            }
+        }
+    };
+    let _waiting = _permit.as_ref().map(|_| LongPollGauge::enter(&state));
+
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut wake = state.notifications.claimable();
+    loop {
+        // Mark the signal seen before looking, so an order that appears during the query wakes us.
+        wake.borrow_and_update();
+        if let Some(order) = state.queue.claim_next(&req, &work_types).await? {
+            claimed(&state, &order, started);
+            return Ok(Json(order).into_response());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        tokio::select! {
+            changed = wake.changed() => {
+                if changed.is_err() {
+                    // Sender gone: the server is shutting down.
+                    return Ok(StatusCode::NO_CONTENT.into_response());
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+}
+
+/// Keeps `pullman_long_polls` in step with the waits in flight, also when a client disconnects.
+struct LongPollGauge(std::sync::Arc<crate::telemetry::Metrics>);
+
+impl LongPollGauge {
+    fn enter(state: &AppState) -> Self {
+        state.metrics.long_polls.inc();
+        LongPollGauge(state.metrics.clone())
+    }
+}
+
+impl Drop for LongPollGauge {
+    fn drop(&mut self) {
+        self.0.long_polls.dec();
+    }
+}
+
+/// Extend the lease of a claim.
+#[utoipa::path(post, path = "/api/v1/work-orders/{id}/heartbeat", tag = "claims",
+    params(("id" = Uuid, Path, description = "Work order id")), request_body = HeartbeatBody,
+    responses((status = 200, body = Heartbeat),
+        (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`: stop working on it", body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(body): ApiJson<HeartbeatBody>,
+) -> Result<Json<Heartbeat>, ApiError> {
+    caller.require_agent(body.agent_id)?;
+    Ok(Json(
+        state
+            .queue
+            .heartbeat(id, body.agent_id, body.claim_id)
+            .await?,
+    ))
+}
+
+/// Report the result of a claim.
+#[utoipa::path(post, path = "/api/v1/work-orders/{id}/complete", tag = "claims",
+    params(("id" = Uuid, Path, description = "Work order id")), request_body = CompleteBody,
+    responses(
+        (status = 200, description = "The order reached a terminal state: its log entry", body = LogEntry),
+        (status = 202, description = "A retry was scheduled", body = RetryScheduled),
+        (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`; nothing changed", body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 413, description = "message over 64 KiB", body = ErrorBody),
+        (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn complete(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(body): ApiJson<CompleteBody>,
+) -> Result<Response, ApiError> {
+    caller.require_agent(body.agent_id)?;
+    if body
+        .message
+        .as_ref()
+        .is_some_and(|m| m.len() > MAX_MESSAGE_BYTES)
+    {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("message is larger than {MAX_MESSAGE_BYTES} bytes"),
+        ));
+    }
+    let completion = Completion {
+        success: body.success,
+        message: body.message,
+        retryable: body.retryable.unwrap_or(true),
+    };
+    let result = state
+        .queue
+        .complete(id, body.agent_id, body.claim_id, &completion)
+        .await?;
+    Ok(match result {
+        CompletionResult::Finished(entry) => {
+            state.metrics.count_completion(entry.outcome.as_str());
+            tracing::info!(work_order = %id, agent = %body.agent_id, outcome = entry.outcome.as_str(), "work order finished");
+            Json(entry).into_response()
+        }
+        CompletionResult::RetryScheduled { next_retry_after } => {
+            state.metrics.count_completion("retry_scheduled");
+            tracing::info!(work_order = %id, agent = %body.agent_id, %next_retry_after, "retry scheduled");
+            (
+                StatusCode::ACCEPTED,
+                Json(RetryScheduled {
+                    status: "retry_scheduled".into(),
+                    next_retry_after,
+                }),
+            )
+                .into_response()
+        }
+    })
+}

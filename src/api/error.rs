@@ -1,0 +1,218 @@
+//! The API's error body (DESIGN.md §5): `{"error": {"code": "snake_case", "message": "..."}}`,
+//! and extractors whose rejections use it, so malformed input is never a bare-text or `500` answer.
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::auth::AuthError;
+use crate::queue::QueueError;
+
+/// `{"error": {...}}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong: a stable snake_case `code` and a message naming the field.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
+
+/// An error answer: status, code, message, and optionally `Retry-After` seconds.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message,
+            },
+        };
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(e: QueueError) -> Self {
+        let message = e.to_string();
+        match e {
+            QueueError::Invalid { .. } => Self::bad_request("invalid_field", message),
+            QueueError::UnknownWorkType { .. } => Self::bad_request("unknown_work_type", message),
+            QueueError::TooLarge { .. } => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", message)
+            }
+            QueueError::NotFound { .. } => Self::new(StatusCode::NOT_FOUND, "not_found", message),
+            QueueError::Finished { .. } => Self::new(StatusCode::NOT_FOUND, "finished", message),
+            QueueError::Conflict { code, .. } => {
+                Self::new(StatusCode::CONFLICT, code.as_str(), message)
+            }
+            QueueError::Cursor(_) => Self::bad_request("invalid_cursor", message),
+            QueueError::Database(error) => {
+                tracing::error!(%error, "database error while serving a request");
+                let unavailable = matches!(
+                    error,
+                    sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_)
+                );
+                if unavailable {
+                    let mut e = Self::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "database_unavailable",
+                        "the database is not reachable; retry later",
+                    );
+                    e.retry_after = Some(1);
+                    e
+                } else {
+                    Self::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        "internal error; see the server log",
+                    )
+                }
+            }
+        }
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthenticated(m) => Self::new(StatusCode::UNAUTHORIZED, "unauthorized", m),
+            AuthError::Forbidden(m) => Self::new(StatusCode::FORBIDDEN, "forbidden", m),
+            AuthError::Queue(q) => q.into(),
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let code = match &r {
+            JsonRejection::JsonDataError(_) => "invalid_body",
+            JsonRejection::JsonSyntaxError(_) => "malformed_json",
+            JsonRejection::MissingJsonContentType(_) => "unsupported_media_type",
+            _ if r.status() == StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+            _ => "invalid_body",
+        };
+        Self::new(r.status(), code, r.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        Self::bad_request("invalid_query", r.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        Self::bad_request("invalid_path", r.body_text())
+    }
+}
+
+/// `axum::Json` with rejections in the API's error body: `400 malformed_json` for syntax,
+/// `422 invalid_body` for wrong types, missing or unknown fields, `413` past the body limit.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Json(value) = Json::<T>::from_request(req, state).await?;
+        Ok(ApiJson(value))
+    }
+}
+
+/// `axum::extract::Query` with rejections in the API's error body (`400 invalid_query`).
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Query(value) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(ApiQuery(value))
+    }
+}
+
+/// `axum::extract::Path` with rejections in the API's error body (`400 invalid_path`).
+pub struct ApiPath<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(value) =
+            axum::extract::Path::<T>::from_request_parts(parts, state).await?;
+        Ok(ApiPath(value))
+    }
+}
+
+/// Parses an optional JSON body: empty means `T::default()`. Errors as for [`ApiJson`].
+pub fn parse_optional_json<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_data() {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_body",
+                format!("invalid request body: {e}"),
+            )
+        } else {
+            ApiError::bad_request(
+                "malformed_json",
+                format!("request body is not valid JSON: {e}"),
+            )
+        }
+    })
+}
+
+/// `limit` of list routes: 1–1000, default 100 (DESIGN.md §5).
+pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    match limit {
+        None => Ok(100),
+        Some(l) if (1..=1000).contains(&l) => Ok(l),
+        Some(l) => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("limit must be between 1 and 1000, got {l}"),
+        )),
+    }
+}

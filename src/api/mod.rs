@@ -1,0 +1,147 @@
+//! The REST API (DESIGN.md §5): JSON over HTTP under `/api/v1`, plus `/healthz`, `/readyz`,
+//! `/metrics` and `/api/v1/openapi.json`.
+
+mod agents;
+mod claims;
+pub mod error;
+mod ops;
+mod work_orders;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{get, post};
+use tokio::sync::Semaphore;
+
+pub use agents::WhoAmI;
+pub use claims::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetryScheduled};
+pub use error::{ApiError, ErrorBody};
+pub use ops::ApiDoc;
+
+use crate::auth::{AdminToken, Principal, authenticate};
+use crate::queue::{Notifications, Queue};
+use crate::telemetry::{HttpLabels, Metrics, RouteLabel};
+
+/// Largest request body accepted, in bytes. Above `yaml_content`'s 1 MiB limit so that an
+/// oversized YAML is answered with a `413` naming the field; JSON escaping can inflate a body.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Server cap on `max_wait_seconds` of claim-next (DESIGN.md §5).
+pub const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
+
+/// Everything a request handler needs. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub queue: Queue,
+    pub admin: AdminToken,
+    pub metrics: Arc<Metrics>,
+    pub notifications: Notifications,
+    /// Permits for concurrently held long-polls; past them claim-next answers `503`.
+    pub long_polls: Arc<Semaphore>,
+}
+
+impl AppState {
+    /// State for a server allowing `max_long_polls` concurrent claim-next waits.
+    pub fn new(
+        queue: Queue,
+        admin: AdminToken,
+        metrics: Arc<Metrics>,
+        notifications: Notifications,
+        max_long_polls: usize,
+    ) -> Self {
+        AppState {
+            queue,
+            admin,
+            metrics,
+            notifications,
+            long_polls: Arc::new(Semaphore::new(max_long_polls)),
+        }
+    }
+}
+
+/// The authenticated caller of a request (`401` when the token is missing or bad).
+pub struct Caller(pub Principal);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        Ok(Caller(
+            authenticate(header, &state.admin, &state.queue).await?,
+        ))
+    }
+}
+
+/// Builds the router with every route of DESIGN.md §5.
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route(
+            "/work-orders",
+            post(work_orders::create).get(work_orders::list),
+        )
+        .route(
+            "/work-orders/{id}",
+            get(work_orders::get_one).delete(work_orders::cancel),
+        )
+        .route("/work-orders/{id}/claim", post(claims::claim))
+        .route("/work-orders/{id}/heartbeat", post(claims::heartbeat))
+        .route("/work-orders/{id}/complete", post(claims::complete))
+        .route("/work-order-log", get(work_orders::list_log))
+        .route("/work-order-log/{id}", get(work_orders::get_log))
+        .route("/agents", post(agents::register).get(agents::list))
+        .route("/agents/{id}", get(agents::get_one).delete(agents::retire))
+        .route("/agents/{id}/token", post(agents::rotate_token))
+        .route("/agents/{id}/work-orders/pending", get(agents::pending))
+        .route("/agents/{id}/claim", post(claims::claim_next))
+        .route("/whoami", get(agents::whoami))
+        .route("/openapi.json", get(ops::openapi));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .fallback(ops::not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            record_http_metrics,
+        ))
+        .with_state(state)
+}
+
+/// Counts every request by method, matched route and status, and times it. The route label is
+/// the template, so ids never become label values.
+async fn record_http_metrics(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let method = req.method().to_string();
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let labels = HttpLabels {
+        method,
+        route: route.clone(),
+        status: response.status().as_u16(),
+    };
+    state.metrics.http_requests.get_or_create(&labels).inc();
+    state
+        .metrics
+        .http_duration
+        .get_or_create(&RouteLabel { route })
+        .observe(started.elapsed().as_secs_f64());
+    response
+}

@@ -1,0 +1,108 @@
+//! Command-line interface: one binary, `pullman`, with a subcommand per process (DESIGN.md §7).
+//! Every flag has an environment twin.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::telemetry::LogFormat;
+
+/// Pullman: a pull-based work-order queue and Kubernetes operator.
+///
+/// Work orders are queued in PostgreSQL and pulled by agents over HTTP. Start the server with
+/// `pullman serve`; with no DATABASE_URL it runs its own PostgreSQL under --data-dir.
+#[derive(Debug, Parser)]
+#[command(name = "pullman", version, about, long_about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        env = "PULLMAN_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the REST API, the reaper and (when a cluster is reachable) the controller.
+    Serve(ServeArgs),
+    /// Apply the database migrations and exit.
+    Migrate(DatabaseArgs),
+    /// Run work orders with a shell command (the reference external worker).
+    Worker(crate::worker::WorkerArgs),
+    /// Manage agents (admin).
+    Agents {
+        #[command(flatten)]
+        conn: crate::admin::Connection,
+        #[command(subcommand)]
+        command: crate::admin::AgentsCommand,
+    },
+    /// Manage work orders (admin).
+    #[command(name = "work-orders")]
+    WorkOrders {
+        #[command(flatten)]
+        conn: crate::admin::Connection,
+        #[command(subcommand)]
+        command: crate::admin::WorkOrdersCommand,
+    },
+    /// Read the log of finished work orders (admin).
+    Log {
+        #[command(flatten)]
+        conn: crate::admin::Connection,
+        #[command(subcommand)]
+        command: crate::admin::LogCommand,
+    },
+}
+
+/// Where the database is.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL URL, e.g. postgres://user:pass@host/db. Without it, `serve` starts an embedded
+    /// PostgreSQL under --data-dir.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Directory for the embedded PostgreSQL and the generated admin token.
+    #[arg(long, env = "PULLMAN_DATA_DIR", default_value = "./.pullman")]
+    pub data_dir: PathBuf,
+
+    /// Most database connections this process opens.
+    #[arg(long, env = "PULLMAN_DB_MAX_CONNECTIONS", default_value_t = 32)]
+    pub db_max_connections: u32,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Address the HTTP API listens on.
+    #[arg(long, env = "PULLMAN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    /// The admin bearer token. Prefer the environment variable or --admin-token-file: command
+    /// lines are visible to other users. Without either, a token is generated into
+    /// <data-dir>/admin-token (mode 0600) and its path is logged.
+    #[arg(long, env = "PULLMAN_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// File holding the admin bearer token.
+    #[arg(long, env = "PULLMAN_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// Seconds between reaper / retry-promotion passes.
+    #[arg(long, env = "PULLMAN_MAINTENANCE_INTERVAL_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub maintenance_interval_seconds: u64,
+
+    /// Most claim-next long-polls held at once; past it claims answer 503 with Retry-After.
+    #[arg(long, env = "PULLMAN_MAX_LONG_POLLS", default_value_t = 1024)]
+    pub max_long_polls: usize,
+}

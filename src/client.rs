@@ -1,0 +1,274 @@
+//! A typed client of the REST API (DESIGN.md §5), shared by `pullman worker`, `pullman executor`
+//! and the admin commands. Errors keep the server's status and JSON error code.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::api::{ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, RetryScheduled, WhoAmI};
+use crate::queue::{Agent, AgentWithToken, Heartbeat, LogEntry, NewAgent, Page, WorkOrder};
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error body.
+    #[error("{status}: {message} ({code})")]
+    Api {
+        status: StatusCode,
+        code: String,
+        message: String,
+    },
+    /// The server could not be reached or the connection broke.
+    #[error("cannot reach the Pullman server at {url}: {source}")]
+    Transport {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The answer was not what the API promises.
+    #[error("unexpected answer from the server: {0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    /// The JSON error code, when the server sent one (`cancelled`, `reclaimed`, …).
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            ClientError::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// `409 Conflict`: for heartbeat and complete, the claim is no longer ours.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ClientError::Api { status, .. } if *status == StatusCode::CONFLICT)
+    }
+
+    /// Worth retrying later: transport failures and 5xx.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Transport { .. } => true,
+            ClientError::Api { status, .. } => status.is_server_error(),
+            ClientError::Protocol(_) => false,
+        }
+    }
+}
+
+/// What `complete` led to.
+#[derive(Debug, Clone)]
+pub enum Completed {
+    Finished(Box<LogEntry>),
+    RetryScheduled(RetryScheduled),
+}
+
+/// Client bound to one server and one bearer token.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// `base` is the server's root URL, e.g. `http://127.0.0.1:8080`. Requests time out after
+    /// 60 s (long-polls wait at most 30 s on the server).
+    pub fn new(base: &str, token: &str) -> Result<Self, ClientError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(50))
+            .build()
+            .map_err(|e| ClientError::Protocol(format!("building HTTP client: {e}")))?;
+        Ok(Client {
+            base: base.trim_end_matches('/').to_string(),
+            token: token.trim().to_string(),
+            http,
+        })
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> Result<(StatusCode, bytes::Bytes), ClientError> {
+        let url = format!("{}/api/v1{path}", self.base);
+        let mut req = self.http.request(method, &url).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await.map_err(|source| ClientError::Transport {
+            url: self.base.clone(),
+            source,
+        })?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|source| ClientError::Transport {
+                url: self.base.clone(),
+                source,
+            })?;
+        if status.is_success() {
+            return Ok((status, bytes));
+        }
+        Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(e) => ClientError::Api {
+                status,
+                code: e.error.code,
+                message: e.error.message,
+            },
+            Err(_) => ClientError::Api {
+                status,
+                code: "http_error".into(),
+                message: format!(
+                    "{} (is {} a Pullman server?)",
+                    String::from_utf8_lossy(&bytes)
+                        .chars()
+                        .take(200)
+                        .collect::<String>(),
+                    self.base
+                ),
+            },
+        })
+    }
+
+    async fn json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> Result<T, ClientError> {
+        let (_, bytes) = self.send(method, path, body).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    /// `GET /whoami`: which principal the token is.
+    pub async fn whoami(&self) -> Result<WhoAmI, ClientError> {
+        self.json(Method::GET, "/whoami", None::<&()>).await
+    }
+
+    /// `POST /work-orders` with a create body.
+    pub async fn create_work_order(&self, body: &Value) -> Result<WorkOrder, ClientError> {
+        self.json(Method::POST, "/work-orders", Some(body)).await
+    }
+
+    /// `GET /work-orders?…`; `query` is the query string without `?`.
+    pub async fn list_work_orders(&self, query: &str) -> Result<Page<WorkOrder>, ClientError> {
+        self.json(Method::GET, &format!("/work-orders?{query}"), None::<&()>)
+            .await
+    }
+
+    /// `GET /work-orders/{id}`.
+    pub async fn get_work_order(&self, id: Uuid) -> Result<WorkOrder, ClientError> {
+        self.json(Method::GET, &format!("/work-orders/{id}"), None::<&()>)
+            .await
+    }
+
+    /// `DELETE /work-orders/{id}`.
+    pub async fn cancel_work_order(&self, id: Uuid) -> Result<LogEntry, ClientError> {
+        self.json(Method::DELETE, &format!("/work-orders/{id}"), None::<&()>)
+            .await
+    }
+
+    /// `GET /work-order-log?…`.
+    pub async fn list_log(&self, query: &str) -> Result<Page<LogEntry>, ClientError> {
+        self.json(
+            Method::GET,
+            &format!("/work-order-log?{query}"),
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// `GET /work-order-log/{id}`.
+    pub async fn get_log_entry(&self, id: Uuid) -> Result<LogEntry, ClientError> {
+        self.json(Method::GET, &format!("/work-order-log/{id}"), None::<&()>)
+            .await
+    }
+
+    /// `POST /agents`.
+    pub async fn register_agent(&self, body: &NewAgent) -> Result<AgentWithToken, ClientError> {
+        self.json(Method::POST, "/agents", Some(body)).await
+    }
+
+    /// `GET /agents?…`.
+    pub async fn list_agents(&self, query: &str) -> Result<Page<Agent>, ClientError> {
+        self.json(Method::GET, &format!("/agents?{query}"), None::<&()>)
+            .await
+    }
+
+    /// `DELETE /agents/{id}`.
+    pub async fn retire_agent(&self, id: Uuid) -> Result<Agent, ClientError> {
+        self.json(Method::DELETE, &format!("/agents/{id}"), None::<&()>)
+            .await
+    }
+
+    /// `POST /agents/{id}/token`.
+    pub async fn rotate_token(&self, id: Uuid) -> Result<AgentWithToken, ClientError> {
+        self.json(Method::POST, &format!("/agents/{id}/token"), None::<&()>)
+            .await
+    }
+
+    /// `POST /agents/{id}/claim`: `None` on `204`.
+    pub async fn claim_next(
+        &self,
+        agent_id: Uuid,
+        body: &ClaimNextBody,
+    ) -> Result<Option<WorkOrder>, ClientError> {
+        let (status, bytes) = self
+            .send(
+                Method::POST,
+                &format!("/agents/{agent_id}/claim"),
+                Some(body),
+            )
+            .await?;
+        if status == StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    /// `POST /work-orders/{id}/heartbeat`.
+    pub async fn heartbeat(
+        &self,
+        order_id: Uuid,
+        agent_id: Uuid,
+        claim_id: Option<Uuid>,
+    ) -> Result<Heartbeat, ClientError> {
+        let body = HeartbeatBody { agent_id, claim_id };
+        self.json(
+            Method::POST,
+            &format!("/work-orders/{order_id}/heartbeat"),
+            Some(&body),
+        )
+        .await
+    }
+
+    /// `POST /work-orders/{id}/complete`.
+    pub async fn complete(
+        &self,
+        order_id: Uuid,
+        body: &CompleteBody,
+    ) -> Result<Completed, ClientError> {
+        let (status, bytes) = self
+            .send(
+                Method::POST,
+                &format!("/work-orders/{order_id}/complete"),
+                Some(body),
+            )
+            .await?;
+        let parsed = if status == StatusCode::ACCEPTED {
+            serde_json::from_slice(&bytes).map(Completed::RetryScheduled)
+        } else {
+            serde_json::from_slice(&bytes).map(|e| Completed::Finished(Box::new(e)))
+        };
+        parsed.map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+}

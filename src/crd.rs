@@ -1,0 +1,291 @@
+//! The `WorkOrder` and `Executor` custom resources (DESIGN.md §6), `pullman.dev/v1alpha1`.
+//!
+//! The schema carries what the API server can check itself: enums, bounds, required fields, and
+//! (added by [`crds`]) CEL rules for the immutable WorkOrder `spec` and for targeting with at least
+//! one criterion. `crds/` holds the output of [`crds_yaml`]; a test fails when they drift.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::queue::{NewWorkOrder, Targeting, WorkType};
+
+/// Work type of a WorkOrder (DESIGN.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CrdWorkType {
+    /// A Shipwright Build; the executor runs a BuildRun of it.
+    Build,
+    /// Kubernetes objects applied with server-side apply; Jobs among them are watched.
+    Custom,
+}
+
+impl From<CrdWorkType> for WorkType {
+    fn from(t: CrdWorkType) -> Self {
+        match t {
+            CrdWorkType::Build => WorkType::Build,
+            CrdWorkType::Custom => WorkType::Custom,
+        }
+    }
+}
+
+/// Which agents may claim the order; any one matching criterion is enough (DESIGN.md §3).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkOrderTargeting {
+    /// Agent ids (an Executor's agent id is its metadata.uid).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_ids: Vec<String>,
+    /// Agent names (an Executor's agent is named <namespace>/<name>).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_names: Vec<String>,
+    /// Agent labels; an agent with any of them matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// Agent annotations; an agent with any one of these keys set to the same value matches.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+fn default_max_retries() -> i32 {
+    3
+}
+fn default_backoff() -> i32 {
+    60
+}
+fn default_claim_timeout() -> i32 {
+    3600
+}
+fn default_max_reclaims() -> i32 {
+    5
+}
+
+/// A one-time operation pulled by an agent (DESIGN.md §6). Immutable once created.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "pullman.dev",
+    version = "v1alpha1",
+    kind = "WorkOrder",
+    namespaced,
+    shortname = "wo",
+    status = "WorkOrderStatus",
+    printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.workType"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Agent","type":"string","jsonPath":".status.claimedBy"}"#,
+    printcolumn = r#"{"name":"Retries","type":"integer","jsonPath":".status.retryCount"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkOrderSpec {
+    /// build (a Shipwright Build) or custom (Kubernetes objects).
+    pub work_type: CrdWorkType,
+    /// One or more YAML documents: the objects to apply, or the Shipwright Build.
+    #[schemars(length(min = 1, max = 1048576))]
+    pub yaml_content: String,
+    /// Retries after a failed attempt (0 means one attempt).
+    #[serde(default = "default_max_retries")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_retries: i32,
+    /// Base of the exponential backoff between attempts, in seconds.
+    #[serde(default = "default_backoff")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub backoff_seconds: i32,
+    /// Seconds a claim may last; the executor's watch budget is derived from it.
+    #[serde(default = "default_claim_timeout")]
+    #[schemars(range(min = 60, max = 604800))]
+    pub claim_timeout_seconds: i32,
+    /// Reclaims of stale claims before the order fails.
+    #[serde(default = "default_max_reclaims")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_reclaims: i32,
+    /// Only agents of this tenant (or instance-wide agents) may claim it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Which agents may claim it; at least one criterion.
+    pub targeting: WorkOrderTargeting,
+}
+
+/// Phase of a WorkOrder, following its queue row (DESIGN.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WorkOrderPhase {
+    Pending,
+    Claimed,
+    RetryPending,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+/// Observed state of a WorkOrder: the queue row, mirrored within seconds of each change.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkOrderStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<WorkOrderPhase>,
+    /// Id of the queue row (the resource's uid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_order_id: Option<String>,
+    /// Agent holding (or last holding) the claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimed_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_after: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// Result message of the finished order, or why it was rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` (accepted into the queue) and `Completed` (finished), in the usual form.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// How to run `pullman executor` for this Executor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorDeployment {
+    /// Container image holding the pullman binary.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// Executor replicas (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub replicas: Option<i32>,
+    /// ServiceAccount the executor runs as: its RBAC is what work orders can do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// Namespace for namespaced objects that name none (default: the Executor's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_namespace: Option<String>,
+}
+
+/// An agent declared with GitOps (DESIGN.md §6): the controller registers it and keeps its token
+/// in the Secret `<name>-agent-token`.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "pullman.dev",
+    version = "v1alpha1",
+    kind = "Executor",
+    namespaced,
+    shortname = "ex",
+    status = "ExecutorStatus",
+    printcolumn = r#"{"name":"Health","type":"string","jsonPath":".status.health"}"#,
+    printcolumn = r#"{"name":"Claims","type":"integer","jsonPath":".status.activeClaims"}"#,
+    printcolumn = r#"{"name":"Last Seen","type":"date","jsonPath":".status.lastSeenAt"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorSpec {
+    /// Labels work orders can target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// Annotations work orders can target.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Work types it takes (empty: all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub work_types: Vec<CrdWorkType>,
+    /// Tenant it serves (empty: instance-wide).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Most claims held at once (empty: unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_concurrency: Option<i32>,
+    /// Lease the executor claims with, seconds; health turns stale after 3 × this without contact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 5, max = 86400))]
+    pub lease_seconds: Option<i32>,
+    /// When set, the controller runs `pullman executor` as a Deployment with the agent's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<ExecutorDeployment>,
+}
+
+/// Observed state of an Executor.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// never_seen, active, stale or retired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_claims: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl WorkOrderSpec {
+    /// The REST create body this spec mirrors (DESIGN.md §6).
+    pub fn to_create_body(&self) -> NewWorkOrder {
+        NewWorkOrder {
+            work_type: WorkType::from(self.work_type).as_str().to_string(),
+            yaml_content: self.yaml_content.clone(),
+            max_retries: Some(i64::from(self.max_retries)),
+            backoff_seconds: Some(i64::from(self.backoff_seconds)),
+            claim_timeout_seconds: Some(i64::from(self.claim_timeout_seconds)),
+            max_reclaims: Some(i64::from(self.max_reclaims)),
+            tenant: self.tenant.clone(),
+            targeting: Targeting {
+                agent_ids: self
+                    .targeting
+                    .agent_ids
+                    .iter()
+                    .filter_map(|s| uuid::Uuid::parse_str(s).ok())
+                    .collect(),
+                agent_names: self.targeting.agent_names.clone(),
+                labels: self.targeting.labels.clone(),
+                annotations: self.targeting.annotations.clone(),
+            },
+        }
+    }
+}
+
+/// The CRDs with the CEL rules the derive cannot express: WorkOrder `spec` immutable, targeting
+/// with at least one criterion.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    let mut wo = serde_json::to_value(WorkOrder::crd()).expect("CRD serializes");
+    let spec = &mut wo["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    spec["x-kubernetes-validations"] = json!([
+        {"rule": "self == oldSelf", "message": "spec is immutable; delete and recreate the WorkOrder"}
+    ]);
+    spec["properties"]["targeting"]["x-kubernetes-validations"] = json!([{
+        "rule": "(has(self.agentIds) && size(self.agentIds) > 0) || (has(self.agentNames) && size(self.agentNames) > 0) || (has(self.labels) && size(self.labels) > 0) || (has(self.annotations) && size(self.annotations) > 0)",
+        "message": "targeting needs at least one of agentIds, agentNames, labels, annotations"
+    }]);
+    let wo: CustomResourceDefinition = serde_json::from_value(wo).expect("patched CRD parses");
+    vec![wo, Executor::crd()]
+}
+
+/// `pullman crdgen` output: every CRD as a YAML document.
+pub fn crds_yaml() -> String {
+    crds()
+        .iter()
+        .map(|c| serde_norway::to_string(c).expect("CRD serializes to YAML"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}

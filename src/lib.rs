@@ -1,0 +1,23 @@
+//! Pullman: a pull-based work-order queue on PostgreSQL, its HTTP pull API, and the Kubernetes side
+//! (custom resources, controller, in-cluster executor).
+//!
+//! The contract every module keeps is `DESIGN.md` (names, states, wire shapes, status codes, rules).
+//! Modules, one concern each:
+//! - [`queue`]: the work-order queue: SQL, state transitions, eligibility and retry rules.
+//! - [`api`]: the REST API (axum) over the queue.
+//! - [`auth`]: admin and agent bearer tokens.
+//! - [`telemetry`]: logging and Prometheus metrics.
+//! - [`postgres`]: the embedded PostgreSQL used when no `DATABASE_URL` is given.
+
+pub mod admin;
+pub mod agent;
+pub mod api;
+pub mod auth;
+pub mod cli;
+pub mod client;
+pub mod manifest;
+pub mod postgres;
+pub mod queue;
+pub mod serve;
+pub mod telemetry;
+pub mod worker;

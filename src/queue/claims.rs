@@ -1,0 +1,608 @@
+//! The claim protocol (DESIGN.md §2, §3, §5): pending list, claim by id, claim-next, heartbeat,
+//! complete. Fencing: heartbeat and complete act only on the live claim of the asking agent (and
+//! of the given `claim_id`), and only while its lease and deadline hold.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use super::orders::{EndedBy, FinalClaim, finish};
+use super::rules::{self, AgentProfile, FailureDecision, OrderProfile};
+use super::{
+    Completion, CompletionResult, ConflictCode, OrderRow, Outcome, Page, Queue, QueueError,
+    Targeting, WorkOrder, WorkType, cursor, order_columns,
+};
+
+/// Who claims, and with what lease (seconds; `None` = no lease, DESIGN.md §2).
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest {
+    pub agent_id: Uuid,
+    pub lease_seconds: Option<i32>,
+}
+
+/// `200` body of a heartbeat: the new lease end (absent for a claim without a lease) and the hard
+/// end of the claim (`claimed_at + claim_timeout_seconds`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Heartbeat {
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub claim_expires_at: DateTime<Utc>,
+}
+
+/// Eligibility of `w` for the agent bound as $1 id, $2 name, $3 labels, $4 annotation pairs,
+/// $5 work types (empty = all), $6 tenant (DESIGN.md §3). The first conjunct repeats the partial
+/// index predicate so the planner can use `work_orders_claimable`.
+const ELIGIBLE: &str = "w.status IN ('PENDING', 'RETRY_PENDING') \
+    AND (w.status = 'PENDING' OR w.next_retry_after <= now()) \
+    AND (w.target_agent_ids @> ARRAY[$1::uuid] OR $2::text = ANY(w.target_agent_names) \
+         OR w.target_labels && $3::text[] OR w.target_annotation_pairs && $4::text[]) \
+    AND (cardinality($5::text[]) = 0 OR w.work_type = ANY($5::text[])) \
+    AND ($6::text IS NULL OR w.tenant = $6)";
+
+#[derive(sqlx::FromRow)]
+struct AgentLockRow {
+    id: Uuid,
+    name: String,
+    labels: Vec<String>,
+    annotations: Json<BTreeMap<String, String>>,
+    annotation_pairs: Vec<String>,
+    work_types: Vec<String>,
+    tenant: Option<String>,
+    max_concurrency: Option<i32>,
+    retired_at: Option<DateTime<Utc>>,
+}
+
+struct Claimer {
+    profile: AgentProfile,
+    annotation_pairs: Vec<String>,
+    max_concurrency: Option<i32>,
+}
+
+impl From<AgentLockRow> for Claimer {
+    fn from(r: AgentLockRow) -> Self {
+        Claimer {
+            profile: AgentProfile {
+                id: r.id,
+                name: r.name,
+                labels: r.labels,
+                annotations: r.annotations.0,
+                work_types: r
+                    .work_types
+                    .iter()
+                    .filter_map(|t| WorkType::parse(t))
+                    .collect(),
+                tenant: r.tenant,
+                retired: r.retired_at.is_some(),
+            },
+            annotation_pairs: r.annotation_pairs,
+            max_concurrency: r.max_concurrency,
+        }
+    }
+}
+
+const CLAIMER_COLUMNS: &str = "id, name, labels, annotations, annotation_pairs, work_types, tenant, \
+    max_concurrency, retired_at";
+
+impl Claimer {
+    /// Work types this claim may take: the agent's capabilities narrowed by the request.
+    /// `None` when nothing is left; `Some(empty)` = all types.
+    fn effective_types(&self, requested: &[WorkType]) -> Option<Vec<&'static str>> {
+        let caps = &self.profile.work_types;
+        let types: Vec<WorkType> = match (caps.is_empty(), requested.is_empty()) {
+            (true, _) => requested.to_vec(),
+            (false, true) => caps.clone(),
+            (false, false) => requested
+                .iter()
+                .copied()
+                .filter(|t| caps.contains(t))
+                .collect(),
+        };
+        if types.is_empty() && !(caps.is_empty() && requested.is_empty()) {
+            return None;
+        }
+        Some(types.iter().map(|t| t.as_str()).collect())
+    }
+}
+
+/// Locks the agent row for the rest of the transaction (serializing this agent's claims, so
+/// `max_concurrency` holds) and records the contact.
+async fn lock_claimer(
+    tx: &mut Transaction<'_, Postgres>,
+    req: &ClaimRequest,
+) -> Result<Claimer, QueueError> {
+    let sql = format!(
+        "UPDATE agents SET last_seen_at = now(), lease_seconds = COALESCE($2, lease_seconds) \
+         WHERE id = $1 RETURNING {CLAIMER_COLUMNS}"
+    );
+    let row: Option<AgentLockRow> = sqlx::query_as(&sql)
+        .bind(req.agent_id)
+        .bind(req.lease_seconds)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let claimer: Claimer = row
+        .ok_or_else(|| QueueError::NotFound {
+            what: "agent",
+            id: req.agent_id.to_string(),
+        })?
+        .into();
+    if claimer.profile.retired {
+        return Err(QueueError::conflict(
+            ConflictCode::AgentRetired,
+            format!("agent {} is retired", req.agent_id),
+        ));
+    }
+    Ok(claimer)
+}
+
+async fn held_claims(exec: impl sqlx::PgExecutor<'_>, agent_id: Uuid) -> Result<i64, QueueError> {
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM work_order_claims WHERE agent_id = $1")
+        .bind(agent_id)
+        .fetch_one(exec)
+        .await?;
+    Ok(n)
+}
+
+fn at_capacity(max_concurrency: Option<i32>, held: i64) -> bool {
+    max_concurrency.is_some_and(|max| held >= i64::from(max))
+}
+
+/// Inserts the claim row and marks the order `CLAIMED`; `{target}` is a relation with column
+/// `id` naming the order. Returns the full order with `yaml_content`.
+fn claim_statement(target: &str) -> String {
+    format!(
+        "WITH target AS ({target}), \
+         claim AS (INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, \
+             deadline, lease_seconds, lease_expires_at) \
+           SELECT w.id, $10, $11, now(), now() + make_interval(secs => w.claim_timeout_seconds), \
+             $12::int, CASE WHEN $12::int IS NULL THEN NULL ELSE \
+               LEAST(now() + make_interval(secs => $12::int), \
+                     now() + make_interval(secs => w.claim_timeout_seconds)) END \
+           FROM target JOIN work_orders w ON w.id = target.id RETURNING *), \
+         upd AS (UPDATE work_orders w SET status = 'CLAIMED', last_claimed_by = claim.agent_id, \
+             last_claim_id = claim.claim_id, next_retry_after = NULL, updated_at = now() \
+           FROM claim WHERE w.id = claim.work_order_id RETURNING w.*) \
+         SELECT {} FROM upd w JOIN claim c ON c.work_order_id = w.id",
+        order_columns(true)
+    )
+}
+
+impl Queue {
+    /// What `agent_id` may claim now, oldest first, without `yaml_content` (DESIGN.md §5
+    /// `GET /agents/{id}/work-orders/pending`). Side-effect free. Empty for a retired agent or one
+    /// at its `max_concurrency`, because claim would accept nothing then.
+    pub async fn pending_for_agent(
+        &self,
+        agent_id: Uuid,
+        work_types: &[WorkType],
+        limit: i64,
+        cursor_text: Option<&str>,
+    ) -> Result<Page<WorkOrder>, QueueError> {
+        let after = cursor_text.map(cursor::decode).transpose()?;
+        let sql = format!("SELECT {CLAIMER_COLUMNS} FROM agents WHERE id = $1");
+        let row: Option<AgentLockRow> = sqlx::query_as(&sql)
+            .bind(agent_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let claimer: Claimer = row
+            .ok_or_else(|| QueueError::NotFound {
+                what: "agent",
+                id: agent_id.to_string(),
+            })?
+            .into();
+        let empty = Page {
+            items: vec![],
+            next_cursor: None,
+        };
+        if claimer.profile.retired
+            || at_capacity(
+                claimer.max_concurrency,
+                held_claims(&self.pool, agent_id).await?,
+            )
+        {
+            return Ok(empty);
+        }
+        let Some(types) = claimer.effective_types(work_types) else {
+            return Ok(empty);
+        };
+        let sql = format!(
+            "SELECT {} FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
+             WHERE {ELIGIBLE} AND ($7::timestamptz IS NULL OR (w.created_at, w.id) > ($7, $8)) \
+             ORDER BY w.created_at, w.id LIMIT $9",
+            order_columns(false)
+        );
+        let rows: Vec<OrderRow> = sqlx::query_as(&sql)
+            .bind(claimer.profile.id)
+            .bind(&claimer.profile.name)
+            .bind(&claimer.profile.labels)
+            .bind(&claimer.annotation_pairs)
+            .bind(&types)
+            .bind(&claimer.profile.tenant)
+            .bind(after.map(|a| a.0))
+            .bind(after.map(|a| a.1))
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let items: Vec<WorkOrder> = rows.into_iter().map(Into::into).collect();
+        let next_cursor = (items.len() as i64 == limit)
+            .then(|| items.last().map(|o| cursor::encode(o.created_at, o.id)))
+            .flatten();
+        Ok(Page { items, next_cursor })
+    }
+
+    /// Claims the oldest order eligible for the agent (DESIGN.md §3), at most once under any
+    /// concurrency (`FOR UPDATE SKIP LOCKED`). `work_types` narrows the agent's capabilities for
+    /// this call. `None` when nothing is eligible or the agent is at `max_concurrency`.
+    pub async fn claim_next(
+        &self,
+        req: &ClaimRequest,
+        work_types: &[WorkType],
+    ) -> Result<Option<WorkOrder>, QueueError> {
+        let mut tx = self.pool.begin().await?;
+        let claimer = lock_claimer(&mut tx, req).await?;
+        if claimer.max_concurrency.is_some()
+            && at_capacity(
+                claimer.max_concurrency,
+                held_claims(&mut *tx, req.agent_id).await?,
+            )
+        {
+            tx.commit().await?;
+            return Ok(None);
+        }
+        let Some(types) = claimer.effective_types(work_types) else {
+            tx.commit().await?;
+            return Ok(None);
+        };
+        let sql = claim_statement(&format!(
+            "SELECT w.id FROM work_orders w WHERE {ELIGIBLE} \
+             ORDER BY w.created_at, w.id LIMIT 1 FOR UPDATE SKIP LOCKED"
+        ));
+        let row: Option<OrderRow> = sqlx::query_as(&sql)
+            .bind(claimer.profile.id)
+            .bind(&claimer.profile.name)
+            .bind(&claimer.profile.labels)
+            .bind(&claimer.annotation_pairs)
+            .bind(&types)
+            .bind(&claimer.profile.tenant)
+            // $7–$9 unused here; keep the numbering of ELIGIBLE and the claim statement stable.
+            .bind(None::<DateTime<Utc>>)
+            .bind(None::<Uuid>)
+            .bind(None::<i64>)
+            .bind(Uuid::new_v4())
+            .bind(req.agent_id)
+            .bind(req.lease_seconds)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(row.map(Into::into))
+    }
+
+    /// Claims one order by id (DESIGN.md §5 `POST /work-orders/{id}/claim`). `404` when unknown
+    /// or not visible to the agent; `409` when visible but not claimable now (claimed, backing
+    /// off, agent at `max_concurrency`).
+    pub async fn claim(&self, order_id: Uuid, req: &ClaimRequest) -> Result<WorkOrder, QueueError> {
+        let mut tx = self.pool.begin().await?;
+        let claimer = lock_claimer(&mut tx, req).await?;
+        #[derive(sqlx::FromRow)]
+        struct Candidate {
+            work_type: String,
+            tenant: Option<String>,
+            target_agent_ids: Vec<Uuid>,
+            target_agent_names: Vec<String>,
+            target_labels: Vec<String>,
+            target_annotations: Json<BTreeMap<String, String>>,
+            status: String,
+            next_retry_after: Option<DateTime<Utc>>,
+            due: bool,
+        }
+        let candidate: Option<Candidate> = sqlx::query_as(
+            "SELECT work_type, tenant, target_agent_ids, target_agent_names, target_labels, \
+             target_annotations, status, next_retry_after, \
+             COALESCE(next_retry_after <= now(), true) AS due \
+             FROM work_orders WHERE id = $1 FOR UPDATE",
+        )
+        .bind(order_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let not_found = || QueueError::NotFound {
+            what: "work order",
+            id: order_id.to_string(),
+        };
+        let c = candidate.ok_or_else(not_found)?;
+        let targeting = Targeting {
+            agent_ids: c.target_agent_ids,
+            agent_names: c.target_agent_names,
+            labels: c.target_labels,
+            annotations: c.target_annotations.0,
+        };
+        let work_type = WorkType::parse(&c.work_type).unwrap_or(WorkType::Custom);
+        let visible = rules::agent_may_see(
+            &claimer.profile,
+            &OrderProfile {
+                work_type,
+                tenant: c.tenant.as_deref(),
+                targeting: &targeting,
+            },
+        );
+        if !visible {
+            return Err(not_found());
+        }
+        match c.status.as_str() {
+            "CLAIMED" => {
+                return Err(QueueError::conflict(
+                    ConflictCode::AlreadyClaimed,
+                    format!("work order {order_id} is already claimed"),
+                ));
+            }
+            "RETRY_PENDING" if !c.due => {
+                return Err(QueueError::conflict(
+                    ConflictCode::BackingOff,
+                    format!(
+                        "work order {order_id} is backing off until {}",
+                        c.next_retry_after
+                            .map(|t| t.to_rfc3339())
+                            .unwrap_or_default()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if at_capacity(
+            claimer.max_concurrency,
+            held_claims(&mut *tx, req.agent_id).await?,
+        ) {
+            return Err(QueueError::conflict(
+                ConflictCode::MaxConcurrency,
+                format!(
+                    "agent {} already holds max_concurrency ({}) claims",
+                    req.agent_id,
+                    claimer.max_concurrency.unwrap_or_default()
+                ),
+            ));
+        }
+        let sql = claim_statement("SELECT $1::uuid AS id");
+        let row: OrderRow = sqlx::query_as(&sql)
+            .bind(order_id)
+            // $2–$9 belong to the eligibility clause, not used by this statement.
+            .bind(None::<String>)
+            .bind(None::<Vec<String>>)
+            .bind(None::<Vec<String>>)
+            .bind(None::<Vec<String>>)
+            .bind(None::<String>)
+            .bind(None::<DateTime<Utc>>)
+            .bind(None::<Uuid>)
+            .bind(None::<i64>)
+            .bind(Uuid::new_v4())
+            .bind(req.agent_id)
+            .bind(req.lease_seconds)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(row.into())
+    }
+
+    /// Extends the lease of the agent's live claim (DESIGN.md §2, §5). A lease never extends past
+    /// `claimed_at + claim_timeout_seconds`. `409` (`cancelled`, `reclaimed`,
+    /// `not_claim_holder`) when the agent does not hold a live claim; `404` unknown order.
+    pub async fn heartbeat(
+        &self,
+        order_id: Uuid,
+        agent_id: Uuid,
+        claim_id: Option<Uuid>,
+    ) -> Result<Heartbeat, QueueError> {
+        let row: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = sqlx::query_as(
+            "UPDATE work_order_claims SET lease_expires_at = CASE WHEN lease_seconds IS NULL \
+               THEN NULL ELSE LEAST(now() + make_interval(secs => lease_seconds), deadline) END \
+             WHERE work_order_id = $1 AND agent_id = $2 AND ($3::uuid IS NULL OR claim_id = $3) \
+               AND deadline > now() AND (lease_expires_at IS NULL OR lease_expires_at > now()) \
+             RETURNING lease_expires_at, deadline",
+        )
+        .bind(order_id)
+        .bind(agent_id)
+        .bind(claim_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        self.touch_agent(agent_id).await?;
+        match row {
+            Some((lease_expires_at, claim_expires_at)) => Ok(Heartbeat {
+                lease_expires_at,
+                claim_expires_at,
+            }),
+            None => Err(self.explain_refusal(order_id, agent_id, claim_id).await?),
+        }
+    }
+
+    /// Reports the result of the agent's live claim (DESIGN.md §2, §5): success or a
+    /// non-retryable / out-of-retries failure moves the order to the log; a retryable failure with
+    /// retries left schedules `RETRY_PENDING` with exponential backoff. One transaction; a result
+    /// from anyone but the live claim holder is `409` and changes nothing.
+    pub async fn complete(
+        &self,
+        order_id: Uuid,
+        agent_id: Uuid,
+        claim_id: Option<Uuid>,
+        completion: &Completion,
+    ) -> Result<CompletionResult, QueueError> {
+        let mut tx = self.pool.begin().await?;
+        let order: Option<(i32, i32, i32)> = sqlx::query_as(
+            "SELECT retry_count, max_retries, backoff_seconds FROM work_orders \
+             WHERE id = $1 FOR UPDATE",
+        )
+        .bind(order_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let claim: Option<(Uuid, DateTime<Utc>)> = match order {
+            None => None,
+            Some(_) => {
+                sqlx::query_as(
+                    "DELETE FROM work_order_claims WHERE work_order_id = $1 AND agent_id = $2 \
+                   AND ($3::uuid IS NULL OR claim_id = $3) AND deadline > now() \
+                   AND (lease_expires_at IS NULL OR lease_expires_at > now()) \
+                 RETURNING claim_id, claimed_at",
+                )
+                .bind(order_id)
+                .bind(agent_id)
+                .bind(claim_id)
+                .fetch_optional(&mut *tx)
+                .await?
+            }
+        };
+        let (Some((retry_count, max_retries, backoff_seconds)), Some((claim_id, claimed_at))) =
+            (order, claim)
+        else {
+            drop(tx);
+            self.touch_agent(agent_id).await?;
+            return Err(self.explain_refusal(order_id, agent_id, claim_id).await?);
+        };
+        let final_claim = FinalClaim {
+            agent_id,
+            claim_id,
+            claimed_at,
+        };
+        let message = completion.message.as_deref();
+        let result = if completion.success {
+            CompletionResult::Finished(Box::new(
+                finish(
+                    &mut tx,
+                    order_id,
+                    EndedBy::Agent,
+                    Outcome::Succeeded,
+                    message,
+                    None,
+                    Some(final_claim),
+                )
+                .await?,
+            ))
+        } else {
+            let error = message.unwrap_or("the agent reported failure without a message");
+            match rules::decide_failure(
+                retry_count,
+                max_retries,
+                backoff_seconds,
+                completion.retryable,
+            ) {
+                FailureDecision::Retry {
+                    retry_count,
+                    delay_seconds,
+                } => {
+                    let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(
+                        "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = $2, \
+                         next_retry_after = now() + make_interval(secs => $3), last_error = $4, \
+                         last_error_at = now(), updated_at = now() WHERE id = $1 \
+                         RETURNING next_retry_after",
+                    )
+                    .bind(order_id)
+                    .bind(retry_count)
+                    .bind(delay_seconds as f64)
+                    .bind(error)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    CompletionResult::RetryScheduled { next_retry_after }
+                }
+                FailureDecision::Fail => CompletionResult::Finished(Box::new(
+                    finish(
+                        &mut tx,
+                        order_id,
+                        EndedBy::Agent,
+                        Outcome::Failed,
+                        message,
+                        Some(error),
+                        Some(final_claim),
+                    )
+                    .await?,
+                )),
+            }
+        };
+        tx.commit().await?;
+        self.touch_agent(agent_id).await?;
+        Ok(result)
+    }
+
+    async fn touch_agent(&self, agent_id: Uuid) -> Result<(), QueueError> {
+        sqlx::query("UPDATE agents SET last_seen_at = now() WHERE id = $1")
+            .bind(agent_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Says why a heartbeat or complete was refused (DESIGN.md §5): `cancelled` when the order was
+    /// cancelled under this agent's claim, `reclaimed` when this agent's claim was released (reaper,
+    /// expired lease, retirement) or superseded, `not_claim_holder` otherwise; `404` unknown order.
+    async fn explain_refusal(
+        &self,
+        order_id: Uuid,
+        agent_id: Uuid,
+        claim_id: Option<Uuid>,
+    ) -> Result<QueueError, QueueError> {
+        let active: Option<(Option<Uuid>, bool)> = sqlx::query_as(
+            "SELECT c.agent_id, EXISTS (SELECT 1 FROM released_claims r \
+               WHERE r.work_order_id = w.id AND r.agent_id = $2 \
+                 AND ($3::uuid IS NULL OR r.claim_id = $3)) \
+             FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
+             WHERE w.id = $1",
+        )
+        .bind(order_id)
+        .bind(agent_id)
+        .bind(claim_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some((holder, released)) = active {
+            let (code, why) = if holder == Some(agent_id) {
+                (
+                    ConflictCode::Reclaimed,
+                    "its lease or claim timeout ran out, or the claim named was superseded",
+                )
+            } else if released {
+                (
+                    ConflictCode::Reclaimed,
+                    "its claim was released by the reaper or by retirement",
+                )
+            } else {
+                (
+                    ConflictCode::NotClaimHolder,
+                    "another agent holds it or it is not claimed",
+                )
+            };
+            return Ok(QueueError::conflict(
+                code,
+                format!("agent {agent_id} does not hold work order {order_id}: {why}"),
+            ));
+        }
+        let finished: Option<(String, Option<Uuid>, Option<Uuid>)> = sqlx::query_as(
+            "SELECT ended_by, claimed_by, claim_id FROM work_order_log WHERE id = $1",
+        )
+        .bind(order_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let mine = |holder: Option<Uuid>, held_claim: Option<Uuid>| {
+            holder == Some(agent_id) && claim_id.is_none_or(|c| held_claim == Some(c))
+        };
+        let Some((ended_by, claimed_by, last_claim)) = finished else {
+            return Ok(QueueError::NotFound {
+                what: "work order",
+                id: order_id.to_string(),
+            });
+        };
+        let (code, why) = match ended_by.as_str() {
+            "cancel" if mine(claimed_by, last_claim) => (
+                ConflictCode::Cancelled,
+                format!("work order {order_id} was cancelled"),
+            ),
+            "reaper" if mine(claimed_by, last_claim) => (
+                ConflictCode::Reclaimed,
+                format!(
+                    "work order {order_id} was reclaimed and then failed: no agent finished it"
+                ),
+            ),
+            _ => (
+                ConflictCode::NotClaimHolder,
+                format!(
+                    "work order {order_id} already finished; agent {agent_id} holds no claim on it"
+                ),
+            ),
+        };
+        Ok(QueueError::conflict(code, why))
+    }
+}

@@ -1,0 +1,185 @@
+//! Queue maintenance (DESIGN.md §2): the reaper of stale and expired claims, and the promotion of
+//! due `RETRY_PENDING` orders. Each pass takes rows with `FOR UPDATE SKIP LOCKED`, so several
+//! `pullman serve` replicas can run it at once without double counting or waiting on each other.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::orders::{EndedBy, FinalClaim, finish};
+use super::{Outcome, Queue, QueueError};
+
+/// Rows handled per statement; a larger backlog is worked through in several batches.
+const BATCH: i64 = 1000;
+
+/// What one maintenance pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// Claims released back to `PENDING`.
+    pub reclaimed: u64,
+    /// Orders sent to the log because their reclaims ran out.
+    pub reclaims_exhausted: u64,
+    /// `RETRY_PENDING` orders made `PENDING`.
+    pub promoted: u64,
+}
+
+impl Queue {
+    /// Releases claims older than `claim_timeout_seconds` or whose lease expired (DESIGN.md §2):
+    /// back to `PENDING` with `reclaim_count + 1` and `retry_count` unchanged, or to the log as
+    /// failed once `reclaim_count` would exceed `max_reclaims`. Returns (reclaimed, exhausted).
+    pub async fn reap_stale_claims(&self) -> Result<(u64, u64), QueueError> {
+        let mut reclaimed = 0;
+        let mut exhausted = 0;
+        loop {
+            let mut tx = self.pool.begin().await?;
+            #[derive(sqlx::FromRow)]
+            struct Stale {
+                work_order_id: Uuid,
+                agent_id: Uuid,
+                claim_id: Uuid,
+                claimed_at: DateTime<Utc>,
+                reclaim_count: i32,
+                max_reclaims: i32,
+            }
+            let stale: Vec<Stale> = sqlx::query_as(
+                "SELECT c.work_order_id, c.agent_id, c.claim_id, c.claimed_at, w.reclaim_count, \
+                   w.max_reclaims \
+                 FROM work_order_claims c JOIN work_orders w ON w.id = c.work_order_id \
+                 WHERE c.deadline <= now() OR c.lease_expires_at <= now() \
+                 LIMIT $1 FOR UPDATE OF w, c SKIP LOCKED",
+            )
+            .bind(BATCH)
+            .fetch_all(&mut *tx)
+            .await?;
+            if stale.is_empty() {
+                return Ok((reclaimed, exhausted));
+            }
+            let batch_len = stale.len() as i64;
+            let (requeue, give_up): (Vec<Stale>, Vec<Stale>) = stale
+                .into_iter()
+                .partition(|s| s.reclaim_count < s.max_reclaims);
+            let ids: Vec<Uuid> = requeue.iter().map(|s| s.work_order_id).collect();
+            sqlx::query(
+                "WITH released AS (DELETE FROM work_order_claims WHERE work_order_id = ANY($1) \
+                   RETURNING claim_id, work_order_id, agent_id) \
+                 INSERT INTO released_claims (claim_id, work_order_id, agent_id) \
+                 SELECT claim_id, work_order_id, agent_id FROM released",
+            )
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE work_orders SET status = 'PENDING', reclaim_count = reclaim_count + 1, \
+                 updated_at = now() WHERE id = ANY($1)",
+            )
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?;
+            reclaimed += ids.len() as u64;
+            for s in give_up {
+                let message = format!("no agent completed it within {} claims", s.max_reclaims + 1);
+                finish(
+                    &mut tx,
+                    s.work_order_id,
+                    EndedBy::Reaper,
+                    Outcome::Failed,
+                    Some(&message),
+                    Some(&message),
+                    Some(FinalClaim {
+                        agent_id: s.agent_id,
+                        claim_id: s.claim_id,
+                        claimed_at: s.claimed_at,
+                    }),
+                )
+                .await?;
+                exhausted += 1;
+            }
+            tx.commit().await?;
+            if batch_len < BATCH {
+                return Ok((reclaimed, exhausted));
+            }
+        }
+    }
+
+    /// Makes due `RETRY_PENDING` orders `PENDING`, which wakes long-polling claimers through
+    /// `NOTIFY`. (Claims accept due retries even before this runs; promotion is for the wake-up.)
+    pub async fn promote_due_retries(&self) -> Result<u64, QueueError> {
+        let mut promoted = 0;
+        loop {
+            let n = sqlx::query(
+                "UPDATE work_orders SET status = 'PENDING', updated_at = now() WHERE id IN ( \
+                   SELECT id FROM work_orders WHERE status = 'RETRY_PENDING' \
+                     AND next_retry_after <= now() \
+                   ORDER BY next_retry_after LIMIT $1 FOR UPDATE SKIP LOCKED)",
+            )
+            .bind(BATCH)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            promoted += n;
+            if (n as i64) < BATCH {
+                return Ok(promoted);
+            }
+        }
+    }
+
+    /// Time until the earliest backing-off order is due (zero if one is already due), or `None`
+    /// when nothing backs off. Lets the maintenance loop wake exactly when a retry falls due.
+    pub async fn next_retry_due_in(&self) -> Result<Option<Duration>, QueueError> {
+        let (secs,): (Option<f64>,) = sqlx::query_as(
+            "SELECT EXTRACT(EPOCH FROM (min(next_retry_after) - now()))::float8 \
+             FROM work_orders WHERE status = 'RETRY_PENDING'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
+    }
+
+    /// One maintenance pass: reap, then promote.
+    pub async fn maintain(&self) -> Result<MaintenanceReport, QueueError> {
+        let (reclaimed, reclaims_exhausted) = self.reap_stale_claims().await?;
+        let promoted = self.promote_due_retries().await?;
+        Ok(MaintenanceReport {
+            reclaimed,
+            reclaims_exhausted,
+            promoted,
+        })
+    }
+}
+
+/// Runs maintenance every `interval` (DESIGN.md §7: 10 s by default), and sooner when a retry
+/// falls due, until `shutdown` fires. Each report goes to `on_report` (metrics); failures are
+/// logged and retried at the next tick.
+pub async fn run_maintenance(
+    queue: Queue,
+    interval: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+    on_report: impl Fn(&MaintenanceReport) + Send,
+) {
+    loop {
+        let mut sleep_for = interval;
+        match queue.maintain().await {
+            Ok(report) => {
+                if report != MaintenanceReport::default() {
+                    tracing::info!(
+                        reclaimed = report.reclaimed,
+                        reclaims_exhausted = report.reclaims_exhausted,
+                        promoted = report.promoted,
+                        "maintenance pass"
+                    );
+                }
+                on_report(&report);
+                if let Ok(Some(due)) = queue.next_retry_due_in().await {
+                    // A small floor keeps a tight loop from forming around clock jitter.
+                    sleep_for = sleep_for.min(due.max(Duration::from_millis(50)));
+                }
+            }
+            Err(error) => tracing::warn!(%error, "maintenance pass failed; retrying next tick"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(sleep_for) => {}
+        }
+    }
+}

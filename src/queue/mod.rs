@@ -1,0 +1,312 @@
+//! The work-order queue on PostgreSQL (DESIGN.md §1–§5): every state change of a work order is one
+//! transaction whose `WHERE` states what must still be true, so a late or duplicate writer changes
+//! nothing.
+//!
+//! Lock order, kept by every transaction to rule out deadlocks: agent row → work order row → claim
+//! row. The reaper takes rows with `SKIP LOCKED` and never waits.
+
+mod agents;
+mod claims;
+mod cursor;
+mod maintenance;
+pub mod model;
+mod notify;
+mod orders;
+pub mod rules;
+pub mod validate;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+pub use agents::TokenCheck;
+pub use claims::{ClaimRequest, Heartbeat};
+pub use cursor::CursorError;
+pub use maintenance::{MaintenanceReport, run_maintenance};
+pub use model::*;
+pub use notify::{Notifications, spawn_listener};
+pub use orders::{LogFilter, OrderFilter};
+
+/// Embedded migrations (`migrations/`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Why a 409 was answered to a heartbeat or complete (DESIGN.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictCode {
+    /// The order was cancelled while this agent held it.
+    Cancelled,
+    /// This agent's claim was released by the reaper (or its lease ran out) or by retirement.
+    Reclaimed,
+    /// This agent does not hold the current claim.
+    NotClaimHolder,
+    /// Claim by id: the order is claimed by someone.
+    AlreadyClaimed,
+    /// Claim by id: the order is backing off until `next_retry_after`.
+    BackingOff,
+    /// Claim by id: the agent already holds `max_concurrency` claims.
+    MaxConcurrency,
+    /// Cancel of an order that already finished.
+    AlreadyFinished,
+    /// Agent name taken by a live agent.
+    NameTaken,
+    /// Operation on a retired agent.
+    AgentRetired,
+}
+
+impl ConflictCode {
+    /// The `code` of the JSON error body.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConflictCode::Cancelled => "cancelled",
+            ConflictCode::Reclaimed => "reclaimed",
+            ConflictCode::NotClaimHolder => "not_claim_holder",
+            ConflictCode::AlreadyClaimed => "already_claimed",
+            ConflictCode::BackingOff => "backing_off",
+            ConflictCode::MaxConcurrency => "max_concurrency",
+            ConflictCode::AlreadyFinished => "already_finished",
+            ConflictCode::NameTaken => "name_taken",
+            ConflictCode::AgentRetired => "agent_retired",
+        }
+    }
+}
+
+/// Everything the queue can refuse; the API maps each variant to one status code.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// `400`: a field failed validation.
+    #[error("{message}")]
+    Invalid { field: String, message: String },
+    /// `400`: DESIGN.md §4's `Unknown work type: <value>`.
+    #[error("Unknown work type: {value}")]
+    UnknownWorkType { field: String, value: String },
+    /// `413`: a field is over its size limit (bytes).
+    #[error("{field} is larger than {limit} bytes")]
+    TooLarge { field: String, limit: usize },
+    /// `404`: nothing with this id (or not visible to the asking agent).
+    #[error("{what} {id} not found")]
+    NotFound { what: &'static str, id: String },
+    /// `404`: the work order already finished and is in the log.
+    #[error("work order {id} already finished ({outcome}); see /api/v1/work-order-log/{id}")]
+    Finished { id: Uuid, outcome: &'static str },
+    /// `409`: the state does not allow it; nothing was changed.
+    #[error("{message}")]
+    Conflict { code: ConflictCode, message: String },
+    /// `400`: a pagination cursor that this server did not issue.
+    #[error(transparent)]
+    Cursor(#[from] CursorError),
+    /// `500`/`503`: the database failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl QueueError {
+    pub(crate) fn conflict(code: ConflictCode, message: impl Into<String>) -> Self {
+        QueueError::Conflict {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Handle on the queue: a connection pool plus the rules. Cheap to clone.
+#[derive(Clone)]
+pub struct Queue {
+    pool: PgPool,
+}
+
+impl Queue {
+    /// Wraps a pool whose database has the migrations applied.
+    pub fn new(pool: PgPool) -> Self {
+        Queue { pool }
+    }
+
+    /// The underlying pool (for readiness checks and listeners).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies pending migrations.
+    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        MIGRATOR.run(&self.pool).await
+    }
+
+    /// Readiness (DESIGN.md §5 `/readyz`): the database answers and every embedded migration is
+    /// applied. Returns a reason when not ready.
+    pub async fn readiness(&self) -> Result<(), String> {
+        let applied: Vec<(i64,)> =
+            sqlx::query_as("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| format!("database not reachable or not migrated: {e}"))?;
+        for m in MIGRATOR.iter() {
+            if !applied.iter().any(|(v,)| *v == m.version) {
+                return Err(format!("migration {} not applied", m.version));
+            }
+        }
+        Ok(())
+    }
+
+    /// Count of active orders per status, for the `pullman_work_orders` gauge.
+    pub async fn count_by_status(&self) -> Result<Vec<(String, i64)>, QueueError> {
+        Ok(sqlx::query_as(
+            "SELECT status, count(*) FROM work_orders GROUP BY status ORDER BY status",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+/// Column list of an active order joined with its live claim (`w` = work_orders, `c` = claims).
+/// `{yaml}` is replaced by `w.yaml_content` or `NULL::text`.
+const ORDER_COLUMNS: &str = "w.id, w.work_type, {yaml} AS yaml_content, w.status, w.max_retries, \
+    w.backoff_seconds, w.claim_timeout_seconds, w.max_reclaims, w.tenant, w.target_agent_ids, \
+    w.target_agent_names, w.target_labels, w.target_annotations, w.retry_count, w.reclaim_count, \
+    w.last_error, w.last_error_at, w.next_retry_after, c.agent_id AS claimed_by, c.claimed_at, \
+    c.claim_id, c.lease_seconds, c.lease_expires_at, w.created_at, w.updated_at";
+
+pub(crate) fn order_columns(with_yaml: bool) -> String {
+    ORDER_COLUMNS.replace(
+        "{yaml}",
+        if with_yaml {
+            "w.yaml_content"
+        } else {
+            "NULL::text"
+        },
+    )
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct OrderRow {
+    id: Uuid,
+    work_type: String,
+    yaml_content: Option<String>,
+    status: String,
+    max_retries: i32,
+    backoff_seconds: i32,
+    claim_timeout_seconds: i32,
+    max_reclaims: i32,
+    tenant: Option<String>,
+    target_agent_ids: Vec<Uuid>,
+    target_agent_names: Vec<String>,
+    target_labels: Vec<String>,
+    target_annotations: Json<BTreeMap<String, String>>,
+    retry_count: i32,
+    reclaim_count: i32,
+    last_error: Option<String>,
+    last_error_at: Option<DateTime<Utc>>,
+    next_retry_after: Option<DateTime<Utc>>,
+    claimed_by: Option<Uuid>,
+    claimed_at: Option<DateTime<Utc>>,
+    claim_id: Option<Uuid>,
+    lease_seconds: Option<i32>,
+    lease_expires_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<OrderRow> for WorkOrder {
+    fn from(r: OrderRow) -> Self {
+        WorkOrder {
+            id: r.id,
+            work_type: WorkType::parse(&r.work_type).unwrap_or(WorkType::Custom),
+            yaml_content: r.yaml_content,
+            status: OrderStatus::parse(&r.status).unwrap_or(OrderStatus::Pending),
+            max_retries: r.max_retries,
+            backoff_seconds: r.backoff_seconds,
+            claim_timeout_seconds: r.claim_timeout_seconds,
+            max_reclaims: r.max_reclaims,
+            tenant: r.tenant,
+            targeting: Targeting {
+                agent_ids: r.target_agent_ids,
+                agent_names: r.target_agent_names,
+                labels: r.target_labels,
+                annotations: r.target_annotations.0,
+            },
+            retry_count: r.retry_count,
+            reclaim_count: r.reclaim_count,
+            last_error: r.last_error,
+            last_error_at: r.last_error_at,
+            next_retry_after: r.next_retry_after,
+            claimed_by: r.claimed_by,
+            claimed_at: r.claimed_at,
+            claim_id: r.claim_id,
+            lease_seconds: r.lease_seconds,
+            lease_expires_at: r.lease_expires_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// Column list of a log entry; `{yaml}` as for [`ORDER_COLUMNS`].
+const LOG_COLUMNS: &str = "id, work_type, {yaml} AS yaml_content, outcome, message, max_retries, \
+    backoff_seconds, claim_timeout_seconds, max_reclaims, tenant, targeting, retry_count, \
+    reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, created_at, \
+    completed_at";
+
+pub(crate) fn log_columns(with_yaml: bool) -> String {
+    LOG_COLUMNS.replace(
+        "{yaml}",
+        if with_yaml {
+            "yaml_content"
+        } else {
+            "NULL::text"
+        },
+    )
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct LogRow {
+    id: Uuid,
+    work_type: String,
+    yaml_content: Option<String>,
+    outcome: String,
+    message: Option<String>,
+    max_retries: i32,
+    backoff_seconds: i32,
+    claim_timeout_seconds: i32,
+    max_reclaims: i32,
+    tenant: Option<String>,
+    targeting: Json<Targeting>,
+    retry_count: i32,
+    reclaim_count: i32,
+    last_error: Option<String>,
+    last_error_at: Option<DateTime<Utc>>,
+    claimed_by: Option<Uuid>,
+    claim_id: Option<Uuid>,
+    claimed_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    completed_at: DateTime<Utc>,
+}
+
+impl From<LogRow> for LogEntry {
+    fn from(r: LogRow) -> Self {
+        let outcome = Outcome::parse(&r.outcome);
+        LogEntry {
+            id: r.id,
+            work_type: WorkType::parse(&r.work_type).unwrap_or(WorkType::Custom),
+            yaml_content: r.yaml_content,
+            outcome,
+            success: outcome == Outcome::Succeeded,
+            message: r.message,
+            max_retries: r.max_retries,
+            backoff_seconds: r.backoff_seconds,
+            claim_timeout_seconds: r.claim_timeout_seconds,
+            max_reclaims: r.max_reclaims,
+            tenant: r.tenant,
+            targeting: r.targeting.0,
+            retry_count: r.retry_count,
+            reclaim_count: r.reclaim_count,
+            last_error: r.last_error,
+            last_error_at: r.last_error_at,
+            claimed_by: r.claimed_by,
+            claim_id: r.claim_id,
+            claimed_at: r.claimed_at,
+            created_at: r.created_at,
+            completed_at: r.completed_at,
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Wire and storage shapes of work orders, agents and log entries (DESIGN.md §1, §5).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// The kind of work an order carries (DESIGN.md §4). Anything else is rejected at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkType {
+    /// A Shipwright `Build`; the executor creates a `BuildRun` and watches it.
+    Build,
+    /// One or more Kubernetes objects applied with server-side apply; Jobs among them are watched.
+    Custom,
+}
+
+impl WorkType {
+    /// The wire and database spelling: `build` or `custom`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkType::Build => "build",
+            WorkType::Custom => "custom",
+        }
+    }
+
+    /// Parses the wire spelling; `None` for anything else (callers answer `Unknown work type: <v>`).
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "build" => Some(WorkType::Build),
+            "custom" => Some(WorkType::Custom),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for WorkType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Active states of a work order (DESIGN.md §2). Finished orders live in the log instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OrderStatus {
+    Pending,
+    Claimed,
+    RetryPending,
+}
+
+impl OrderStatus {
+    /// The wire and database spelling, e.g. `RETRY_PENDING`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderStatus::Pending => "PENDING",
+            OrderStatus::Claimed => "CLAIMED",
+            OrderStatus::RetryPending => "RETRY_PENDING",
+        }
+    }
+
+    /// Parses the wire spelling; `None` for anything else.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "PENDING" => Some(OrderStatus::Pending),
+            "CLAIMED" => Some(OrderStatus::Claimed),
+            "RETRY_PENDING" => Some(OrderStatus::RetryPending),
+            _ => None,
+        }
+    }
+}
+
+/// How a finished work order ended (DESIGN.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl Outcome {
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the database spelling; unknown values read as `failed`, which the CHECK constraint
+    /// makes unreachable.
+    pub fn parse(value: &str) -> Self {
+        match value {
+            "succeeded" => Outcome::Succeeded,
+            "cancelled" => Outcome::Cancelled,
+            _ => Outcome::Failed,
+        }
+    }
+}
+
+/// Which agents may see an order (DESIGN.md §3): a match on **any** criterion is enough; at least
+/// one criterion is required at creation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Targeting {
+    /// Agent ids, any of which may claim.
+    #[serde(default)]
+    pub agent_ids: Vec<Uuid>,
+    /// Agent names (an Executor's agent is `<namespace>/<name>`).
+    #[serde(default)]
+    pub agent_names: Vec<String>,
+    /// Labels (plain strings, exact match); an agent with any of them matches.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Annotations; an agent with any one of these keys set to the same value matches.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Targeting {
+    /// True when no criterion is given (rejected at creation, DESIGN.md §3).
+    pub fn is_empty(&self) -> bool {
+        self.agent_ids.is_empty()
+            && self.agent_names.is_empty()
+            && self.labels.is_empty()
+            && self.annotations.is_empty()
+    }
+}
+
+/// Body of `POST /api/v1/work-orders` (DESIGN.md §5). Numbers arrive as wide integers so that an
+/// out-of-range value is reported against its bound rather than as a JSON type error.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewWorkOrder {
+    /// `build` or `custom`.
+    pub work_type: String,
+    /// One or more YAML documents, at most 1 MiB.
+    pub yaml_content: String,
+    /// Retries after a failed attempt, 0–100 (default 3).
+    #[serde(default)]
+    pub max_retries: Option<i64>,
+    /// Base of the exponential backoff in seconds, 1–86400 (default 60).
+    #[serde(default)]
+    pub backoff_seconds: Option<i64>,
+    /// Seconds a claim may last from `claimed_at`, 60–604800 (default 3600).
+    #[serde(default)]
+    pub claim_timeout_seconds: Option<i64>,
+    /// Reclaims by the reaper before the order fails, 0–100 (default 5).
+    #[serde(default)]
+    pub max_reclaims: Option<i64>,
+    /// Only agents of this tenant (or instance-wide agents) may claim.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Which agents may claim; at least one criterion.
+    pub targeting: Targeting,
+}
+
+/// An active work order as the API returns it (DESIGN.md §5). `yaml_content` is present only where
+/// the route returns one order in full (get, claim); lists leave it out.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WorkOrder {
+    pub id: Uuid,
+    pub work_type: WorkType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yaml_content: Option<String>,
+    pub status: OrderStatus,
+    pub max_retries: i32,
+    pub backoff_seconds: i32,
+    pub claim_timeout_seconds: i32,
+    pub max_reclaims: i32,
+    pub tenant: Option<String>,
+    pub targeting: Targeting,
+    pub retry_count: i32,
+    pub reclaim_count: i32,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<DateTime<Utc>>,
+    pub next_retry_after: Option<DateTime<Utc>>,
+    /// Agent holding the current claim.
+    pub claimed_by: Option<Uuid>,
+    pub claimed_at: Option<DateTime<Utc>>,
+    /// Fencing token of the current claim.
+    pub claim_id: Option<Uuid>,
+    /// Lease length in seconds, when the claim was made with one.
+    pub lease_seconds: Option<i32>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A finished work order: a row of `work_order_log` (DESIGN.md §2).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LogEntry {
+    pub id: Uuid,
+    pub work_type: WorkType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yaml_content: Option<String>,
+    pub outcome: Outcome,
+    /// `outcome == succeeded`.
+    pub success: bool,
+    pub message: Option<String>,
+    pub max_retries: i32,
+    pub backoff_seconds: i32,
+    pub claim_timeout_seconds: i32,
+    pub max_reclaims: i32,
+    pub tenant: Option<String>,
+    pub targeting: Targeting,
+    pub retry_count: i32,
+    pub reclaim_count: i32,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<DateTime<Utc>>,
+    /// Agent of the last claim, if any.
+    pub claimed_by: Option<Uuid>,
+    pub claim_id: Option<Uuid>,
+    pub claimed_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: DateTime<Utc>,
+}
+
+/// Derived health of an agent (DESIGN.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentHealth {
+    NeverSeen,
+    Active,
+    Stale,
+    Retired,
+}
+
+/// Body of `POST /api/v1/agents` (DESIGN.md §5).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewAgent {
+    /// Unique among live agents; 1–253 characters.
+    pub name: String,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Work types this agent takes; empty means all.
+    #[serde(default)]
+    pub work_types: Vec<String>,
+    /// Tenant this agent serves; absent means instance-wide.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Most claims held at once; absent means unlimited.
+    #[serde(default)]
+    pub max_concurrency: Option<i64>,
+    /// Expected lease in seconds; drives the stale threshold before the agent's first leased claim.
+    #[serde(default)]
+    pub lease_seconds: Option<i64>,
+}
+
+/// An agent as the API returns it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Agent {
+    pub id: Uuid,
+    pub name: String,
+    pub labels: Vec<String>,
+    pub annotations: BTreeMap<String, String>,
+    pub work_types: Vec<WorkType>,
+    pub tenant: Option<String>,
+    pub max_concurrency: Option<i32>,
+    pub lease_seconds: Option<i32>,
+    pub health: AgentHealth,
+    /// Claims this agent holds now.
+    pub active_claims: i64,
+    pub created_at: DateTime<Utc>,
+    pub last_seen_at: Option<DateTime<Utc>>,
+    pub retired_at: Option<DateTime<Utc>>,
+}
+
+/// `201` body of agent registration and token rotation: the token is shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AgentWithToken {
+    pub agent: Agent,
+    pub token: String,
+}
+
+/// What a completing agent reports (DESIGN.md §5 `complete`).
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub success: bool,
+    pub message: Option<String>,
+    /// Default true; false sends a failure straight to the log.
+    pub retryable: bool,
+}
+
+/// Result of `complete`: either the order finished (`200` with the log entry) or a retry was
+/// scheduled (`202`).
+#[derive(Debug, Clone)]
+pub enum CompletionResult {
+    Finished(Box<LogEntry>),
+    RetryScheduled { next_retry_after: DateTime<Utc> },
+}
+
+/// One page of a keyset-paginated list.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Where a work order id was found.
+#[derive(Debug, Clone)]
+pub enum Lookup {
+    Active(Box<WorkOrder>),
+    Finished(Box<LogEntry>),
+    Unknown,
+}

@@ -1,0 +1,107 @@
+//! `LISTEN/NOTIFY` fan-in (DESIGN.md §5, §6): one listening connection per process turns the
+//! database's notifications into in-process signals, so long-polling claimers and the controller
+//! wake on changes instead of polling.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Channel notified when an order becomes claimable (payload: its work type).
+pub const CLAIMABLE_CHANNEL: &str = "pullman_claimable";
+/// Channel notified on every state change of an order (payload: its id).
+pub const CHANGED_CHANNEL: &str = "pullman_work_order_changed";
+
+/// In-process view of the queue's notifications. Cheap to clone.
+#[derive(Clone)]
+pub struct Notifications {
+    claimable: watch::Sender<u64>,
+    changed: broadcast::Sender<Option<Uuid>>,
+}
+
+impl Default for Notifications {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Notifications {
+    /// Signals with no listener attached; [`spawn_listener`] feeds them.
+    pub fn new() -> Self {
+        Notifications {
+            claimable: watch::channel(0).0,
+            changed: broadcast::channel(4096).0,
+        }
+    }
+
+    /// A receiver whose value changes whenever some order may have become claimable. Mark the
+    /// current value seen *before* trying to claim, then wait for a change: no wake-up is lost.
+    pub fn claimable(&self) -> watch::Receiver<u64> {
+        self.claimable.subscribe()
+    }
+
+    /// Ids of orders that changed; `None` means "anything may have changed" (the listener
+    /// reconnected and notifications may have been lost).
+    pub fn changed(&self) -> broadcast::Receiver<Option<Uuid>> {
+        self.changed.subscribe()
+    }
+
+    fn wake_all(&self) {
+        self.claimable.send_modify(|v| *v = v.wrapping_add(1));
+        let _ = self.changed.send(None);
+    }
+}
+
+/// Listens on the queue's channels until `shutdown`, reconnecting after failures. After any
+/// interruption every waiter is woken, because notifications sent meanwhile are lost.
+pub fn spawn_listener(
+    pool: PgPool,
+    notifications: Notifications,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let result = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = listen(&pool, &notifications) => r,
+            };
+            match result {
+                Ok(()) => {
+                    tracing::warn!("queue notification listener lost its connection; reconnecting")
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "queue notification listener failed; reconnecting")
+                }
+            }
+            notifications.wake_all();
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    })
+}
+
+async fn listen(pool: &PgPool, n: &Notifications) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener
+        .listen_all([CLAIMABLE_CHANNEL, CHANGED_CHANNEL])
+        .await?;
+    // Anything that happened before LISTEN took effect is unseen: wake everyone once.
+    n.wake_all();
+    loop {
+        // try_recv reports a lost connection as Ok(None) instead of silently reconnecting.
+        match listener.try_recv().await? {
+            Some(msg) if msg.channel() == CLAIMABLE_CHANNEL => {
+                n.claimable.send_modify(|v| *v = v.wrapping_add(1));
+            }
+            Some(msg) => {
+                let _ = n.changed.send(Uuid::parse_str(msg.payload()).ok());
+            }
+            None => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! Creating, reading, listing and cancelling work orders, and the move to the log (DESIGN.md §2, §5).
+
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use super::validate::WorkOrderSpec;
+use super::{
+    ConflictCode, LogEntry, LogRow, Lookup, OrderRow, OrderStatus, Outcome, Page, Queue,
+    QueueError, WorkOrder, WorkType, cursor, log_columns, order_columns, rules,
+};
+
+/// Filters of `GET /api/v1/work-orders`.
+#[derive(Debug, Clone, Default)]
+pub struct OrderFilter {
+    pub status: Option<OrderStatus>,
+    pub work_type: Option<WorkType>,
+    /// 1–1000.
+    pub limit: i64,
+    pub cursor: Option<String>,
+}
+
+/// Filters of `GET /api/v1/work-order-log` (newest first).
+#[derive(Debug, Clone, Default)]
+pub struct LogFilter {
+    pub work_type: Option<WorkType>,
+    /// `true` = succeeded; `false` = failed or cancelled.
+    pub success: Option<bool>,
+    pub agent_id: Option<Uuid>,
+    /// 1–1000.
+    pub limit: i64,
+    pub cursor: Option<String>,
+}
+
+/// Who ended an order; recorded so a late heartbeat can be told `cancelled` or `reclaimed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndedBy {
+    Agent,
+    Reaper,
+    Cancel,
+}
+
+impl EndedBy {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EndedBy::Agent => "agent",
+            EndedBy::Reaper => "reaper",
+            EndedBy::Cancel => "cancel",
+        }
+    }
+}
+
+/// The claim that was live (or last) when an order finished, recorded in the log.
+pub(crate) struct FinalClaim {
+    pub agent_id: Uuid,
+    pub claim_id: Uuid,
+    pub claimed_at: DateTime<Utc>,
+}
+
+impl Queue {
+    /// Creates a work order (DESIGN.md §5 `POST /work-orders`). With `id` given (the WorkOrder
+    /// resource's uid) creation is idempotent: an id already active or in the log is returned as
+    /// it is, never duplicated.
+    pub async fn create_work_order(
+        &self,
+        spec: &WorkOrderSpec,
+        id: Option<Uuid>,
+        source: &str,
+    ) -> Result<Lookup, QueueError> {
+        let id = id.unwrap_or_else(Uuid::new_v4);
+        let pairs = rules::annotation_pairs(&spec.targeting.annotations);
+        let mut tx = self.pool.begin().await?;
+        // An id that already finished must not come back to life as a new order.
+        let finished: Option<(Uuid,)> =
+            sqlx::query_as("SELECT id FROM work_order_log WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if finished.is_none() {
+            sqlx::query(
+                "INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds, \
+                 claim_timeout_seconds, max_reclaims, tenant, target_agent_ids, target_agent_names, \
+                 target_labels, target_annotations, target_annotation_pairs, status, source) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'PENDING', $14) \
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(id)
+            .bind(spec.work_type.as_str())
+            .bind(&spec.yaml_content)
+            .bind(spec.max_retries)
+            .bind(spec.backoff_seconds)
+            .bind(spec.claim_timeout_seconds)
+            .bind(spec.max_reclaims)
+            .bind(&spec.tenant)
+            .bind(&spec.targeting.agent_ids)
+            .bind(&spec.targeting.agent_names)
+            .bind(&spec.targeting.labels)
+            .bind(sqlx::types::Json(&spec.targeting.annotations))
+            .bind(&pairs)
+            .bind(source)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        self.lookup(id, true).await
+    }
+
+    /// Finds an order by id, active or finished (DESIGN.md §5 `GET /work-orders/{id}`).
+    pub async fn lookup(&self, id: Uuid, with_yaml: bool) -> Result<Lookup, QueueError> {
+        if let Some(order) = self.get_active(id, with_yaml).await? {
+            return Ok(Lookup::Active(Box::new(order)));
+        }
+        match self.get_log_entry_opt(id, with_yaml).await? {
+            Some(entry) => Ok(Lookup::Finished(Box::new(entry))),
+            None => Ok(Lookup::Unknown),
+        }
+    }
+
+    /// One active order; `404` (`Finished` when it is in the log) otherwise.
+    pub async fn get_work_order(&self, id: Uuid) -> Result<WorkOrder, QueueError> {
+        match self.lookup(id, true).await? {
+            Lookup::Active(order) => Ok(*order),
+            Lookup::Finished(entry) => Err(QueueError::Finished {
+                id,
+                outcome: entry.outcome.as_str(),
+            }),
+            Lookup::Unknown => Err(QueueError::NotFound {
+                what: "work order",
+                id: id.to_string(),
+            }),
+        }
+    }
+
+    pub(crate) async fn get_active(
+        &self,
+        id: Uuid,
+        with_yaml: bool,
+    ) -> Result<Option<WorkOrder>, QueueError> {
+        let sql = format!(
+            "SELECT {} FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
+             WHERE w.id = $1",
+            order_columns(with_yaml)
+        );
+        let row: Option<OrderRow> = sqlx::query_as(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+
+    /// Active orders, oldest first, without `yaml_content` (DESIGN.md §5).
+    pub async fn list_work_orders(&self, f: &OrderFilter) -> Result<Page<WorkOrder>, QueueError> {
+        let after = f.cursor.as_deref().map(cursor::decode).transpose()?;
+        let sql = format!(
+            "SELECT {} FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
+             WHERE ($1::text IS NULL OR w.status = $1) AND ($2::text IS NULL OR w.work_type = $2) \
+               AND ($3::timestamptz IS NULL OR (w.created_at, w.id) > ($3, $4)) \
+             ORDER BY w.created_at, w.id LIMIT $5",
+            order_columns(false)
+        );
+        let rows: Vec<OrderRow> = sqlx::query_as(&sql)
+            .bind(f.status.map(OrderStatus::as_str))
+            .bind(f.work_type.map(WorkType::as_str))
+            .bind(after.map(|a| a.0))
+            .bind(after.map(|a| a.1))
+            .bind(f.limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let items: Vec<WorkOrder> = rows.into_iter().map(Into::into).collect();
+        let next_cursor = (items.len() as i64 == f.limit)
+            .then(|| items.last().map(|o| cursor::encode(o.created_at, o.id)))
+            .flatten();
+        Ok(Page { items, next_cursor })
+    }
+
+    /// Cancels an active order (DESIGN.md §2): it moves to the log as `cancelled`, claimed or not;
+    /// the holder learns it at its next heartbeat or complete. `message` says who cancelled.
+    pub async fn cancel_work_order(&self, id: Uuid, message: &str) -> Result<LogEntry, QueueError> {
+        let mut tx = self.pool.begin().await?;
+        let locked: Option<(Uuid,)> =
+            sqlx::query_as("SELECT id FROM work_orders WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if locked.is_none() {
+            drop(tx);
+            return Err(match self.get_log_entry_opt(id, false).await? {
+                Some(entry) => QueueError::conflict(
+                    ConflictCode::AlreadyFinished,
+                    format!(
+                        "work order {id} already finished ({})",
+                        entry.outcome.as_str()
+                    ),
+                ),
+                None => QueueError::NotFound {
+                    what: "work order",
+                    id: id.to_string(),
+                },
+            });
+        }
+        let claim: Option<(Uuid, Uuid, DateTime<Utc>)> = sqlx::query_as(
+            "DELETE FROM work_order_claims WHERE work_order_id = $1 \
+             RETURNING agent_id, claim_id, claimed_at",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let claim = claim.map(|(agent_id, claim_id, claimed_at)| FinalClaim {
+            agent_id,
+            claim_id,
+            claimed_at,
+        });
+        let entry = finish(
+            &mut tx,
+            id,
+            EndedBy::Cancel,
+            Outcome::Cancelled,
+            Some(message),
+            None,
+            claim,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(entry)
+    }
+
+    /// Finished orders, newest first, without `yaml_content` (DESIGN.md §5).
+    pub async fn list_log(&self, f: &LogFilter) -> Result<Page<LogEntry>, QueueError> {
+        let after = f.cursor.as_deref().map(cursor::decode).transpose()?;
+        let sql = format!(
+            "SELECT {} FROM work_order_log \
+             WHERE ($1::text IS NULL OR work_type = $1) \
+               AND ($2::bool IS NULL OR (outcome = 'succeeded') = $2) \
+               AND ($3::uuid IS NULL OR claimed_by = $3) \
+               AND ($4::timestamptz IS NULL OR (completed_at, id) < ($4, $5)) \
+             ORDER BY completed_at DESC, id DESC LIMIT $6",
+            log_columns(false)
+        );
+        let rows: Vec<LogRow> = sqlx::query_as(&sql)
+            .bind(f.work_type.map(WorkType::as_str))
+            .bind(f.success)
+            .bind(f.agent_id)
+            .bind(after.map(|a| a.0))
+            .bind(after.map(|a| a.1))
+            .bind(f.limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let items: Vec<LogEntry> = rows.into_iter().map(Into::into).collect();
+        let next_cursor = (items.len() as i64 == f.limit)
+            .then(|| items.last().map(|e| cursor::encode(e.completed_at, e.id)))
+            .flatten();
+        Ok(Page { items, next_cursor })
+    }
+
+    /// One finished order with its `yaml_content`; `404` when not in the log.
+    pub async fn get_log_entry(&self, id: Uuid) -> Result<LogEntry, QueueError> {
+        self.get_log_entry_opt(id, true)
+            .await?
+            .ok_or_else(|| QueueError::NotFound {
+                what: "work order log entry",
+                id: id.to_string(),
+            })
+    }
+
+    pub(crate) async fn get_log_entry_opt(
+        &self,
+        id: Uuid,
+        with_yaml: bool,
+    ) -> Result<Option<LogEntry>, QueueError> {
+        let sql = format!(
+            "SELECT {} FROM work_order_log WHERE id = $1",
+            log_columns(with_yaml)
+        );
+        let row: Option<LogRow> = sqlx::query_as(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(Into::into))
+    }
+}
+
+/// Moves an active order to the log in the caller's transaction (DESIGN.md §2). Any live claim row
+/// goes with it (cascade). `last_error` overrides the order's when the order fails now.
+/// The caller must hold the order's row lock.
+pub(crate) async fn finish(
+    tx: &mut Transaction<'_, Postgres>,
+    id: Uuid,
+    ended_by: EndedBy,
+    outcome: Outcome,
+    message: Option<&str>,
+    last_error: Option<&str>,
+    claim: Option<FinalClaim>,
+) -> Result<LogEntry, QueueError> {
+    let sql = format!(
+        "WITH w AS (DELETE FROM work_orders WHERE id = $1 RETURNING *) \
+         INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds, \
+           claim_timeout_seconds, max_reclaims, tenant, targeting, outcome, message, retry_count, \
+           reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, source, \
+           ended_by, created_at, completed_at) \
+         SELECT id, work_type, yaml_content, max_retries, backoff_seconds, claim_timeout_seconds, \
+           max_reclaims, tenant, \
+           jsonb_build_object('agent_ids', to_jsonb(target_agent_ids), \
+             'agent_names', to_jsonb(target_agent_names), 'labels', to_jsonb(target_labels), \
+             'annotations', target_annotations), \
+           $2, $3, retry_count, reclaim_count, COALESCE($4, last_error), \
+           CASE WHEN $4::text IS NULL THEN last_error_at ELSE now() END, \
+           COALESCE($5, last_claimed_by), COALESCE($6, last_claim_id), $7, source, $8, created_at, now() \
+         FROM w RETURNING {}",
+        log_columns(false)
+    );
+    let row: LogRow = sqlx::query_as(&sql)
+        .bind(id)
+        .bind(outcome.as_str())
+        .bind(message)
+        .bind(last_error)
+        .bind(claim.as_ref().map(|c| c.agent_id))
+        .bind(claim.as_ref().map(|c| c.claim_id))
+        .bind(claim.as_ref().map(|c| c.claimed_at))
+        .bind(ended_by.as_str())
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(row.into())
+}

@@ -1,0 +1,299 @@
+//! The queue's rules as pure functions (DESIGN.md §2–§4), kept apart from SQL so they can be tested
+//! directly and reused by the executor.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::model::{AgentHealth, WorkType};
+
+/// Longest backoff before a retry, in seconds: 24 h (DESIGN.md §2).
+pub const MAX_BACKOFF_SECONDS: u64 = 86_400;
+
+/// What happens to an order after its k-th failed attempt (DESIGN.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureDecision {
+    /// Becomes `RETRY_PENDING` with `retry_count = retry_count`, claimable after `delay_seconds`.
+    Retry {
+        retry_count: i32,
+        delay_seconds: u64,
+    },
+    /// Goes to the log as failed.
+    Fail,
+}
+
+/// Backoff before retry `k` (1-based): `backoff_seconds × 2^(k−1)`, capped at 24 h, saturating so
+/// that no input overflows (`k = 100`, `backoff = 86400` gives 86400).
+pub fn retry_delay_seconds(backoff_seconds: u32, k: u32) -> u64 {
+    let exponent = k.saturating_sub(1);
+    let factor = if exponent >= 63 {
+        u64::MAX
+    } else {
+        1u64 << exponent
+    };
+    u64::from(backoff_seconds)
+        .saturating_mul(factor)
+        .min(MAX_BACKOFF_SECONDS)
+}
+
+/// Decides the fate of a failed attempt (DESIGN.md §2): the k-th failure (k = `retry_count` + 1)
+/// retries when it is retryable and k ≤ `max_retries`; otherwise the order fails.
+pub fn decide_failure(
+    retry_count: i32,
+    max_retries: i32,
+    backoff_seconds: i32,
+    retryable: bool,
+) -> FailureDecision {
+    let k = retry_count.saturating_add(1);
+    if retryable && k <= max_retries {
+        FailureDecision::Retry {
+            retry_count: k,
+            delay_seconds: retry_delay_seconds(
+                u32::try_from(backoff_seconds).unwrap_or(1),
+                u32::try_from(k).unwrap_or(1),
+            ),
+        }
+    } else {
+        FailureDecision::Fail
+    }
+}
+
+/// The executor's watch budget for a claim (DESIGN.md §4): `claim_timeout − max(10 %, 60 s)`.
+/// Zero when the timeout is shorter than the hold-back.
+pub fn watch_budget(claim_timeout_seconds: u32) -> Duration {
+    let hold_back = (u64::from(claim_timeout_seconds) / 10).max(60);
+    Duration::from_secs(u64::from(claim_timeout_seconds).saturating_sub(hold_back))
+}
+
+/// Smallest watch budget an order that needs watching may have (DESIGN.md §4).
+pub const MIN_WATCH_BUDGET: Duration = Duration::from_secs(60);
+
+/// An agent's side of eligibility (DESIGN.md §3).
+#[derive(Debug, Clone, Default)]
+pub struct AgentProfile {
+    pub id: Uuid,
+    pub name: String,
+    pub labels: Vec<String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Empty = all types.
+    pub work_types: Vec<WorkType>,
+    pub tenant: Option<String>,
+    pub retired: bool,
+}
+
+/// An order's side of eligibility (DESIGN.md §3).
+#[derive(Debug, Clone)]
+pub struct OrderProfile<'a> {
+    pub work_type: WorkType,
+    pub tenant: Option<&'a str>,
+    pub targeting: &'a super::model::Targeting,
+}
+
+/// Whether `agent` may see `order` at all (DESIGN.md §3 rules 1–3 and the retired half of 4).
+/// Claimability right now (status, backoff, `max_concurrency`) is decided by the queue.
+pub fn agent_may_see(agent: &AgentProfile, order: &OrderProfile<'_>) -> bool {
+    if agent.retired {
+        return false;
+    }
+    let t = order.targeting;
+    let targeted = t.agent_ids.contains(&agent.id)
+        || t.agent_names.contains(&agent.name)
+        || t.labels.iter().any(|l| agent.labels.contains(l))
+        || t.annotations
+            .iter()
+            .any(|(k, v)| agent.annotations.get(k) == Some(v));
+    let capable = agent.work_types.is_empty() || agent.work_types.contains(&order.work_type);
+    let tenant_ok = match &agent.tenant {
+        None => true,
+        Some(tenant) => order.tenant == Some(tenant.as_str()),
+    };
+    targeted && capable && tenant_ok
+}
+
+/// Encodes annotations as `key=value` strings; "any annotation matches" becomes an array overlap in
+/// SQL. Keys are validated to hold no `=`, so the encoding is unambiguous.
+pub fn annotation_pairs(annotations: &BTreeMap<String, String>) -> Vec<String> {
+    annotations
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
+}
+
+/// Seconds without contact after which an agent is `stale`: 3 × its lease, or 5 minutes for an
+/// agent that claims without a lease (DESIGN.md §5).
+pub fn stale_after_seconds(lease_seconds: Option<i32>) -> i64 {
+    match lease_seconds {
+        Some(lease) if lease > 0 => 3 * i64::from(lease),
+        _ => 300,
+    }
+}
+
+/// Derived health (DESIGN.md §5): `retired`, `never_seen`, `stale` or `active`.
+pub fn agent_health(
+    retired: bool,
+    last_seen_at: Option<DateTime<Utc>>,
+    lease_seconds: Option<i32>,
+    now: DateTime<Utc>,
+) -> AgentHealth {
+    if retired {
+        return AgentHealth::Retired;
+    }
+    match last_seen_at {
+        None => AgentHealth::NeverSeen,
+        Some(seen) if (now - seen).num_seconds() > stale_after_seconds(lease_seconds) => {
+            AgentHealth::Stale
+        }
+        Some(_) => AgentHealth::Active,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::Targeting;
+    use super::*;
+
+    #[test]
+    fn retry_delay_doubles_from_the_base() {
+        assert_eq!(retry_delay_seconds(10, 1), 10);
+        assert_eq!(retry_delay_seconds(10, 2), 20);
+        assert_eq!(retry_delay_seconds(10, 3), 40);
+        assert_eq!(retry_delay_seconds(60, 11), 61_440);
+    }
+
+    #[test]
+    fn retry_delay_is_capped_and_never_overflows() {
+        assert_eq!(retry_delay_seconds(86_400, 100), MAX_BACKOFF_SECONDS);
+        assert_eq!(retry_delay_seconds(1, 64), MAX_BACKOFF_SECONDS);
+        assert_eq!(retry_delay_seconds(u32::MAX, u32::MAX), MAX_BACKOFF_SECONDS);
+        assert_eq!(retry_delay_seconds(10, 0), 10);
+    }
+
+    #[test]
+    fn max_retries_zero_means_one_attempt() {
+        assert_eq!(decide_failure(0, 0, 10, true), FailureDecision::Fail);
+        assert_eq!(
+            decide_failure(0, 1, 10, true),
+            FailureDecision::Retry {
+                retry_count: 1,
+                delay_seconds: 10
+            }
+        );
+        assert_eq!(decide_failure(1, 1, 10, true), FailureDecision::Fail);
+        assert_eq!(
+            decide_failure(2, 3, 10, true),
+            FailureDecision::Retry {
+                retry_count: 3,
+                delay_seconds: 40
+            }
+        );
+        assert_eq!(decide_failure(3, 3, 10, true), FailureDecision::Fail);
+        assert_eq!(decide_failure(0, 3, 10, false), FailureDecision::Fail);
+    }
+
+    #[test]
+    fn watch_budget_holds_back_ten_percent_or_a_minute() {
+        assert_eq!(watch_budget(3600), Duration::from_secs(3240));
+        assert_eq!(watch_budget(600), Duration::from_secs(540));
+        assert_eq!(watch_budget(119), Duration::from_secs(59));
+        assert_eq!(watch_budget(120), Duration::from_secs(60));
+        assert_eq!(watch_budget(30), Duration::ZERO);
+    }
+
+    fn agent() -> AgentProfile {
+        AgentProfile {
+            id: Uuid::from_u128(1),
+            name: "team-a/builder".into(),
+            labels: vec!["gpu".into(), "eu".into()],
+            annotations: BTreeMap::from([("zone".into(), "a".into())]),
+            work_types: vec![WorkType::Custom],
+            tenant: None,
+            retired: false,
+        }
+    }
+
+    fn sees(agent: &AgentProfile, work_type: WorkType, tenant: Option<&str>, t: Targeting) -> bool {
+        agent_may_see(
+            agent,
+            &OrderProfile {
+                work_type,
+                tenant,
+                targeting: &t,
+            },
+        )
+    }
+
+    #[test]
+    fn any_targeting_criterion_is_enough() {
+        let a = agent();
+        let by_id = Targeting {
+            agent_ids: vec![a.id],
+            ..Default::default()
+        };
+        let by_name = Targeting {
+            agent_names: vec!["team-a/builder".into()],
+            ..Default::default()
+        };
+        let by_label = Targeting {
+            labels: vec!["cpu".into(), "eu".into()],
+            ..Default::default()
+        };
+        let by_annotation = Targeting {
+            annotations: BTreeMap::from([("zone".into(), "a".into()), ("x".into(), "y".into())]),
+            ..Default::default()
+        };
+        let wrong_value = Targeting {
+            annotations: BTreeMap::from([("zone".into(), "b".into())]),
+            ..Default::default()
+        };
+        for t in [by_id, by_name, by_label, by_annotation] {
+            assert!(sees(&a, WorkType::Custom, None, t));
+        }
+        assert!(!sees(&a, WorkType::Custom, None, wrong_value));
+    }
+
+    #[test]
+    fn capabilities_tenant_and_retirement_gate() {
+        let mut a = agent();
+        let t = Targeting {
+            labels: vec!["gpu".into()],
+            ..Default::default()
+        };
+        assert!(!sees(&a, WorkType::Build, None, t.clone()));
+        a.work_types.clear();
+        assert!(sees(&a, WorkType::Build, None, t.clone()));
+        a.tenant = Some("team-a".into());
+        assert!(!sees(&a, WorkType::Build, None, t.clone()));
+        assert!(!sees(&a, WorkType::Build, Some("team-b"), t.clone()));
+        assert!(sees(&a, WorkType::Build, Some("team-a"), t.clone()));
+        a.tenant = None;
+        assert!(sees(&a, WorkType::Build, Some("team-b"), t.clone()));
+        a.retired = true;
+        assert!(!sees(&a, WorkType::Build, None, t));
+    }
+
+    #[test]
+    fn health_is_derived_from_contact() {
+        let now = Utc::now();
+        assert_eq!(agent_health(false, None, None, now), AgentHealth::NeverSeen);
+        assert_eq!(
+            agent_health(true, Some(now), None, now),
+            AgentHealth::Retired
+        );
+        let ago = |s| Some(now - chrono::Duration::seconds(s));
+        assert_eq!(
+            agent_health(false, ago(299), None, now),
+            AgentHealth::Active
+        );
+        assert_eq!(agent_health(false, ago(301), None, now), AgentHealth::Stale);
+        assert_eq!(
+            agent_health(false, ago(31), Some(10), now),
+            AgentHealth::Stale
+        );
+        assert_eq!(
+            agent_health(false, ago(29), Some(10), now),
+            AgentHealth::Active
+        );
+    }
+}

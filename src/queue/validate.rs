@@ -1,0 +1,265 @@
+//! Validation of create bodies (DESIGN.md §5): every problem is reported against the field that
+//! holds it, before anything is written.
+
+use std::collections::BTreeMap;
+
+use super::QueueError;
+use super::model::{NewAgent, NewWorkOrder, Targeting, WorkType};
+use super::rules::{MIN_WATCH_BUDGET, watch_budget};
+use crate::manifest;
+
+/// Largest `yaml_content`, in bytes (DESIGN.md §5): 1 MiB. Larger bodies get `413`.
+pub const MAX_YAML_BYTES: usize = 1024 * 1024;
+/// Longest name, tenant, label or annotation key/value accepted, in bytes.
+pub const MAX_STRING_BYTES: usize = 4096;
+/// Most entries in any one list or map of a request.
+pub const MAX_LIST_ENTRIES: usize = 256;
+
+/// A create body that passed validation, with defaults applied.
+#[derive(Debug, Clone)]
+pub struct WorkOrderSpec {
+    pub work_type: WorkType,
+    pub yaml_content: String,
+    pub max_retries: i32,
+    pub backoff_seconds: i32,
+    pub claim_timeout_seconds: i32,
+    pub max_reclaims: i32,
+    pub tenant: Option<String>,
+    pub targeting: Targeting,
+}
+
+/// An agent registration that passed validation.
+#[derive(Debug, Clone)]
+pub struct AgentSpec {
+    pub name: String,
+    pub labels: Vec<String>,
+    pub annotations: BTreeMap<String, String>,
+    pub work_types: Vec<WorkType>,
+    pub tenant: Option<String>,
+    pub max_concurrency: Option<i32>,
+    pub lease_seconds: Option<i32>,
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> QueueError {
+    QueueError::Invalid {
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+fn bounded(
+    field: &str,
+    value: Option<i64>,
+    default: i32,
+    min: i64,
+    max: i64,
+) -> Result<i32, QueueError> {
+    match value {
+        None => Ok(default),
+        Some(v) if (min..=max).contains(&v) => Ok(v as i32),
+        Some(v) => Err(invalid(
+            field,
+            format!("{field} must be between {min} and {max}, got {v}"),
+        )),
+    }
+}
+
+fn check_string(field: &str, value: &str) -> Result<(), QueueError> {
+    if value.is_empty() {
+        return Err(invalid(field, format!("{field} must not be empty")));
+    }
+    if value.len() > MAX_STRING_BYTES {
+        return Err(invalid(
+            field,
+            format!("{field} is longer than {MAX_STRING_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_list<T>(field: &str, list: &[T]) -> Result<(), QueueError> {
+    if list.len() > MAX_LIST_ENTRIES {
+        return Err(invalid(
+            field,
+            format!("{field} has more than {MAX_LIST_ENTRIES} entries"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_annotations(field: &str, map: &BTreeMap<String, String>) -> Result<(), QueueError> {
+    if map.len() > MAX_LIST_ENTRIES {
+        return Err(invalid(
+            field,
+            format!("{field} has more than {MAX_LIST_ENTRIES} entries"),
+        ));
+    }
+    for (k, v) in map {
+        check_string(&format!("{field} key"), k)?;
+        if k.contains('=') {
+            return Err(invalid(
+                field,
+                format!("{field} key {k:?} must not contain '='"),
+            ));
+        }
+        if v.len() > MAX_STRING_BYTES {
+            return Err(invalid(
+                field,
+                format!("{field}[{k:?}] is longer than {MAX_STRING_BYTES} bytes"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_targeting(t: &Targeting) -> Result<(), QueueError> {
+    if t.is_empty() {
+        return Err(QueueError::Invalid {
+            field: "targeting".into(),
+            message: "targeting needs at least one of agent_ids, agent_names, labels, annotations"
+                .into(),
+        });
+    }
+    check_list("targeting.agent_ids", &t.agent_ids)?;
+    check_list("targeting.agent_names", &t.agent_names)?;
+    check_list("targeting.labels", &t.labels)?;
+    for n in &t.agent_names {
+        check_string("targeting.agent_names", n)?;
+    }
+    for l in &t.labels {
+        check_string("targeting.labels", l)?;
+    }
+    check_annotations("targeting.annotations", &t.annotations)
+}
+
+/// Parses a `work_type`; the error is DESIGN.md §4's `Unknown work type: <value>`.
+pub fn parse_work_type(field: &str, value: &str) -> Result<WorkType, QueueError> {
+    WorkType::parse(value).ok_or_else(|| QueueError::UnknownWorkType {
+        field: field.to_string(),
+        value: value.to_string(),
+    })
+}
+
+/// Validates a create body (DESIGN.md §5): bounds, targeting, YAML shape, and the watch budget of
+/// orders that need watching (§4). Errors name the field.
+pub fn validate_work_order(body: NewWorkOrder) -> Result<WorkOrderSpec, QueueError> {
+    let work_type = parse_work_type("work_type", &body.work_type)?;
+    if body.yaml_content.len() > MAX_YAML_BYTES {
+        return Err(QueueError::TooLarge {
+            field: "yaml_content".into(),
+            limit: MAX_YAML_BYTES,
+        });
+    }
+    let max_retries = bounded("max_retries", body.max_retries, 3, 0, 100)?;
+    let backoff_seconds = bounded("backoff_seconds", body.backoff_seconds, 60, 1, 86_400)?;
+    let claim_timeout_seconds = bounded(
+        "claim_timeout_seconds",
+        body.claim_timeout_seconds,
+        3600,
+        60,
+        604_800,
+    )?;
+    let max_reclaims = bounded("max_reclaims", body.max_reclaims, 5, 0, 100)?;
+    if let Some(tenant) = &body.tenant {
+        check_string("tenant", tenant)?;
+    }
+    check_targeting(&body.targeting)?;
+
+    let docs =
+        manifest::parse_documents(&body.yaml_content).map_err(|e| invalid("yaml_content", e.0))?;
+    if docs.is_empty() {
+        return Err(invalid(
+            "yaml_content",
+            "yaml_content holds no Kubernetes object (all documents are empty)",
+        ));
+    }
+    let needs_watch = match work_type {
+        WorkType::Build => {
+            if docs.len() != 1 || !manifest::is_shipwright_build(&docs[0]) {
+                return Err(invalid(
+                    "yaml_content",
+                    "a build work order holds exactly one Build (apiVersion shipwright.io/v1beta1)",
+                ));
+            }
+            true
+        }
+        WorkType::Custom => docs.iter().any(manifest::is_job),
+    };
+    if needs_watch && watch_budget(claim_timeout_seconds as u32) < MIN_WATCH_BUDGET {
+        return Err(invalid(
+            "claim_timeout_seconds",
+            format!(
+                "claim_timeout_seconds {claim_timeout_seconds} leaves a watch budget under 60 s \
+                 for an order that must be watched (Job or build); use at least 120"
+            ),
+        ));
+    }
+    Ok(WorkOrderSpec {
+        work_type,
+        yaml_content: body.yaml_content,
+        max_retries,
+        backoff_seconds,
+        claim_timeout_seconds,
+        max_reclaims,
+        tenant: body.tenant,
+        targeting: body.targeting,
+    })
+}
+
+/// Validates an agent registration (DESIGN.md §5). Errors name the field.
+pub fn validate_agent(body: NewAgent) -> Result<AgentSpec, QueueError> {
+    check_string("name", &body.name)?;
+    if body.name.len() > 253 {
+        return Err(invalid("name", "name is longer than 253 characters"));
+    }
+    check_list("labels", &body.labels)?;
+    for l in &body.labels {
+        check_string("labels", l)?;
+    }
+    check_annotations("annotations", &body.annotations)?;
+    check_list("work_types", &body.work_types)?;
+    let mut work_types = Vec::new();
+    for t in &body.work_types {
+        let t = parse_work_type("work_types", t)?;
+        if !work_types.contains(&t) {
+            work_types.push(t);
+        }
+    }
+    if let Some(tenant) = &body.tenant {
+        check_string("tenant", tenant)?;
+    }
+    let max_concurrency = match body.max_concurrency {
+        None => None,
+        Some(v) => Some(bounded("max_concurrency", Some(v), 0, 1, 100_000)?),
+    };
+    let lease_seconds = match body.lease_seconds {
+        None => None,
+        Some(v) => Some(bounded("lease_seconds", Some(v), 0, 5, 86_400)?),
+    };
+    Ok(AgentSpec {
+        name: body.name,
+        labels: body.labels,
+        annotations: body.annotations,
+        work_types,
+        tenant: body.tenant,
+        max_concurrency,
+        lease_seconds,
+    })
+}
+
+/// Bounds of `lease_seconds` on a claim, in seconds.
+pub const LEASE_SECONDS_RANGE: std::ops::RangeInclusive<i64> = 5..=86_400;
+
+/// Validates the `lease_seconds` of a claim request.
+pub fn validate_lease(lease_seconds: Option<i64>) -> Result<Option<i32>, QueueError> {
+    match lease_seconds {
+        None => Ok(None),
+        Some(v) => Ok(Some(bounded(
+            "lease_seconds",
+            Some(v),
+            0,
+            *LEASE_SECONDS_RANGE.start(),
+            *LEASE_SECONDS_RANGE.end(),
+        )?)),
+    }
+}

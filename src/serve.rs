@@ -1,0 +1,151 @@
+//! `pullman serve` and `pullman migrate` (DESIGN.md §7): wiring of the database (external or
+//! embedded), the API, maintenance and notifications, with graceful shutdown on SIGINT/SIGTERM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState};
+use crate::auth::{AdminToken, AdminTokenSource};
+use crate::cli::{DatabaseArgs, ServeArgs};
+use crate::postgres::{EmbeddedPostgres, Listen, Options};
+use crate::queue::{self, Notifications, Queue};
+use crate::telemetry::Metrics;
+
+/// A database connection, and the embedded server behind it if this process started one.
+pub struct Database {
+    pub pool: PgPool,
+    pub embedded: Option<EmbeddedPostgres>,
+}
+
+/// Connects to `DATABASE_URL`, or starts the embedded PostgreSQL under `<data-dir>/postgres`.
+pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
+    let (options, embedded): (PgConnectOptions, _) = match &args.database_url {
+        Some(url) => (
+            url.parse()
+                .context("DATABASE_URL is not a valid PostgreSQL URL")?,
+            None,
+        ),
+        None => {
+            let root = args.data_dir.join("postgres");
+            let pg = EmbeddedPostgres::start(Options {
+                root: root.clone(),
+                listen: Listen::UnixSocket,
+                database: "pullman".into(),
+                die_with_parent: false,
+            })
+            .await
+            .context("starting the embedded PostgreSQL (set DATABASE_URL to use another one)")?;
+            tracing::info!(dir = %root.display(), "embedded PostgreSQL running (Unix socket only)");
+            (pg.options(), Some(pg))
+        }
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(args.db_max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await
+        .context("connecting to PostgreSQL")?;
+    Ok(Database { pool, embedded })
+}
+
+impl Database {
+    /// Closes the pool and stops the embedded server, if any.
+    pub async fn close(self) -> anyhow::Result<()> {
+        self.pool.close().await;
+        if let Some(pg) = self.embedded {
+            pg.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
+        _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
+    }
+}
+
+/// `pullman migrate`.
+pub async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
+    let db = open_database(&args).await?;
+    queue::MIGRATOR
+        .run(&db.pool)
+        .await
+        .context("applying migrations")?;
+    tracing::info!("migrations applied");
+    db.close().await
+}
+
+/// `pullman serve`.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let db = open_database(&args.database).await?;
+    let result = run_server(&args, &db.pool).await;
+    db.close().await?;
+    result
+}
+
+async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
+    queue::MIGRATOR
+        .run(pool)
+        .await
+        .context("applying migrations")?;
+    let (admin, source) = AdminToken::load(
+        args.admin_token.as_deref(),
+        args.admin_token_file.as_deref(),
+        &args.database.data_dir,
+    )?;
+    match source {
+        AdminTokenSource::Environment => tracing::info!("admin token: from PULLMAN_ADMIN_TOKEN"),
+        AdminTokenSource::File(p) => tracing::info!(file = %p.display(), "admin token: from file"),
+        AdminTokenSource::Generated(p) => {
+            tracing::info!(file = %p.display(), "admin token: generated; read it from this file")
+        }
+    }
+
+    let shutdown = CancellationToken::new();
+    let queue = Queue::new(pool.clone());
+    let metrics = Arc::new(Metrics::new());
+    let notifications = Notifications::new();
+    let listener_task =
+        queue::spawn_listener(pool.clone(), notifications.clone(), shutdown.clone());
+    let maintenance_task = {
+        let metrics = metrics.clone();
+        tokio::spawn(queue::run_maintenance(
+            queue.clone(),
+            Duration::from_secs(args.maintenance_interval_seconds),
+            shutdown.clone(),
+            move |r| {
+                metrics.reaped_claims.inc_by(r.reclaimed);
+                metrics.reclaims_exhausted.inc_by(r.reclaims_exhausted);
+                metrics.retries_promoted.inc_by(r.promoted);
+            },
+        ))
+    };
+
+    let state = AppState::new(queue, admin, metrics, notifications, args.max_long_polls);
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    tracing::info!(listen = %listener.local_addr()?, "pullman API listening");
+    let stop = shutdown.clone();
+    axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            stop.cancel();
+        })
+        .await
+        .context("serving HTTP")?;
+    shutdown.cancel();
+    let _ = listener_task.await;
+    let _ = maintenance_task.await;
+    Ok(())
+}

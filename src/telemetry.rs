@@ -1,0 +1,202 @@
+//! Logging and Prometheus metrics (`GET /metrics`, DESIGN.md §5).
+
+use std::sync::atomic::AtomicI64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Log format of the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the global `tracing` subscriber. Level from `RUST_LOG` (default `info`).
+pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new("info,sqlx=warn,tower_http=warn,kube_client=warn,kube_runtime=info")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// `succeeded`, `failed`, `cancelled` or `retry_scheduled`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    /// The matched route template, e.g. `/api/v1/work-orders/{id}`, never the raw path.
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: String,
+}
+
+/// The server's metrics. Counters are updated where things happen; the per-state gauge is
+/// refreshed from the database at scrape time.
+pub struct Metrics {
+    registry: Registry,
+    /// `pullman_work_orders{status}`: active orders by state.
+    pub work_orders: Family<StatusLabel, Gauge>,
+    /// `pullman_claims_total`: successful claims.
+    pub claims: Counter,
+    /// `pullman_completions_total{outcome}`.
+    pub completions: Family<OutcomeLabel, Counter>,
+    /// `pullman_reaped_claims_total`: claims released by the reaper.
+    pub reaped_claims: Counter,
+    /// `pullman_reclaims_exhausted_total`: orders failed because reclaims ran out.
+    pub reclaims_exhausted: Counter,
+    /// `pullman_retries_promoted_total`.
+    pub retries_promoted: Counter,
+    /// `pullman_claim_duration_seconds`: time to answer a claim request that got an order,
+    /// long-poll wait included.
+    pub claim_duration: Histogram,
+    /// `pullman_queue_wait_seconds`: from creation to claim.
+    pub queue_wait: Histogram,
+    /// `pullman_long_polls`: claim-next requests waiting now.
+    pub long_polls: Gauge<i64, AtomicI64>,
+    /// `pullman_http_requests_total{method,route,status}`.
+    pub http_requests: Family<HttpLabels, Counter>,
+    /// `pullman_http_request_duration_seconds{route}`.
+    pub http_duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric under the `pullman_` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("pullman");
+        let work_orders = Family::<StatusLabel, Gauge>::default();
+        registry.register(
+            "work_orders",
+            "Active work orders by state",
+            work_orders.clone(),
+        );
+        let claims = Counter::default();
+        registry.register("claims", "Work orders claimed", claims.clone());
+        let completions = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "completions",
+            "Completions reported by agents, by outcome",
+            completions.clone(),
+        );
+        // Every outcome is exported from the start, so rates work before the first completion.
+        for outcome in ["succeeded", "failed", "cancelled", "retry_scheduled"] {
+            completions.get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            });
+        }
+        let reaped_claims = Counter::default();
+        registry.register(
+            "reaped_claims",
+            "Stale or expired claims released by the reaper",
+            reaped_claims.clone(),
+        );
+        let reclaims_exhausted = Counter::default();
+        registry.register(
+            "reclaims_exhausted",
+            "Work orders failed because max_reclaims ran out",
+            reclaims_exhausted.clone(),
+        );
+        let retries_promoted = Counter::default();
+        registry.register(
+            "retries_promoted",
+            "RETRY_PENDING orders made PENDING when due",
+            retries_promoted.clone(),
+        );
+        let claim_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 18));
+        registry.register(
+            "claim_duration_seconds",
+            "Time to answer a claim that returned an order",
+            claim_duration.clone(),
+        );
+        let queue_wait = Histogram::new(exponential_buckets(0.001, 4.0, 14));
+        registry.register(
+            "queue_wait_seconds",
+            "Time from creation to claim",
+            queue_wait.clone(),
+        );
+        let long_polls = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "long_polls",
+            "Claim-next requests waiting for an order",
+            long_polls.clone(),
+        );
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests by method, route and status",
+            http_requests.clone(),
+        );
+        let http_duration =
+            Family::<RouteLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                (|| Histogram::new(exponential_buckets(0.0005, 2.0, 18))) as fn() -> Histogram,
+            );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by route",
+            http_duration.clone(),
+        );
+        Metrics {
+            registry,
+            work_orders,
+            claims,
+            completions,
+            reaped_claims,
+            reclaims_exhausted,
+            retries_promoted,
+            claim_duration,
+            queue_wait,
+            long_polls,
+            http_requests,
+            http_duration,
+        }
+    }
+
+    /// Counts one completion by outcome label.
+    pub fn count_completion(&self, outcome: &str) {
+        self.completions
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,324 @@
+//! Targeting and eligibility (DESIGN.md §3) through the API, against a real PostgreSQL: the
+//! pending list shows exactly what claim accepts.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::TestServer;
+
+const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n";
+const BUILD: &str =
+    "apiVersion: shipwright.io/v1beta1\nkind: Build\nmetadata:\n  name: b\nspec: {}\n";
+
+async fn pending(s: &TestServer, id: &str, token: &str, query: &str) -> BTreeSet<String> {
+    let (status, v) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/agents/{id}/work-orders/pending{query}"),
+            Some(token),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    for item in v["items"].as_array().unwrap() {
+        assert!(
+            item.get("yaml_content").is_none(),
+            "lists never carry yaml_content"
+        );
+    }
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Claims every order one by one and returns the set that claim accepted (2xx).
+async fn claimable(s: &TestServer, id: &str, token: &str, orders: &[String]) -> BTreeSet<String> {
+    let mut ok = BTreeSet::new();
+    for o in orders {
+        let (status, body) = s
+            .call(
+                Method::POST,
+                &format!("/api/v1/work-orders/{o}/claim"),
+                Some(token),
+                Some(json!({"agent_id": id})),
+            )
+            .await;
+        match status {
+            200 => {
+                ok.insert(o.clone());
+            }
+            404 | 409 => {}
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    ok
+}
+
+fn order(work_type: &str, tenant: Option<&str>, targeting: Value) -> Value {
+    json!({
+        "work_type": work_type,
+        "yaml_content": if work_type == "build" { BUILD } else { CM },
+        "tenant": tenant,
+        "targeting": targeting,
+    })
+}
+
+#[tokio::test]
+async fn targeting_criteria_are_or_and_gates_are_and() {
+    let s = TestServer::start().await;
+    let (a, a_tok) = s
+        .agent(json!({
+            "name": "team-a/builder",
+            "labels": ["gpu", "eu"],
+            "annotations": {"zone": "a", "tier": "gold"},
+            "work_types": ["custom"],
+            "tenant": "team-a",
+        }))
+        .await;
+    let (_other, _) = s.agent(json!({"name": "other", "labels": ["x"]})).await;
+
+    let mut expect = BTreeSet::new();
+    let mut all = Vec::new();
+    let mut add = |id: String, visible: bool| {
+        if visible {
+            expect.insert(id.clone());
+        }
+        all.push(id);
+    };
+    add(
+        s.order(order("custom", Some("team-a"), json!({"agent_ids": [a]})))
+            .await,
+        true,
+    );
+    add(
+        s.order(order(
+            "custom",
+            Some("team-a"),
+            json!({"agent_names": ["team-a/builder"]}),
+        ))
+        .await,
+        true,
+    );
+    add(
+        s.order(order(
+            "custom",
+            Some("team-a"),
+            json!({"labels": ["cpu", "eu"]}),
+        ))
+        .await,
+        true,
+    );
+    add(
+        s.order(order(
+            "custom",
+            Some("team-a"),
+            json!({"annotations": {"zone": "a"}}),
+        ))
+        .await,
+        true,
+    );
+    // annotations match on key *and* value
+    add(
+        s.order(order(
+            "custom",
+            Some("team-a"),
+            json!({"annotations": {"zone": "b"}}),
+        ))
+        .await,
+        false,
+    );
+    // a miss on one criterion does not hide an order matched by another
+    add(
+        s.order(order(
+            "custom",
+            Some("team-a"),
+            json!({"labels": ["nope"], "agent_names": ["team-a/builder"]}),
+        ))
+        .await,
+        true,
+    );
+    add(
+        s.order(order("custom", Some("team-a"), json!({"labels": ["nope"]})))
+            .await,
+        false,
+    );
+    // work type outside the agent's capabilities
+    add(
+        s.order(order("build", Some("team-a"), json!({"labels": ["gpu"]})))
+            .await,
+        false,
+    );
+    // tenant gate: a tenant-bound agent sees only its tenant's orders
+    add(
+        s.order(order("custom", Some("team-b"), json!({"labels": ["gpu"]})))
+            .await,
+        false,
+    );
+    add(
+        s.order(order("custom", None, json!({"labels": ["gpu"]})))
+            .await,
+        false,
+    );
+
+    let listed = pending(&s, &a, &a_tok, "").await;
+    assert_eq!(listed, expect);
+    let claimed = claimable(&s, &a, &a_tok, &all).await;
+    assert_eq!(claimed, expect, "pending list == what claim accepts");
+}
+
+#[tokio::test]
+async fn instance_wide_agents_see_every_tenant_and_empty_work_types_mean_all() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "any", "labels": ["l"]})).await;
+    let mut all = Vec::new();
+    all.push(
+        s.order(order("custom", Some("t1"), json!({"labels": ["l"]})))
+            .await,
+    );
+    all.push(
+        s.order(order("build", None, json!({"labels": ["l"]})))
+            .await,
+    );
+    let expect: BTreeSet<String> = all.iter().cloned().collect();
+    assert_eq!(pending(&s, &a, &tok, "").await, expect);
+    let only_build = pending(&s, &a, &tok, "?work_type=build").await;
+    assert_eq!(only_build, BTreeSet::from([all[1].clone()]));
+    assert_eq!(claimable(&s, &a, &tok, &all).await, expect);
+}
+
+#[tokio::test]
+async fn max_concurrency_and_retirement_gate_claims() {
+    let s = TestServer::start().await;
+    let (a, tok) = s
+        .agent(json!({"name": "capped", "labels": ["c"], "max_concurrency": 2}))
+        .await;
+    let mut all = Vec::new();
+    for _ in 0..3 {
+        all.push(
+            s.order(order("custom", None, json!({"labels": ["c"]})))
+                .await,
+        );
+    }
+    assert_eq!(pending(&s, &a, &tok, "").await.len(), 3);
+    for o in &all[..2] {
+        let (st, b) = s
+            .call(
+                Method::POST,
+                &format!("/api/v1/work-orders/{o}/claim"),
+                Some(&tok),
+                Some(json!({"agent_id": a})),
+            )
+            .await;
+        assert_eq!(st, 200, "{b}");
+    }
+    let (st, b) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{}/claim", all[2]),
+            Some(&tok),
+            Some(json!({"agent_id": a})),
+        )
+        .await;
+    assert_eq!(st, 409, "{b}");
+    assert_eq!(b["error"]["code"], "max_concurrency");
+    assert!(
+        pending(&s, &a, &tok, "").await.is_empty(),
+        "at capacity, claim accepts nothing"
+    );
+    let (st, _) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{a}/claim"),
+            Some(&tok),
+            None,
+        )
+        .await;
+    assert_eq!(st, 204);
+
+    // Concurrent claim-next by one capped agent never exceeds the cap.
+    let (b_id, b_tok) = s
+        .agent(json!({"name": "capped-2", "labels": ["d"], "max_concurrency": 3}))
+        .await;
+    for _ in 0..10 {
+        s.order(order("custom", None, json!({"labels": ["d"]})))
+            .await;
+    }
+    let mut tasks = Vec::new();
+    let s = std::sync::Arc::new(s);
+    for _ in 0..10 {
+        let (s, b_id, b_tok) = (s.clone(), b_id.clone(), b_tok.clone());
+        tasks.push(tokio::spawn(async move {
+            s.call(
+                Method::POST,
+                &format!("/api/v1/agents/{b_id}/claim"),
+                Some(&b_tok),
+                None,
+            )
+            .await
+            .0
+        }));
+    }
+    let mut won = 0;
+    for t in tasks {
+        if t.await.unwrap() == 200 {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 3, "max_concurrency holds under concurrent claims");
+
+    // Retiring: the token stops working, claims go back to PENDING.
+    let (st, agent) = s
+        .admin(Method::DELETE, &format!("/api/v1/agents/{a}"), None)
+        .await;
+    assert_eq!(st, 200, "{agent}");
+    assert_eq!(agent["health"], "retired");
+    for o in &all[..2] {
+        let (_, v) = s
+            .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
+            .await;
+        assert_eq!(v["status"], "PENDING");
+        assert!(v["claimed_by"].is_null());
+    }
+    let (st, _) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/agents/{a}/work-orders/pending"),
+            Some(&tok),
+            None,
+        )
+        .await;
+    assert_eq!(st, 401, "a retired agent's token is revoked");
+}
+
+#[tokio::test]
+async fn agents_report_derived_health() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "h", "labels": ["h"]})).await;
+    let (_, v) = s
+        .admin(Method::GET, &format!("/api/v1/agents/{a}"), None)
+        .await;
+    assert_eq!(v["health"], "never_seen");
+    s.call(
+        Method::POST,
+        &format!("/api/v1/agents/{a}/claim"),
+        Some(&tok),
+        None,
+    )
+    .await;
+    let (_, v) = s
+        .admin(Method::GET, &format!("/api/v1/agents/{a}"), None)
+        .await;
+    assert_eq!(v["health"], "active");
+    sqlx::query("UPDATE agents SET last_seen_at = now() - interval '6 minutes'")
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let (_, v) = s.admin(Method::GET, "/api/v1/agents", None).await;
+    assert_eq!(v["items"][0]["health"], "stale");
+}

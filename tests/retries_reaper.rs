@@ -1,0 +1,460 @@
+//! Retries (DESIGN.md §2), the reaper, leases, heartbeats, fencing and cancellation, against a
+//! real PostgreSQL. Time is moved by rewriting the claim's deadline or lease in the database, the
+//! way the clock would; the reaper pass is called directly.
+
+mod support;
+
+use chrono::{DateTime, Utc};
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::TestServer;
+
+fn order_with(max_retries: i64, backoff: i64) -> Value {
+    json!({
+        "work_type": "custom",
+        "yaml_content": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: r\n",
+        "max_retries": max_retries,
+        "backoff_seconds": backoff,
+        "targeting": {"labels": ["r"]},
+    })
+}
+
+async fn claim(s: &TestServer, agent: &str, token: &str, order: &str, lease: Option<i64>) -> Value {
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{order}/claim"),
+            Some(token),
+            Some(json!({"agent_id": agent, "lease_seconds": lease})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+async fn complete(
+    s: &TestServer,
+    agent: &str,
+    token: &str,
+    order: &str,
+    body: Value,
+) -> (u16, Value) {
+    let mut body = body;
+    body["agent_id"] = json!(agent);
+    s.call(
+        Method::POST,
+        &format!("/api/v1/work-orders/{order}/complete"),
+        Some(token),
+        Some(body),
+    )
+    .await
+}
+
+/// Makes a backing-off order due now, as time passing would.
+async fn make_due(s: &TestServer, order: &str) {
+    sqlx::query("UPDATE work_orders SET next_retry_after = now() WHERE id = $1::uuid")
+        .bind(order)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+}
+
+fn ts(v: &Value) -> DateTime<Utc> {
+    v.as_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn retries_back_off_exponentially_and_stop_at_max_retries() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    for max_retries in [0i64, 1, 3] {
+        let o = s.order(order_with(max_retries, 10)).await;
+        for k in 1..=max_retries {
+            claim(&s, &a, &tok, &o, None).await;
+            let (st, v) = complete(
+                &s,
+                &a,
+                &tok,
+                &o,
+                json!({"success": false, "message": format!("boom {k}")}),
+            )
+            .await;
+            assert_eq!(st, 202, "{v}");
+            assert_eq!(v["status"], "retry_scheduled");
+            let (_, got) = s
+                .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
+                .await;
+            assert_eq!(got["status"], "RETRY_PENDING");
+            assert_eq!(got["retry_count"], k);
+            assert_eq!(got["last_error"], format!("boom {k}"));
+            let delay = (ts(&got["next_retry_after"]) - ts(&got["last_error_at"])).num_seconds();
+            assert_eq!(delay, 10 * (1 << (k - 1)), "backoff for attempt {k}");
+            assert_eq!(ts(&v["next_retry_after"]), ts(&got["next_retry_after"]));
+            // Backing off: not claimable yet.
+            let (st, v) = s
+                .call(
+                    Method::POST,
+                    &format!("/api/v1/work-orders/{o}/claim"),
+                    Some(&tok),
+                    Some(json!({"agent_id": a})),
+                )
+                .await;
+            assert_eq!(st, 409, "{v}");
+            assert_eq!(v["error"]["code"], "backing_off");
+            make_due(&s, &o).await;
+        }
+        claim(&s, &a, &tok, &o, None).await;
+        let (st, v) = complete(
+            &s,
+            &a,
+            &tok,
+            &o,
+            json!({"success": false, "message": "final"}),
+        )
+        .await;
+        assert_eq!(st, 200, "max_retries {max_retries}: {v}");
+        assert_eq!(v["outcome"], "failed");
+        assert_eq!(v["retry_count"], max_retries);
+        assert_eq!(v["last_error"], "final");
+        let (st, v) = s
+            .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
+            .await;
+        assert_eq!(st, 404);
+        assert_eq!(v["error"]["code"], "finished");
+    }
+}
+
+#[tokio::test]
+async fn non_retryable_failure_goes_straight_to_the_log_and_success_returns_the_entry() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let o = s.order(order_with(3, 10)).await;
+    claim(&s, &a, &tok, &o, None).await;
+    let (st, v) = complete(
+        &s,
+        &a,
+        &tok,
+        &o,
+        json!({"success": false, "retryable": false, "message": "bad"}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["outcome"], "failed");
+    assert_eq!(v["success"], false);
+    assert_eq!(v["retry_count"], 0);
+
+    let o = s.order(order_with(3, 10)).await;
+    claim(&s, &a, &tok, &o, None).await;
+    let (st, v) = complete(
+        &s,
+        &a,
+        &tok,
+        &o,
+        json!({"success": true, "message": "done"}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["outcome"], "succeeded");
+    assert_eq!(v["message"], "done");
+    assert_eq!(v["claimed_by"], json!(a));
+    let (st, log) = s
+        .admin(Method::GET, &format!("/api/v1/work-order-log/{o}"), None)
+        .await;
+    assert_eq!(st, 200);
+    assert!(log["yaml_content"].is_string());
+}
+
+#[tokio::test]
+async fn huge_backoff_never_overflows() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let o = s.order(order_with(100, 86_400)).await;
+    sqlx::query("UPDATE work_orders SET retry_count = 99 WHERE id = $1::uuid")
+        .bind(&o)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    claim(&s, &a, &tok, &o, None).await;
+    let (st, v) = complete(&s, &a, &tok, &o, json!({"success": false})).await;
+    assert_eq!(st, 202, "{v}");
+    let (_, got) = s
+        .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
+        .await;
+    assert_eq!(got["retry_count"], 100);
+    let delay = (ts(&got["next_retry_after"]) - ts(&got["last_error_at"])).num_seconds();
+    assert_eq!(delay, 86_400, "capped at 24 h");
+}
+
+#[tokio::test]
+async fn reaper_returns_timed_out_and_lease_expired_claims_to_pending() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let timed_out = s.order(order_with(3, 10)).await;
+    let leased = s.order(order_with(3, 10)).await;
+    let alive = s.order(order_with(3, 10)).await;
+    let first = claim(&s, &a, &tok, &timed_out, None).await;
+    claim(&s, &a, &tok, &leased, Some(30)).await;
+    claim(&s, &a, &tok, &alive, Some(30)).await;
+    sqlx::query("UPDATE work_orders SET retry_count = 1 WHERE id = $1::uuid")
+        .bind(&timed_out)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    // claim_timeout passes for one; the lease runs out for another.
+    sqlx::query("UPDATE work_order_claims SET deadline = now() - interval '1 second' WHERE work_order_id = $1::uuid")
+        .bind(&timed_out)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE work_order_claims SET lease_expires_at = now() - interval '1 second' WHERE work_order_id = $1::uuid")
+        .bind(&leased)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let report = s.queue.maintain().await.unwrap();
+    assert_eq!(report.reclaimed, 2);
+    for (o, retries) in [(&timed_out, 1), (&leased, 0)] {
+        let (_, v) = s
+            .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
+            .await;
+        assert_eq!(v["status"], "PENDING");
+        assert_eq!(v["retry_count"], retries, "retry_count unchanged");
+        assert_eq!(v["reclaim_count"], 1);
+        assert!(
+            v["claimed_by"].is_null() && v["claim_id"].is_null() && v["lease_expires_at"].is_null()
+        );
+    }
+    let (_, v) = s
+        .admin(Method::GET, &format!("/api/v1/work-orders/{alive}"), None)
+        .await;
+    assert_eq!(v["status"], "CLAIMED", "a live lease is left alone");
+
+    // The superseded claim's heartbeat and complete are refused and change nothing.
+    let second = claim(&s, &a, &tok, &timed_out, None).await;
+    assert_ne!(
+        first["claim_id"], second["claim_id"],
+        "a fresh fencing token per claim"
+    );
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{timed_out}/heartbeat"),
+            Some(&tok),
+            Some(json!({"agent_id": a, "claim_id": first["claim_id"]})),
+        )
+        .await;
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "reclaimed");
+    let (st, v) = complete(
+        &s,
+        &a,
+        &tok,
+        &timed_out,
+        json!({"claim_id": first["claim_id"], "success": true}),
+    )
+    .await;
+    assert_eq!(st, 409, "{v}");
+    let (_, v) = s
+        .admin(
+            Method::GET,
+            &format!("/api/v1/work-orders/{timed_out}"),
+            None,
+        )
+        .await;
+    assert_eq!(v["status"], "CLAIMED");
+    assert_eq!(v["claim_id"], second["claim_id"]);
+}
+
+#[tokio::test]
+async fn a_late_result_from_another_agent_is_refused() {
+    let s = TestServer::start().await;
+    let (a, a_tok) = s.agent(json!({"name": "a", "labels": ["r"]})).await;
+    let (b, b_tok) = s.agent(json!({"name": "b", "labels": ["r"]})).await;
+    let o = s.order(order_with(3, 10)).await;
+    claim(&s, &a, &a_tok, &o, Some(30)).await;
+    sqlx::query("UPDATE work_order_claims SET lease_expires_at = now() - interval '1 second'")
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    // Expired but not yet reaped: the holder's result is already refused.
+    let (st, v) = complete(&s, &a, &a_tok, &o, json!({"success": true})).await;
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "reclaimed");
+    s.queue.maintain().await.unwrap();
+    claim(&s, &b, &b_tok, &o, Some(30)).await;
+    let (st, v) = complete(&s, &a, &a_tok, &o, json!({"success": true})).await;
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "reclaimed");
+    let (st, v) = complete(
+        &s,
+        &b,
+        &b_tok,
+        &o,
+        json!({"success": true, "message": "b did it"}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["claimed_by"], json!(b));
+    let (st, v) = complete(&s, &b, &b_tok, &o, json!({"success": true})).await;
+    assert_eq!(st, 409, "a second complete is refused: {v}");
+    assert_eq!(v["error"]["code"], "not_claim_holder");
+}
+
+#[tokio::test]
+async fn reclaim_bound_sends_the_order_to_the_log_as_failed() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let mut body = order_with(3, 10);
+    body["max_reclaims"] = json!(2);
+    let o = s.order(body).await;
+    for round in 0..3 {
+        claim(&s, &a, &tok, &o, None).await;
+        sqlx::query("UPDATE work_order_claims SET deadline = now() - interval '1 second'")
+            .execute(&s.pool)
+            .await
+            .unwrap();
+        let r = s.queue.maintain().await.unwrap();
+        if round < 2 {
+            assert_eq!(r.reclaimed, 1);
+        } else {
+            assert_eq!(r.reclaims_exhausted, 1);
+        }
+    }
+    let (st, v) = s
+        .admin(Method::GET, &format!("/api/v1/work-order-log/{o}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["outcome"], "failed");
+    assert_eq!(v["message"], "no agent completed it within 3 claims");
+    assert_eq!(v["reclaim_count"], 2);
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{o}/heartbeat"),
+            Some(&tok),
+            Some(json!({"agent_id": a})),
+        )
+        .await;
+    assert_eq!(st, 409);
+    assert_eq!(v["error"]["code"], "reclaimed");
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_lease_alive_through_reaper_passes() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let o = s.order(order_with(3, 10)).await;
+    let c = claim(&s, &a, &tok, &o, Some(5)).await;
+    let first_expiry = ts(&c["lease_expires_at"]);
+    for _ in 0..4 {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let (st, v) = s
+            .call(
+                Method::POST,
+                &format!("/api/v1/work-orders/{o}/heartbeat"),
+                Some(&tok),
+                Some(json!({"agent_id": a, "claim_id": c["claim_id"]})),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        assert!(ts(&v["lease_expires_at"]) > first_expiry);
+        assert_eq!(s.queue.maintain().await.unwrap().reclaimed, 0);
+    }
+    // 8 s later, past the first 5 s lease, the claim still holds.
+    let (_, v) = s
+        .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
+        .await;
+    assert_eq!(v["status"], "CLAIMED");
+    // Without heartbeats the lease runs out for real.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(s.queue.maintain().await.unwrap().reclaimed, 1);
+}
+
+#[tokio::test]
+async fn a_lease_never_extends_past_the_claim_timeout() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let mut body = order_with(3, 10);
+    body["claim_timeout_seconds"] = json!(60);
+    let o = s.order(body).await;
+    let c = claim(&s, &a, &tok, &o, Some(3600)).await;
+    let claimed_at = ts(&c["claimed_at"]);
+    assert_eq!((ts(&c["lease_expires_at"]) - claimed_at).num_seconds(), 60);
+    let (_, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{o}/heartbeat"),
+            Some(&tok),
+            Some(json!({"agent_id": a})),
+        )
+        .await;
+    assert_eq!((ts(&v["lease_expires_at"]) - claimed_at).num_seconds(), 60);
+    assert_eq!(ts(&v["claim_expires_at"]), ts(&v["lease_expires_at"]));
+}
+
+#[tokio::test]
+async fn cancel_of_a_claimed_order_answers_the_next_heartbeat_with_cancelled() {
+    let s = TestServer::start().await;
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let o = s.order(order_with(3, 10)).await;
+    let c = claim(&s, &a, &tok, &o, Some(30)).await;
+    let (st, v) = s
+        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["outcome"], "cancelled");
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{o}/heartbeat"),
+            Some(&tok),
+            Some(json!({"agent_id": a, "claim_id": c["claim_id"]})),
+        )
+        .await;
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "cancelled");
+    let (st, v) = complete(&s, &a, &tok, &o, json!({"success": true})).await;
+    assert_eq!(st, 409);
+    assert_eq!(v["error"]["code"], "cancelled");
+    let (_, v) = s
+        .admin(Method::GET, &format!("/api/v1/work-order-log/{o}"), None)
+        .await;
+    assert_eq!(
+        v["outcome"], "cancelled",
+        "the late complete changed nothing"
+    );
+    let (st, v) = s
+        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
+        .await;
+    assert_eq!(st, 409);
+    assert_eq!(v["error"]["code"], "already_finished");
+}
+
+#[tokio::test]
+async fn due_retries_are_promoted_and_wake_long_polls() {
+    let s = std::sync::Arc::new(TestServer::start().await);
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let o = s.order(order_with(3, 10)).await;
+    claim(&s, &a, &tok, &o, None).await;
+    let (st, _) = complete(&s, &a, &tok, &o, json!({"success": false})).await;
+    assert_eq!(st, 202);
+    let waiter = {
+        let (s, a, tok) = (s.clone(), a.clone(), tok.clone());
+        tokio::spawn(async move {
+            s.call(
+                Method::POST,
+                &format!("/api/v1/agents/{a}/claim"),
+                Some(&tok),
+                Some(json!({"max_wait_seconds": 15})),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    make_due(&s, &o).await;
+    assert_eq!(s.queue.maintain().await.unwrap().promoted, 1);
+    let (st, v) = waiter.await.unwrap();
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["id"], json!(o));
+    assert_eq!(v["retry_count"], 1);
+}
