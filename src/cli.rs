@@ -35,6 +35,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply the database migrations and exit.
     Migrate(DatabaseArgs),
+    /// Print the CustomResourceDefinitions (YAML) of WorkOrder and Executor.
+    Crdgen,
     /// Run work orders with a shell command (the reference external worker).
     Worker(crate::worker::WorkerArgs),
     /// Manage agents (admin).
@@ -72,6 +74,11 @@ pub struct DatabaseArgs {
     /// Directory for the embedded PostgreSQL and the generated admin token.
     #[arg(long, env = "PULLMAN_DATA_DIR", default_value = "./.pullman")]
     pub data_dir: PathBuf,
+
+    /// Directory with the PostgreSQL server binaries (initdb, postgres) for the embedded database.
+    /// Default: PATH, then the newest /usr/lib/postgresql/*/bin.
+    #[arg(long, env = "PULLMAN_POSTGRES_BIN_DIR")]
+    pub postgres_bin_dir: Option<PathBuf>,
 
     /// Most database connections this process opens.
     #[arg(long, env = "PULLMAN_DB_MAX_CONNECTIONS", default_value_t = 32)]

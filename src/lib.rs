@@ -7,6 +7,7 @@
 //! - [`api`]: the REST API (axum) over the queue.
 //! - [`auth`]: admin and agent bearer tokens.
 //! - [`telemetry`]: logging and Prometheus metrics.
+//! - [`crd`]: the `WorkOrder` and `Executor` custom resources.
 //! - [`postgres`]: the embedded PostgreSQL used when no `DATABASE_URL` is given.
 
 pub mod admin;
@@ -15,6 +16,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 pub mod client;
+pub mod crd;
 pub mod manifest;
 pub mod postgres;
 pub mod queue;

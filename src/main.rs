@@ -9,6 +9,10 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => pullman::serve::serve(args).await,
         Command::Migrate(args) => pullman::serve::migrate(args).await,
+        Command::Crdgen => {
+            print!("{}", pullman::crd::crds_yaml());
+            Ok(())
+        }
         Command::Worker(args) => pullman::worker::run(args).await,
         Command::Agents { conn, command } => pullman::admin::agents(&conn, command).await,
         Command::WorkOrders { conn, command } => pullman::admin::work_orders(&conn, command).await,

@@ -26,6 +26,9 @@ pub struct Options {
     pub listen: Listen,
     /// Database to create (if missing) and connect to.
     pub database: String,
+    /// Directory holding `initdb` and `postgres`; `None` searches `PATH`, then
+    /// `/usr/lib/postgresql/*/bin`.
+    pub bin_dir: Option<PathBuf>,
     /// Ask the kernel to stop the server (SIGQUIT) when the starting thread dies. For tests, whose
     /// process may exit without running destructors.
     pub die_with_parent: bool,
@@ -53,10 +56,19 @@ fn run_as() -> anyhow::Result<Option<(u32, u32)>> {
     }
 }
 
-/// Finds a directory holding `initdb` and `postgres`: first on `PATH`, then the newest
-/// `/usr/lib/postgresql/<version>/bin`.
-pub fn find_binaries() -> anyhow::Result<PathBuf> {
+/// Finds a directory holding `initdb` and `postgres`: `explicit` if given, else the first on
+/// `PATH`, else the newest `/usr/lib/postgresql/<version>/bin`.
+pub fn find_binaries(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     let has_both = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    if let Some(dir) = explicit {
+        anyhow::ensure!(
+            has_both(dir),
+            "no PostgreSQL server binaries found (initdb and postgres) in {}: install PostgreSQL \
+             (e.g. apt install postgresql) or set DATABASE_URL to an existing database",
+            dir.display()
+        );
+        return Ok(dir.to_path_buf());
+    }
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
             if has_both(&dir) {
@@ -115,7 +127,7 @@ impl EmbeddedPostgres {
     /// Initializes (first time) and starts the server, waits until it accepts connections, and
     /// creates the database. Errors carry the server log's tail.
     pub async fn start(opts: Options) -> anyhow::Result<Self> {
-        let bin = find_binaries()?;
+        let bin = find_binaries(opts.bin_dir.as_deref())?;
         let user = run_as()?;
         let root = std::path::absolute(&opts.root)?;
         let data = root.join("data");

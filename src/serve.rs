@@ -36,6 +36,7 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
                 root: root.clone(),
                 listen: Listen::UnixSocket,
                 database: "pullman".into(),
+                bin_dir: args.postgres_bin_dir.clone(),
                 die_with_parent: false,
             })
             .await

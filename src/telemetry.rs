@@ -112,7 +112,7 @@ impl Metrics {
         );
         // Every outcome is exported from the start, so rates work before the first completion.
         for outcome in ["succeeded", "failed", "cancelled", "retry_scheduled"] {
-            completions.get_or_create(&OutcomeLabel {
+            let _ = completions.get_or_create(&OutcomeLabel {
                 outcome: outcome.to_string(),
             });
         }

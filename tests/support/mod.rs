@@ -41,6 +41,7 @@ fn server_url() -> &'static str {
                     root,
                     listen: pullman::postgres::Listen::Loopback(port),
                     database: "postgres".into(),
+                    bin_dir: None,
                     die_with_parent: true,
                 },
             ));
@@ -141,6 +142,18 @@ impl TestServer {
         Self::start_with(64, 1024).await
     }
 
+    /// A server whose maintenance (reaper, retry promotion) runs every second, as `serve` does.
+    pub async fn start_maintained() -> Self {
+        let s = Self::start().await;
+        tokio::spawn(queue::run_maintenance(
+            s.queue.clone(),
+            Duration::from_secs(1),
+            s.shutdown.clone(),
+            |_| {},
+        ));
+        s
+    }
+
     pub async fn start_with(max_connections: u32, max_long_polls: usize) -> Self {
         let pool = fresh_pool(max_connections).await;
         let queue = Queue::new(pool.clone());
@@ -235,6 +248,30 @@ impl TestServer {
             .await;
         assert_eq!(status, 201, "{v}");
         v["id"].as_str().unwrap().to_string()
+    }
+}
+
+/// The `pullman` binary built for these tests.
+pub fn pullman_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_pullman")
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `secs` seconds naming `what`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {secs} s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

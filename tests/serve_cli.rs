@@ -1,0 +1,237 @@
+//! `pullman serve` on the embedded PostgreSQL (start, stop, restart, nothing lost, no stray
+//! process) and the admin CLI against a running server.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{eventually, free_port, pullman_bin};
+
+fn start_serve(data_dir: &Path, port: u16) -> Child {
+    Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("PULLMAN_ADMIN_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_ready(port: u16) {
+    let http = reqwest::Client::new();
+    eventually(90, "pullman serve to be ready", || {
+        let http = http.clone();
+        async move {
+            let r = http
+                .get(format!("http://127.0.0.1:{port}/readyz"))
+                .send()
+                .await
+                .ok()?;
+            r.status().is_success().then_some(())
+        }
+    })
+    .await;
+}
+
+fn postgres_processes_for(dir: &Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("postgres") && c.contains(&needle))
+        .collect()
+}
+
+fn sigterm_and_wait(mut child: Child) -> std::process::ExitStatus {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve did not stop within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn cli(port: u16, token_file: &Path, args: &[&str]) -> Output {
+    Command::new(pullman_bin())
+        .args(args)
+        .args([
+            "--server",
+            &format!("http://127.0.0.1:{port}"),
+            "--token-file",
+        ])
+        .arg(token_file)
+        .env_remove("PULLMAN_ADMIN_TOKEN")
+        .output()
+        .unwrap()
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "CLI failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_keeps_its_data_across_restarts_and_cli_works_against_it() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // The embedded PostgreSQL may run as an unprivileged user, who must reach the data dir.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let data = dir.path().join("data");
+    let port = free_port();
+    let serve = start_serve(&data, port);
+    wait_ready(port).await;
+    let token_file = data.join("admin-token");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+
+    // Admin CLI: create an agent and a work order, list, get.
+    let agent = json_of(&cli(
+        port,
+        &token_file,
+        &[
+            "agents",
+            "create",
+            "--name",
+            "cli-agent",
+            "--label",
+            "c",
+            "-o",
+            "json",
+        ],
+    ));
+    assert_eq!(agent["agent"]["name"], "cli-agent");
+    assert!(agent["token"].as_str().unwrap().starts_with("pullman_"));
+    let manifest = dir.path().join("cm.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kept\n",
+    )
+    .unwrap();
+    let order = json_of(&cli(
+        port,
+        &token_file,
+        &[
+            "work-orders",
+            "create",
+            "-f",
+            manifest.to_str().unwrap(),
+            "--label",
+            "c",
+            "-o",
+            "json",
+        ],
+    ));
+    let id = order["id"].as_str().unwrap().to_string();
+    let list = json_of(&cli(
+        port,
+        &token_file,
+        &["work-orders", "list", "-o", "json"],
+    ));
+    assert_eq!(list[0]["id"], id.as_str());
+    let table = cli(port, &token_file, &["work-orders", "list"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.starts_with("ID") && text.contains(&id) && text.contains("PENDING"),
+        "{text}"
+    );
+    let agents =
+        String::from_utf8_lossy(&cli(port, &token_file, &["agents", "list"]).stdout).to_string();
+    assert!(
+        agents.contains("cli-agent") && agents.contains("never_seen"),
+        "{agents}"
+    );
+
+    // Clear errors for a wrong token and a wrong URL.
+    let bad_token = dir.path().join("bad-token");
+    std::fs::write(&bad_token, "not-the-token").unwrap();
+    let out = cli(port, &bad_token, &["work-orders", "list"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("401") && err.contains("token"), "{err}");
+    let out = cli(free_port(), &token_file, &["agents", "list"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach the Pullman server"), "{err}");
+
+    // Stop with SIGTERM: clean exit, no stray postgres.
+    let status = sigterm_and_wait(serve);
+    assert!(status.success(), "serve exit status {status}");
+    assert!(
+        postgres_processes_for(&data).is_empty(),
+        "stray postgres: {:?}",
+        postgres_processes_for(&data)
+    );
+
+    // Start again: the order is still there; cancel it through the CLI.
+    let port = free_port();
+    let serve = start_serve(&data, port);
+    wait_ready(port).await;
+    let got = json_of(&cli(
+        port,
+        &token_file,
+        &["work-orders", "get", &id, "-o", "json"],
+    ));
+    assert_eq!(got["status"], "PENDING");
+    assert!(got["yaml_content"].as_str().unwrap().contains("kept"));
+    let cancelled = json_of(&cli(
+        port,
+        &token_file,
+        &["work-orders", "cancel", &id, "-o", "json"],
+    ));
+    assert_eq!(cancelled["outcome"], "cancelled");
+    let log = json_of(&cli(port, &token_file, &["log", "get", &id, "-o", "json"]));
+    assert_eq!(log["outcome"], "cancelled");
+    let status = sigterm_and_wait(serve);
+    assert!(status.success());
+    assert!(postgres_processes_for(&data).is_empty());
+}
+
+#[test]
+fn serve_without_postgres_binaries_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(pullman_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("DATABASE_URL")
+        .env("PATH", "/nonexistent")
+        .env("PULLMAN_POSTGRES_BIN_DIR", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no PostgreSQL server binaries found") && err.contains("DATABASE_URL"),
+        "{err}"
+    );
+}

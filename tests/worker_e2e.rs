@@ -1,0 +1,177 @@
+//! `pullman worker --exec` end to end against a running server and a real PostgreSQL: the binary
+//! is started as a user would start it.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{TestServer, configmap_order, eventually, pullman_bin};
+
+struct Worker {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Worker {
+    fn start(s: &TestServer, token: &str, exec: &str, lease: u32) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, token).unwrap();
+        let child = Command::new(pullman_bin())
+            .args(["worker", "--server", &s.base, "--token-file"])
+            .arg(&token_file)
+            .args(["--lease-seconds", &lease.to_string(), "--exec", exec])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        Worker { child, _dir: dir }
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn log_entry(s: &TestServer, id: &str, secs: u64) -> Value {
+    eventually(secs, &format!("work order {id} in the log"), || async {
+        let (st, v) = s
+            .admin(Method::GET, &format!("/api/v1/work-order-log/{id}"), None)
+            .await;
+        (st == 200).then_some(v)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_reports_success_failure_retry_and_exit_3() {
+    let s = TestServer::start_maintained().await;
+    let (_, token) = s.agent(json!({"name": "w", "labels": ["w"]})).await;
+    // The script reads the order from stdin and decides by the ConfigMap's name.
+    let script = r#"order=$(cat); case "$order" in
+        *name:\ ok*) echo "all good for $PULLMAN_WORK_ORDER_ID";;
+        *name:\ flaky*) if [ -e "$FLAG" ]; then echo recovered; else touch "$FLAG"; echo "first try broke" >&2; exit 1; fi;;
+        *name:\ fatal*) echo "cannot ever work" >&2; exit 3;;
+    esac"#;
+    let flag = tempfile::tempdir().unwrap();
+    let exec = format!("FLAG={}/flag; {script}", flag.path().display());
+    let _w = Worker::start(&s, &token, &exec, 15);
+    let order = |name: &str, retries: i64| {
+        json!({
+            "work_type": "custom",
+            "yaml_content": format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n"),
+            "max_retries": retries, "backoff_seconds": 1,
+            "targeting": {"labels": ["w"]},
+        })
+    };
+    let ok = s.order(order("ok", 0)).await;
+    let flaky = s.order(order("flaky", 1)).await;
+    let fatal = s.order(order("fatal", 3)).await;
+
+    let v = log_entry(&s, &ok, 30).await;
+    assert_eq!(v["outcome"], "succeeded");
+    assert_eq!(v["message"], format!("all good for {ok}"));
+
+    let v = log_entry(&s, &flaky, 45).await;
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    assert_eq!(
+        v["retry_count"], 1,
+        "one failed attempt, retried through the 202 path"
+    );
+    assert_eq!(v["last_error"], "exit status 1: first try broke");
+    assert_eq!(v["message"], "recovered");
+
+    let v = log_entry(&s, &fatal, 30).await;
+    assert_eq!(v["outcome"], "failed");
+    assert_eq!(
+        v["retry_count"], 0,
+        "exit 3 is not retried although max_retries is 3"
+    );
+    assert_eq!(v["message"], "exit status 3: cannot ever work");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_outlives_its_lease_while_heartbeating_is_not_reaped() {
+    let s = TestServer::start_maintained().await;
+    let (_, token) = s.agent(json!({"name": "slow", "labels": ["slow"]})).await;
+    let _w = Worker::start(&s, &token, "sleep 14; echo finished", 6);
+    let o = s.order(configmap_order("slow")).await;
+    let v = log_entry(&s, &o, 60).await;
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    assert_eq!(v["message"], "finished");
+    assert_eq!(
+        v["reclaim_count"], 0,
+        "heartbeats kept the 6 s lease alive for 14 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_order_leaves_it_to_the_reaper_and_another_worker() {
+    let s = TestServer::start_maintained().await;
+    let (a_id, a_tok) = s.agent(json!({"name": "doomed", "labels": ["k"]})).await;
+    let o = s.order(configmap_order("k")).await;
+    let doomed = Worker::start(&s, &a_tok, "sleep 25", 6);
+    eventually(30, "the first worker's claim", || async {
+        let (_, v) = s
+            .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
+            .await;
+        (v["claimed_by"] == json!(a_id)).then_some(())
+    })
+    .await;
+    doomed.signal(nix::sys::signal::Signal::SIGKILL);
+    drop(doomed);
+    let (b_id, b_tok) = s.agent(json!({"name": "rescuer", "labels": ["k"]})).await;
+    let _rescuer = Worker::start(&s, &b_tok, "echo rescued", 6);
+    let v = log_entry(&s, &o, 60).await;
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    assert_eq!(v["claimed_by"], json!(b_id));
+    assert_eq!(
+        v["reclaim_count"], 1,
+        "returned to PENDING after the lease expired"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_running_order_finish_and_stops_claiming() {
+    let s = TestServer::start_maintained().await;
+    let (_, token) = s.agent(json!({"name": "term", "labels": ["t"]})).await;
+    let first = s.order(configmap_order("t")).await;
+    let mut w = Worker::start(&s, &token, "sleep 3; echo graceful", 30);
+    eventually(30, "the claim", || async {
+        let (_, v) = s
+            .admin(Method::GET, &format!("/api/v1/work-orders/{first}"), None)
+            .await;
+        (v["status"] == "CLAIMED").then_some(())
+    })
+    .await;
+    w.signal(nix::sys::signal::Signal::SIGTERM);
+    let second = s.order(configmap_order("t")).await;
+    let v = log_entry(&s, &first, 30).await;
+    assert_eq!(v["message"], "graceful");
+    let status = tokio::task::spawn_blocking(move || {
+        let st = w.child.wait();
+        (st, w)
+    })
+    .await
+    .unwrap()
+    .0
+    .unwrap();
+    assert!(
+        status.success(),
+        "worker exits cleanly after draining: {status}"
+    );
+    let (_, v) = s
+        .admin(Method::GET, &format!("/api/v1/work-orders/{second}"), None)
+        .await;
+    assert_eq!(v["status"], "PENDING", "no new claim after SIGTERM");
+}
