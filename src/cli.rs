@@ -37,6 +37,8 @@ pub enum Command {
     Migrate(DatabaseArgs),
     /// Print the CustomResourceDefinitions (YAML) of WorkOrder and Executor.
     Crdgen,
+    /// Run work orders in this Kubernetes cluster (the in-cluster executor).
+    Executor(crate::executor::ExecutorArgs),
     /// Run work orders with a shell command (the reference external worker).
     Worker(crate::worker::WorkerArgs),
     /// Manage agents (admin).
@@ -112,4 +114,55 @@ pub struct ServeArgs {
     /// Most claim-next long-polls held at once; past it claims answer 503 with Retry-After.
     #[arg(long, env = "PULLMAN_MAX_LONG_POLLS", default_value_t = 1024)]
     pub max_long_polls: usize,
+
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+}
+
+/// Whether `serve` runs the WorkOrder/Executor controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ControllerMode {
+    /// Run it when a Kubernetes API is reachable (in-cluster config or KUBECONFIG).
+    Auto,
+    /// Run it; fail to start without a Kubernetes API.
+    On,
+    /// Never run it.
+    Off,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ControllerArgs {
+    /// Run the WorkOrder/Executor controller.
+    #[arg(
+        long = "controller",
+        env = "PULLMAN_CONTROLLER",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub mode: ControllerMode,
+
+    /// Reconcile only this namespace (default: all namespaces).
+    #[arg(long, env = "PULLMAN_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+
+    /// Namespace of the leader-election Lease (default: the pod's namespace, else `default`).
+    #[arg(long, env = "PULLMAN_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "PULLMAN_LEADER_ELECTION_ID",
+        default_value = "pullman-controller"
+    )]
+    pub leader_election_id: String,
+
+    /// Pull-API URL that executors deployed for `Executor.spec.deployment` connect to, e.g.
+    /// http://pullman.pullman-system.svc:8080.
+    #[arg(long, env = "PULLMAN_EXECUTOR_SERVER_URL")]
+    pub executor_server_url: Option<String>,
+
+    /// Seconds between full resyncs of WorkOrders (changes arrive through LISTEN/NOTIFY sooner).
+    #[arg(long, env = "PULLMAN_RESYNC_SECONDS", default_value_t = 60)]
+    pub resync_seconds: u64,
 }

@@ -13,6 +13,7 @@ async fn main() -> std::process::ExitCode {
             print!("{}", pullman::crd::crds_yaml());
             Ok(())
         }
+        Command::Executor(args) => pullman::executor::run(args).await,
         Command::Worker(args) => pullman::worker::run(args).await,
         Command::Agents { conn, command } => pullman::admin::agents(&conn, command).await,
         Command::WorkOrders { conn, command } => pullman::admin::work_orders(&conn, command).await,

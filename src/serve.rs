@@ -132,6 +132,8 @@ async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
         ))
     };
 
+    let controller_task = start_controller(args, &queue, &notifications, &shutdown).await?;
+
     let state = AppState::new(queue, admin, metrics, notifications, args.max_long_polls);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -148,5 +150,72 @@ async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
     shutdown.cancel();
     let _ = listener_task.await;
     let _ = maintenance_task.await;
+    if let Some(task) = controller_task {
+        let _ = task.await;
+    }
     Ok(())
+}
+
+/// Starts the controller with leader election when a Kubernetes API is reachable (or required).
+async fn start_controller(
+    args: &ServeArgs,
+    queue: &Queue,
+    notifications: &Notifications,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    use crate::cli::ControllerMode;
+    let c = &args.controller;
+    if c.mode == ControllerMode::Off {
+        tracing::info!("controller off (--controller off)");
+        return Ok(None);
+    }
+    let client = match kube::Client::try_default().await {
+        Ok(client) => match client.apiserver_version().await {
+            Ok(v) => {
+                tracing::info!(version = %v.git_version, "Kubernetes API reachable");
+                client
+            }
+            Err(e) if c.mode == ControllerMode::Auto => {
+                tracing::info!(error = %e, "Kubernetes API not reachable; controller off");
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(anyhow::anyhow!(
+                    "--controller on: the Kubernetes API is not reachable: {e}"
+                ));
+            }
+        },
+        Err(e) if c.mode == ControllerMode::Auto => {
+            tracing::info!(reason = %e, "no Kubernetes configuration; controller off");
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(anyhow::anyhow!(
+                "--controller on: no Kubernetes configuration: {e}"
+            ));
+        }
+    };
+    let lease_namespace = c.leader_election_namespace.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "default".into())
+    });
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "pullman".into());
+    let config = crate::controller::ControllerConfig {
+        namespace: c.watch_namespace.clone(),
+        lease_namespace,
+        lease_name: c.leader_election_id.clone(),
+        identity: format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+        executor_server_url: c.executor_server_url.clone(),
+        resync: Duration::from_secs(c.resync_seconds.max(5)),
+    };
+    Ok(Some(tokio::spawn(
+        crate::controller::run_with_leader_election(
+            client,
+            queue.clone(),
+            notifications.clone(),
+            config,
+            shutdown.clone(),
+        ),
+    )))
 }

@@ -1,0 +1,229 @@
+//! WorkOrder reconciler (DESIGN.md §6): creates the queue row (id = `metadata.uid`, idempotent),
+//! mirrors the row into `status`, cancels the order when the resource is deleted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{CANCEL_FINALIZER, Context, Error, FIELD_MANAGER, scoped, status};
+use crate::crd::{WorkOrder, WorkOrderPhase, WorkOrderStatus};
+use crate::queue::validate::validate_work_order;
+use crate::queue::{Lookup, Notifications, QueueError};
+
+pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: CancellationToken) {
+    let api: Api<WorkOrder> = scoped(&ctx.client, &ctx.config.namespace);
+    let controller = Controller::new(api, watcher::Config::default());
+    let store = controller.store();
+    // Queue changes (LISTEN/NOTIFY) are mapped to the resource with that uid; a lost
+    // notification stream (None) resyncs everything.
+    let changes = futures::stream::unfold(notifications.changed(), move |mut rx| {
+        let store = store.clone();
+        async move {
+            let refs: Vec<ObjectRef<WorkOrder>> = match rx.recv().await {
+                Ok(Some(id)) => {
+                    let id = id.to_string();
+                    store
+                        .state()
+                        .iter()
+                        .filter(|o| o.metadata.uid.as_deref() == Some(id.as_str()))
+                        .map(|o| ObjectRef::from_obj(o.as_ref()))
+                        .collect()
+                }
+                Ok(None) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => store
+                    .state()
+                    .iter()
+                    .map(|o| ObjectRef::from_obj(o.as_ref()))
+                    .collect(),
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            };
+            Some((futures::stream::iter(refs), rx))
+        }
+    })
+    .flatten();
+    controller
+        .reconcile_on(changes)
+        .graceful_shutdown_on(stop.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "WorkOrder reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(wo: Arc<WorkOrder>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(workorder = %wo.name_any(), namespace = ?wo.namespace(), kind = error.metric_label(), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(wo: Arc<WorkOrder>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = wo.namespace().unwrap_or_default();
+    let api: Api<WorkOrder> = ctx.api(&ns);
+    finalizer(&api, CANCEL_FINALIZER, wo, |event| async {
+        match event {
+            Event::Apply(wo) => apply(wo, &ctx).await,
+            Event::Cleanup(wo) => cleanup(wo, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn uid_of(wo: &WorkOrder) -> Result<Uuid, Error> {
+    wo.uid()
+        .and_then(|u| Uuid::parse_str(&u).ok())
+        .ok_or_else(|| Error::Invalid(format!("WorkOrder {} has no uid", wo.name_any())))
+}
+
+async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
+    let id = uid_of(&wo)?;
+    let prev = wo.status.as_ref();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let generation = wo.metadata.generation;
+    let new_status = match ctx.queue.lookup(id, false).await? {
+        Lookup::Unknown => match validate_work_order(wo.spec.to_create_body()) {
+            Err(e) => status::rejected(&e.to_string(), prev, generation, &now),
+            Ok(spec) => {
+                let created = ctx
+                    .queue
+                    .create_work_order(&spec, Some(id), "kubernetes")
+                    .await?;
+                tracing::info!(workorder = %wo.name_any(), work_order = %id, "queued");
+                status::from_queue(&created, prev, generation, &now)
+            }
+        },
+        found => status::from_queue(&found, prev, generation, &now),
+    };
+    if !status::same(prev, &new_status) {
+        publish_transition(&wo, prev, &new_status, ctx).await;
+        let api: Api<WorkOrder> = ctx.api(&wo.namespace().unwrap_or_default());
+        let patch = json!({
+            "apiVersion": "pullman.dev/v1alpha1",
+            "kind": "WorkOrder",
+            "status": new_status,
+        });
+        api.patch_status(
+            &wo.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    }
+    let finished = matches!(
+        new_status.phase,
+        Some(WorkOrderPhase::Succeeded | WorkOrderPhase::Failed | WorkOrderPhase::Cancelled)
+    );
+    Ok(if finished {
+        Action::await_change()
+    } else {
+        Action::requeue(ctx.config.resync)
+    })
+}
+
+/// Records an Event on the resource when its phase changes (claims, completions, failures).
+async fn publish_transition(
+    wo: &WorkOrder,
+    prev: Option<&WorkOrderStatus>,
+    new: &WorkOrderStatus,
+    ctx: &Context,
+) {
+    let old_phase = prev.and_then(|p| p.phase);
+    if old_phase == new.phase {
+        return;
+    }
+    let rejected = new.conditions.iter().any(|c| c.reason == "Rejected");
+    let (type_, reason, note) = match new.phase {
+        Some(WorkOrderPhase::Claimed) => (
+            EventType::Normal,
+            "Claimed",
+            format!(
+                "claimed by agent {}",
+                new.claimed_by.as_deref().unwrap_or("?")
+            ),
+        ),
+        Some(WorkOrderPhase::RetryPending) => (
+            EventType::Warning,
+            "AttemptFailed",
+            format!(
+                "attempt {} failed: {}; retry after {}",
+                new.retry_count.unwrap_or(0),
+                new.last_error.as_deref().unwrap_or(""),
+                new.next_retry_after.as_deref().unwrap_or("?")
+            ),
+        ),
+        Some(WorkOrderPhase::Succeeded) => (
+            EventType::Normal,
+            "Succeeded",
+            new.message.clone().unwrap_or_default(),
+        ),
+        Some(WorkOrderPhase::Failed) if rejected => (
+            EventType::Warning,
+            "Rejected",
+            new.message.clone().unwrap_or_default(),
+        ),
+        Some(WorkOrderPhase::Failed) => (
+            EventType::Warning,
+            "Failed",
+            new.message.clone().unwrap_or_default(),
+        ),
+        Some(WorkOrderPhase::Cancelled) => (
+            EventType::Normal,
+            "Cancelled",
+            new.message.clone().unwrap_or_default(),
+        ),
+        Some(WorkOrderPhase::Pending) if old_phase.is_none() => (
+            EventType::Normal,
+            "Queued",
+            format!(
+                "queued as work order {}",
+                new.work_order_id.as_deref().unwrap_or("")
+            ),
+        ),
+        Some(WorkOrderPhase::Pending) => (
+            EventType::Normal,
+            "Requeued",
+            "the claim was released; waiting for an agent".to_string(),
+        ),
+        None => return,
+    };
+    let note: String = note.chars().take(1000).collect();
+    let event = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &wo.object_ref(&())).await {
+        tracing::debug!(%error, "could not record an event");
+    }
+}
+
+async fn cleanup(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
+    let id = uid_of(&wo)?;
+    match ctx
+        .queue
+        .cancel_work_order(id, "the WorkOrder resource was deleted")
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(workorder = %wo.name_any(), work_order = %id, "cancelled: resource deleted")
+        }
+        Err(QueueError::NotFound { .. } | QueueError::Conflict { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::await_change())
+}

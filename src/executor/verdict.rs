@@ -1,0 +1,159 @@
+//! Verdicts of watched objects and the classification of API errors (DESIGN.md §4), as pure
+//! functions of the objects' JSON so they can be tested without a cluster.
+
+use serde_json::Value;
+
+/// What a watched object says about the order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjectVerdict {
+    /// Still running.
+    Pending,
+    /// Finished well; the message to report (e.g. a BuildRun's image digest).
+    Succeeded(String),
+    /// Finished badly.
+    Failed { reason: String, message: String },
+}
+
+fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+}
+
+fn is_true(c: Option<&Value>) -> bool {
+    c.and_then(|c| c.get("status")).and_then(Value::as_str) == Some("True")
+}
+
+fn text(c: &Value, key: &str) -> String {
+    c.get(key).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+/// Verdict of a `batch/v1` Job: `Complete` or (Kubernetes ≥ 1.31) `SuccessCriteriaMet` True is
+/// success; `Failed` or `FailureTarget` True is failure; anything else is still running.
+/// The `*Target`/`*CriteriaMet` conditions come first: they are final as soon as they are set,
+/// while `Complete`/`Failed` wait for the pods to terminate.
+pub fn job_verdict(job: &Value) -> ObjectVerdict {
+    for kind in ["FailureTarget", "Failed"] {
+        if let Some(c) = condition(job, kind).filter(|c| is_true(Some(c))) {
+            return ObjectVerdict::Failed {
+                reason: text(c, "reason"),
+                message: text(c, "message"),
+            };
+        }
+    }
+    if is_true(condition(job, "SuccessCriteriaMet")) || is_true(condition(job, "Complete")) {
+        let succeeded = job
+            .pointer("/status/succeeded")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        return ObjectVerdict::Succeeded(format!("{succeeded} pod(s) succeeded"));
+    }
+    ObjectVerdict::Pending
+}
+
+/// Verdict of a Shipwright `BuildRun` from its `Succeeded` condition: True → success with
+/// `status.output.digest`; False → failure with the condition's reason and message.
+pub fn buildrun_verdict(run: &Value) -> ObjectVerdict {
+    let Some(c) = condition(run, "Succeeded") else {
+        return ObjectVerdict::Pending;
+    };
+    match c.get("status").and_then(Value::as_str) {
+        Some("True") => ObjectVerdict::Succeeded(
+            run.pointer("/status/output/digest")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        ),
+        Some("False") => ObjectVerdict::Failed {
+            reason: text(c, "reason"),
+            message: text(c, "message"),
+        },
+        _ => ObjectVerdict::Pending,
+    }
+}
+
+/// Whether a failed Kubernetes API call is worth retrying (DESIGN.md §4): 5xx, 429, 409
+/// conflicts, and transport failures are; validation and permission errors are not.
+pub fn is_transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429 || status.code == 409,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// The API server's own words for a failed call.
+pub fn api_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.reason),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn with(conds: Value) -> Value {
+        json!({"status": {"conditions": conds, "succeeded": 1}})
+    }
+
+    #[test]
+    fn job_conditions_decide() {
+        assert_eq!(job_verdict(&json!({})), ObjectVerdict::Pending);
+        assert_eq!(
+            job_verdict(&with(json!([{"type": "Complete", "status": "True"}]))),
+            ObjectVerdict::Succeeded("1 pod(s) succeeded".into())
+        );
+        assert_eq!(
+            job_verdict(&with(
+                json!([{"type": "SuccessCriteriaMet", "status": "True"}])
+            )),
+            ObjectVerdict::Succeeded("1 pod(s) succeeded".into())
+        );
+        assert_eq!(
+            job_verdict(&with(
+                json!([{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}])
+            )),
+            ObjectVerdict::Failed {
+                reason: "BackoffLimitExceeded".into(),
+                message: "Job has reached the specified backoff limit".into()
+            }
+        );
+        assert!(matches!(
+            job_verdict(&with(json!([{"type": "Failed", "status": "True"}]))),
+            ObjectVerdict::Failed { .. }
+        ));
+        assert_eq!(
+            job_verdict(&with(
+                json!([{"type": "Complete", "status": "False"}, {"type": "Suspended", "status": "True"}])
+            )),
+            ObjectVerdict::Pending
+        );
+    }
+
+    #[test]
+    fn buildrun_succeeded_condition_decides() {
+        assert_eq!(
+            buildrun_verdict(&json!({"status": {}})),
+            ObjectVerdict::Pending
+        );
+        let ok = json!({"status": {"conditions": [{"type": "Succeeded", "status": "True"}], "output": {"digest": "sha256:abc"}}});
+        assert_eq!(
+            buildrun_verdict(&ok),
+            ObjectVerdict::Succeeded("sha256:abc".into())
+        );
+        let unknown = json!({"status": {"conditions": [{"type": "Succeeded", "status": "Unknown", "reason": "Running"}]}});
+        assert_eq!(buildrun_verdict(&unknown), ObjectVerdict::Pending);
+        let bad = json!({"status": {"conditions": [{"type": "Succeeded", "status": "False", "reason": "BuildRunTimeout", "message": "took too long"}]}});
+        assert_eq!(
+            buildrun_verdict(&bad),
+            ObjectVerdict::Failed {
+                reason: "BuildRunTimeout".into(),
+                message: "took too long".into()
+            }
+        );
+    }
+}
