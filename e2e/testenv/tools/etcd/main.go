@@ -1,0 +1,12 @@
+// Command etcd is the etcd server, built from go.etcd.io/etcd/server/v3.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
