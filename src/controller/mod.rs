@@ -106,6 +106,26 @@ pub async fn run_controllers(
     tracing::info!("controllers stopped");
 }
 
+/// The reconcilers' task, aborted if the campaign itself is dropped or aborted, so a replica
+/// never keeps reconciling after its leader-election loop is gone.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl AbortOnDrop {
+    async fn join(mut self) {
+        if let Some(handle) = self.0.take() {
+            let _ = handle.await;
+        }
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(handle) = &self.0 {
+            handle.abort();
+        }
+    }
+}
+
 /// Campaigns for the Lease and runs the controllers while leading, until `shutdown` fires.
 pub async fn run_with_leader_election(
     client: Client,
@@ -147,7 +167,7 @@ pub async fn run_with_leader_election(
             }
         };
         let (mut leading, task) = manager.watch().await;
-        let mut running: Option<(CancellationToken, tokio::task::JoinHandle<()>)> = None;
+        let mut running: Option<(CancellationToken, AbortOnDrop)> = None;
         loop {
             let is_leader = *leading.borrow_and_update();
             match (is_leader, running.is_some()) {
@@ -159,13 +179,13 @@ pub async fn run_with_leader_election(
                         notifications.clone(),
                         stop.clone(),
                     ));
-                    running = Some((stop, handle));
+                    running = Some((stop, AbortOnDrop(Some(handle))));
                 }
                 (false, true) => {
                     tracing::warn!(identity = %config.identity, "lost leadership; stopping reconcilers");
                     if let Some((stop, handle)) = running.take() {
                         stop.cancel();
-                        let _ = handle.await;
+                        handle.join().await;
                     }
                 }
                 _ => {}
@@ -177,7 +197,7 @@ pub async fn run_with_leader_election(
         }
         if let Some((stop, handle)) = running.take() {
             stop.cancel();
-            let _ = handle.await;
+            handle.join().await;
         }
         // Closing the channel makes the manager release the Lease.
         drop(leading);

@@ -3,6 +3,9 @@
 //! API server bound to an ephemeral port.
 #![allow(dead_code)]
 
+#[cfg(feature = "k8s-tests")]
+pub mod kube;
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -131,10 +134,11 @@ pub async fn fresh_database_url() -> String {
 pub struct TestServer {
     pub base: String,
     pub queue: Queue,
+    pub notifications: Notifications,
     pub pool: PgPool,
     pub http: reqwest::Client,
     pub metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
+    pub shutdown: CancellationToken,
 }
 
 impl TestServer {
@@ -165,7 +169,7 @@ impl TestServer {
             queue.clone(),
             AdminToken::from_secret(ADMIN_TOKEN),
             metrics.clone(),
-            notifications,
+            notifications.clone(),
             max_long_polls,
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -182,6 +186,7 @@ impl TestServer {
         TestServer {
             base,
             queue,
+            notifications,
             pool,
             http: reqwest::Client::new(),
             metrics,
