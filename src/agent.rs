@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use uuid::Uuid;
 
 use crate::api::{ClaimNextBody, CompleteBody};
@@ -172,11 +173,12 @@ async fn work_one<C: Carrier>(
     tracing::info!(work_order = %order_id, claim = ?claim_id, work_type = %order.work_type, "claimed");
     let stop = shutdown.abandon.child_token();
     let reason = Arc::new(std::sync::Mutex::new(None::<StopReason>));
+    // Aborted with this task, so an abandoned order stops heartbeating and its lease can lapse.
     let heartbeats = {
         let (client, stop, reason) = (client.clone(), stop.clone(), reason.clone());
         let every = Duration::from_secs(u64::from(config.lease_seconds.max(3)) / 3);
         let agent_id = config.agent_id;
-        tokio::spawn(async move {
+        AbortOnDropHandle::new(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.tick().await;
             loop {
@@ -202,7 +204,7 @@ async fn work_one<C: Carrier>(
                     }
                 }
             }
-        })
+        }))
     };
     let verdict = carrier.carry(order.clone(), stop.clone()).await;
     heartbeats.abort();

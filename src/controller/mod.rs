@@ -13,6 +13,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client, Resource};
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::queue::{Notifications, Queue, QueueError};
 
@@ -106,26 +107,6 @@ pub async fn run_controllers(
     tracing::info!("controllers stopped");
 }
 
-/// The reconcilers' task, aborted if the campaign itself is dropped or aborted, so a replica
-/// never keeps reconciling after its leader-election loop is gone.
-struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
-
-impl AbortOnDrop {
-    async fn join(mut self) {
-        if let Some(handle) = self.0.take() {
-            let _ = handle.await;
-        }
-    }
-}
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if let Some(handle) = &self.0 {
-            handle.abort();
-        }
-    }
-}
-
 /// Campaigns for the Lease and runs the controllers while leading, until `shutdown` fires.
 pub async fn run_with_leader_election(
     client: Client,
@@ -167,7 +148,9 @@ pub async fn run_with_leader_election(
             }
         };
         let (mut leading, task) = manager.watch().await;
-        let mut running: Option<(CancellationToken, AbortOnDrop)> = None;
+        // Aborted if this campaign is dropped or aborted, so a replica never keeps reconciling after
+        // its leader-election loop is gone.
+        let mut running: Option<(CancellationToken, AbortOnDropHandle<()>)> = None;
         loop {
             let is_leader = *leading.borrow_and_update();
             match (is_leader, running.is_some()) {
@@ -179,13 +162,13 @@ pub async fn run_with_leader_election(
                         notifications.clone(),
                         stop.clone(),
                     ));
-                    running = Some((stop, AbortOnDrop(Some(handle))));
+                    running = Some((stop, AbortOnDropHandle::new(handle)));
                 }
                 (false, true) => {
                     tracing::warn!(identity = %config.identity, "lost leadership; stopping reconcilers");
                     if let Some((stop, handle)) = running.take() {
                         stop.cancel();
-                        handle.join().await;
+                        let _ = handle.await;
                     }
                 }
                 _ => {}
@@ -197,7 +180,7 @@ pub async fn run_with_leader_election(
         }
         if let Some((stop, handle)) = running.take() {
             stop.cancel();
-            handle.join().await;
+            let _ = handle.await;
         }
         // Closing the channel makes the manager release the Lease.
         drop(leading);

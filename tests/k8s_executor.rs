@@ -1,0 +1,624 @@
+//! The in-cluster executor against the test control plane (real Job controller, kwok running
+//! pods) and a real PostgreSQL: orders go through the real pull API.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::{Api, Client, ResourceExt};
+use pullman::agent::{self, LoopConfig, Shutdown};
+use pullman::client::Client as PullClient;
+use pullman::executor::KubeCarrier;
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::kube::{client, drop_namespace, kubectl, namespace};
+use support::{TestServer, eventually};
+
+/// An executor running in-process over the real pull API, for one namespace.
+struct Executor {
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Executor {
+    fn start(
+        s: &TestServer,
+        k: &Client,
+        agent_id: &str,
+        token: &str,
+        ns: &str,
+        lease: u32,
+    ) -> Self {
+        let shutdown = Shutdown::default();
+        let api = PullClient::new(&s.base, token).unwrap();
+        let config = LoopConfig {
+            agent_id: agent_id.parse().unwrap(),
+            work_types: vec![],
+            lease_seconds: lease,
+            concurrency: 4,
+            max_wait_seconds: 5,
+        };
+        let carrier = Arc::new(KubeCarrier::new(k.clone(), ns.to_string()));
+        let task = tokio::spawn(agent::run(api, config, carrier, shutdown.clone()));
+        Executor { shutdown, task }
+    }
+
+    /// Like `kill -9`: nothing reported, nothing cleaned up.
+    fn kill(self) {
+        self.task.abort();
+    }
+
+    async fn stop(self) {
+        self.shutdown.drain.cancel();
+        self.shutdown.abandon.cancel();
+        let _ = self.task.await;
+    }
+}
+
+fn job(name: &str, pod_annotations: Value) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations: {pod_annotations}\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: perl:5.34.0\n        command: [\"perl\", \"-Mbignum=bpi\", \"-wle\", \"print bpi(2000)\"]\n"
+    )
+}
+
+fn order(label: &str, yaml: &str, claim_timeout: i64) -> Value {
+    json!({
+        "work_type": "custom",
+        "yaml_content": yaml,
+        "claim_timeout_seconds": claim_timeout,
+        "max_retries": 2,
+        "backoff_seconds": 1,
+        "targeting": {"labels": [label]},
+    })
+}
+
+async fn log_entry(s: &TestServer, id: &str, secs: u64) -> Value {
+    eventually(secs, &format!("work order {id} in the log"), || async {
+        let (st, v) = s
+            .admin(Method::GET, &format!("/api/v1/work-order-log/{id}"), None)
+            .await;
+        (st == 200).then_some(v)
+    })
+    .await
+}
+
+struct Setup {
+    k: Client,
+    s: TestServer,
+    ns: String,
+    agent: String,
+    token: String,
+}
+
+async fn setup(prefix: &str) -> Setup {
+    let k = client().await;
+    let ns = namespace(&k, prefix).await;
+    let s = TestServer::start_maintained().await;
+    let (agent, token) = s
+        .agent(json!({"name": format!("{ns}/executor"), "labels": [ns.clone()]}))
+        .await;
+    Setup {
+        k,
+        s,
+        ns,
+        agent,
+        token,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
+    let t = setup("jobs").await;
+    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ok = t.s.order(order(&t.ns, &job("pi", json!({})), 600)).await;
+    let fail =
+        t.s.order(order(
+            &t.ns,
+            &job(
+                "doomed",
+                json!({"pullman.dev/kwok-fail": "true", "pullman.dev/kwok-exit-code": "3"}),
+            ),
+            600,
+        ))
+        .await;
+    let unnamed =
+        t.s.order(order(
+            &t.ns,
+            &job("x", json!({})).replace("  name: x\n", "  generateName: x-\n"),
+            600,
+        ))
+        .await;
+
+    let v = log_entry(&t.s, &ok, 60).await;
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("Jobs succeeded: pi"),
+        "{v}"
+    );
+    let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
+    let pi = jobs.get("pi").await.unwrap();
+    assert_eq!(
+        pi.labels()["pullman.dev/work-order"],
+        ok,
+        "labelled with its work order"
+    );
+    assert!(
+        pi.metadata
+            .managed_fields
+            .unwrap()
+            .iter()
+            .any(|m| m.manager.as_deref() == Some("pullman-executor"))
+    );
+
+    let v = log_entry(&t.s, &fail, 60).await;
+    assert_eq!(v["outcome"], "failed", "{v}");
+    assert_eq!(
+        v["retry_count"], 0,
+        "a Job that ran and failed is not retried"
+    );
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Job {}/doomed failed", t.ns)),
+        "{v}"
+    );
+
+    let v = log_entry(&t.s, &unnamed, 60).await;
+    assert_eq!(v["outcome"], "failed");
+    assert_eq!(v["retry_count"], 0);
+    assert!(
+        v["message"].as_str().unwrap().contains("no metadata.name"),
+        "{v}"
+    );
+    let all = jobs
+        .list(&ListParams::default().labels(&format!("pullman.dev/work-order={unnamed}")))
+        .await
+        .unwrap();
+    assert!(all.items.is_empty(), "nothing created for the unnamed Job");
+    ex.stop().await;
+    drop_namespace(&t.k, &t.ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_job_fails_and_a_job_past_its_budget_is_left_running() {
+    let t = setup("budget").await;
+    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let slow = json!({"pullman.dev/kwok-run-duration": "1h"});
+    let deleted =
+        t.s.order(order(&t.ns, &job("gone", slow.clone()), 600))
+            .await;
+    // 120 s claim timeout: a 60 s watch budget, the least an order with a Job may have.
+    let over = t.s.order(order(&t.ns, &job("slowpoke", slow), 120)).await;
+    let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
+    eventually(30, "Job gone to exist", || async {
+        jobs.get_opt("gone").await.ok()?.map(|_| ())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    jobs.delete("gone", &DeleteParams::background())
+        .await
+        .unwrap();
+    let v = log_entry(&t.s, &deleted, 30).await;
+    assert_eq!(v["outcome"], "failed");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("was deleted before it finished"),
+        "{v}"
+    );
+
+    let v = log_entry(&t.s, &over, 100).await;
+    assert_eq!(v["outcome"], "failed", "{v}");
+    assert_eq!(v["retry_count"], 0);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("watch budget of 60 s"),
+        "{v}"
+    );
+    let still = jobs.get("slowpoke").await.unwrap();
+    assert!(
+        still.metadata.deletion_timestamp.is_none(),
+        "the Job is left running"
+    );
+    ex.stop().await;
+    drop_namespace(&t.k, &t.ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_documents_cluster_scoped_objects_and_a_crd_with_its_resource() {
+    let t = setup("mixed").await;
+    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let extra_ns = format!("{}-extra", t.ns);
+    let group = format!("{}.example.com", t.ns);
+    let yaml = format!(
+        "# leading comment-only document\n---\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {extra_ns}\ndata: {{a: b}}\n---\n\
+# a document of comments only\n# nothing else\n---\n\
+apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: w1\nspec: {{size: 3}}\n---\n\
+apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      containers: [{{name: web, image: nginx}}]\n---\n\
+apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {ns}-reader\nrules: []\n---\n\
+apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.{group}\nspec:\n  group: {group}\n  names: {{kind: Widget, plural: widgets, singular: widget}}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n---\n\
+apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{{name: m, image: busybox}}]\n---\n\
+apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {extra_ns}\n",
+        ns = t.ns
+    );
+    let o = t.s.order(order(&t.ns, &yaml, 600)).await;
+    let v = log_entry(&t.s, &o, 90).await;
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(message.contains("Jobs succeeded: migrate"), "{message}");
+    for kind in [
+        "Namespace",
+        "CustomResourceDefinition",
+        "ConfigMap",
+        "Widget",
+        "Deployment",
+        "ClusterRole",
+    ] {
+        assert!(message.contains(kind), "{kind} named in {message}");
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(t.k.clone(), &extra_ns);
+    assert_eq!(
+        cms.get("settings").await.unwrap().labels()["pullman.dev/work-order"],
+        o
+    );
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        t.k.clone(),
+        &t.ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(&group, "v1", "Widget")),
+    );
+    assert!(
+        widgets.get("w1").await.is_ok(),
+        "custom resource defaulted into the target namespace"
+    );
+    let (ok, out, _) = kubectl(
+        &[
+            "get",
+            "clusterrole",
+            &format!("{}-reader", t.ns),
+            "-o",
+            "jsonpath={.metadata.namespace}",
+        ],
+        None,
+    );
+    assert!(
+        ok && out.is_empty(),
+        "a cluster-scoped object gets no namespace: {out:?}"
+    );
+
+    // Only empty documents: fails without retry rather than succeeding with nothing.
+    let empty =
+        t.s.order(order(
+            &t.ns,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+            600,
+        ))
+        .await;
+    sqlx::query(
+        "UPDATE work_orders SET yaml_content = '---\n# nothing\n---\n' WHERE id = $1::uuid",
+    )
+    .bind(&empty)
+    .execute(&t.s.pool)
+    .await
+    .unwrap();
+    let v = log_entry(&t.s, &empty, 30).await;
+    assert_eq!(v["outcome"], "failed");
+    assert_eq!(v["retry_count"], 0);
+    assert!(
+        v["message"].as_str().unwrap().contains("nothing to apply"),
+        "{v}"
+    );
+    ex.stop().await;
+    let _ = kubectl(
+        &["delete", "crd", &format!("widgets.{group}"), "--wait=false"],
+        None,
+    );
+    let _ = kubectl(
+        &[
+            "delete",
+            "clusterrole",
+            &format!("{}-reader", t.ns),
+            "--wait=false",
+        ],
+        None,
+    );
+    let _ = kubectl(&["delete", "ns", &extra_ns, "--wait=false"], None);
+    drop_namespace(&t.k, &t.ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_order_reattaches_to_its_job() {
+    let t = setup("redeliver").await;
+    let first = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
+    let o =
+        t.s.order(order(
+            &t.ns,
+            &job("once", json!({"pullman.dev/kwok-run-duration": "20s"})),
+            600,
+        ))
+        .await;
+    let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
+    let uid = eventually(30, "the Job", || async {
+        jobs.get_opt("once").await.ok()??.metadata.uid
+    })
+    .await;
+    first.kill();
+    // The lease (6 s) runs out, the reaper requeues, a second executor picks it up.
+    let second = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
+    let v = log_entry(&t.s, &o, 90).await;
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    assert_eq!(v["reclaim_count"], 1, "{v}");
+    let all = jobs.list(&ListParams::default()).await.unwrap();
+    assert_eq!(all.items.len(), 1, "no second Job");
+    assert_eq!(
+        all.items[0].metadata.uid.as_ref(),
+        Some(&uid),
+        "the same Job"
+    );
+    second.stop().await;
+    drop_namespace(&t.k, &t.ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_running_job_deletes_it() {
+    let t = setup("cancel").await;
+    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
+    let o =
+        t.s.order(order(
+            &t.ns,
+            &job("long", json!({"pullman.dev/kwok-run-duration": "1h"})),
+            600,
+        ))
+        .await;
+    let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
+    eventually(30, "the Job", || async {
+        jobs.get_opt("long").await.ok()?.map(|_| ())
+    })
+    .await;
+    let (code, v) =
+        t.s.admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
+            .await;
+    assert_eq!(code, 200, "{v}");
+    eventually(30, "the Job to be deleted", || async {
+        jobs.get_opt("long").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(t.k.clone(), &t.ns);
+    eventually(30, "its pods to be deleted", || async {
+        pods.list(&ListParams::default().labels("job-name=long"))
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let v = log_entry(&t.s, &o, 5).await;
+    assert_eq!(
+        v["outcome"], "cancelled",
+        "the executor reported nothing over the cancellation"
+    );
+    ex.stop().await;
+    drop_namespace(&t.k, &t.ns).await;
+}
+
+const BUILD: &str = "apiVersion: shipwright.io/v1beta1\nkind: Build\nmetadata:\n  name: app\nspec:\n  source: {type: Git, git: {url: https://example.com/app.git}}\n  output: {image: registry.example.com/app}\n";
+
+async fn set_buildrun_status(k: &Client, ns: &str, status: Value) -> String {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        k.clone(),
+        ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "shipwright.io",
+            "v1beta1",
+            "BuildRun",
+        )),
+    );
+    let run = eventually(30, "a BuildRun", || async {
+        let list = api.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|r| r.data.pointer("/status/conditions").is_none())
+    })
+    .await;
+    assert_eq!(
+        run.data.pointer("/spec/build/name"),
+        Some(&json!("app")),
+        "references the Build"
+    );
+    let name = run.name_any();
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .unwrap();
+    name
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
+    let t = setup("build").await;
+    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let build_order = |timeout: i64| {
+        json!({
+            "work_type": "build", "yaml_content": BUILD, "claim_timeout_seconds": timeout,
+            "max_retries": 1, "backoff_seconds": 1, "targeting": {"labels": [t.ns.clone()]},
+        })
+    };
+    // Succeeds: the digest is the message.
+    let ok = t.s.order(build_order(600)).await;
+    set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded"}], "output": {"digest": "sha256:feedbeef"}})).await;
+    let v = log_entry(&t.s, &ok, 30).await;
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    assert_eq!(v["message"], "sha256:feedbeef");
+
+    // Fails: a retry is scheduled (a new BuildRun on the next attempt), then succeeds.
+    let flaky = t.s.order(build_order(600)).await;
+    let first_run = set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "False", "reason": "Failed", "message": "step-build failed"}]})).await;
+    eventually(30, "RETRY_PENDING", || async {
+        let (_, v) =
+            t.s.admin(Method::GET, &format!("/api/v1/work-orders/{flaky}"), None)
+                .await;
+        (v["retry_count"] == 1 && v["last_error"].as_str()?.contains("step-build failed"))
+            .then_some(())
+    })
+    .await;
+    let second_run = set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "True"}], "output": {"digest": "sha256:second"}})).await;
+    assert_ne!(first_run, second_run, "a retry starts a new BuildRun");
+    let v = log_entry(&t.s, &flaky, 30).await;
+    assert_eq!(v["message"], "sha256:second");
+
+    // Never finishes: terminal at the window (min(15 min, budget) = 60 s), BuildRun left alone.
+    let stuck = t.s.order(build_order(120)).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        t.k.clone(),
+        &t.ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "shipwright.io",
+            "v1beta1",
+            "BuildRun",
+        )),
+    );
+    let v = log_entry(&t.s, &stuck, 100).await;
+    assert_eq!(v["outcome"], "failed", "{v}");
+    assert_eq!(v["retry_count"], 0);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("build window of 60 s"),
+        "{v}"
+    );
+    let runs = api
+        .list(&ListParams::default().labels(&format!("pullman.dev/work-order={stuck}")))
+        .await
+        .unwrap();
+    assert_eq!(runs.items.len(), 1);
+    assert!(
+        runs.items[0].metadata.deletion_timestamp.is_none(),
+        "the BuildRun is not cancelled"
+    );
+    ex.stop().await;
+    drop_namespace(&t.k, &t.ns).await;
+}
+
+/// The whole system as a user runs it: `pullman serve` mirrors a WorkOrder applied with kubectl,
+/// an Executor resource yields the token, `pullman executor` claims and applies the pi Job, kwok
+/// runs its pod, the Job completes, and the WorkOrder's status says Succeeded with the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end_kubectl_apply_to_succeeded_with_the_binaries() {
+    use k8s_openapi::api::core::v1::Secret;
+    use pullman::crd::{WorkOrder, WorkOrderPhase};
+    use std::process::{Command, Stdio};
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.0.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = self.0.wait();
+        }
+    }
+    let k = client().await;
+    let ns = namespace(&k, "e2e").await;
+    let db = support::fresh_database_url().await;
+    let port = support::free_port();
+    let server = format!("http://127.0.0.1:{port}");
+    let _serve = Killed(
+        Command::new(support::pullman_bin())
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--controller",
+                "on",
+            ])
+            .args(["--watch-namespace", &ns, "--leader-election-namespace", &ns])
+            .env("DATABASE_URL", &db)
+            .env("PULLMAN_ADMIN_TOKEN", support::ADMIN_TOKEN)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let executor = format!(
+        "apiVersion: pullman.dev/v1alpha1\nkind: Executor\nmetadata:\n  name: cluster-a\n  namespace: {ns}\nspec:\n  labels: [e2e]\n  leaseSeconds: 15\n"
+    );
+    let (ok, _, err) = kubectl(&["apply", "-f", "-"], Some(&executor));
+    assert!(ok, "{err}");
+    let secrets: Api<Secret> = Api::namespaced(k.clone(), &ns);
+    let token = eventually(60, "the executor's token Secret", || async {
+        let s = secrets.get_opt("cluster-a-agent-token").await.ok()??;
+        Some(String::from_utf8(s.data?.get("token")?.0.clone()).unwrap())
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token).unwrap();
+    let _executor = Killed(
+        Command::new(support::pullman_bin())
+            .args([
+                "executor",
+                "--server",
+                &server,
+                "--target-namespace",
+                &ns,
+                "--lease-seconds",
+                "15",
+                "--token-file",
+            ])
+            .arg(&token_file)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let sample = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/samples/workorder-pi-job.yaml"
+    ))
+    .unwrap()
+    .replace("labels: [demo]", "labels: [e2e]");
+    let (ok, _, err) = kubectl(&["apply", "-n", &ns, "-f", "-"], Some(&sample));
+    assert!(ok, "{err}");
+    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let wo = eventually(90, "the pi WorkOrder to succeed", || async {
+        let wo = api.get("pi").await.ok()?;
+        (wo.status.as_ref()?.phase == Some(WorkOrderPhase::Succeeded)).then_some(wo)
+    })
+    .await;
+    let st = wo.status.unwrap();
+    assert!(
+        st.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("Jobs succeeded: pi"),
+        "{st:?}"
+    );
+    let jobs: Api<Job> = Api::namespaced(k.clone(), &ns);
+    let pi = jobs.get("pi").await.unwrap();
+    assert!(
+        pi.status
+            .unwrap()
+            .conditions
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True")
+    );
+    let (ok, out, _) = kubectl(&["get", "-n", &ns, "wo", "pi"], None);
+    assert!(ok && out.contains("Succeeded"), "{out}");
+    drop_namespace(&k, &ns).await;
+}
