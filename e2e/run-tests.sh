@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit tests, the queue and API tests against a throwaway PostgreSQL
+# (started by the tests themselves), and the Kubernetes tests against the test control plane
+# (e2e/testenv: etcd, kube-apiserver, controller-manager, scheduler, kwok), which this script
+# builds on first use (cached under ~/.cache/pullman-testenv), starts, and stops again.
+#
+# Usage: e2e/run-tests.sh [extra cargo test arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PULLMAN_TESTENV_STATE="${PULLMAN_TESTENV_STATE:-$(mktemp -d /tmp/pullman-testenv.XXXXXX)}"
+# up.sh refuses a non-empty directory it did not create; a fresh mktemp dir is empty.
+cleanup() { e2e/testenv/down.sh >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+echo "==> building the test control plane (cached after the first time)"
+e2e/testenv/build.sh >/dev/null
+echo "==> starting the test control plane in $PULLMAN_TESTENV_STATE"
+eval "$(e2e/testenv/up.sh)"
+echo "==> KUBECONFIG=$KUBECONFIG"
+
+echo "==> cargo test (all targets, Kubernetes tests included)"
+cargo test --locked --all-targets --features k8s-tests "$@"
