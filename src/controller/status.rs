@@ -149,11 +149,6 @@ pub fn rejected(
     }
 }
 
-/// Two statuses equal but for condition timestamps (which [`condition`] carries over anyway).
-pub fn same(a: Option<&WorkOrderStatus>, b: &WorkOrderStatus) -> bool {
-    a == Some(b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

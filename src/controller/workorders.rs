@@ -107,7 +107,7 @@ async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
         },
         found => status::from_queue(&found, prev, generation, &now),
     };
-    if !status::same(prev, &new_status) {
+    if prev != Some(&new_status) {
         publish_transition(&wo, prev, &new_status, ctx).await;
         let api: Api<WorkOrder> = ctx.api(&wo.namespace().unwrap_or_default());
         let patch = json!({
