@@ -119,11 +119,13 @@ pub enum WorkOrdersCommand {
     Create(CreateWorkOrder),
     /// List active work orders.
     List {
-        /// PENDING, CLAIMED or RETRY_PENDING.
+        /// Only this state: PENDING, CLAIMED or RETRY_PENDING.
         #[arg(long)]
         status: Option<String>,
+        /// Only this work type: build or custom.
         #[arg(long)]
         work_type: Option<String>,
+        /// Most orders shown (1-1000).
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
@@ -169,13 +171,16 @@ pub struct CreateWorkOrder {
 pub enum LogCommand {
     /// List finished work orders, newest first.
     List {
+        /// Only this work type: build or custom.
         #[arg(long)]
         work_type: Option<String>,
         /// true: succeeded only; false: failed or cancelled.
         #[arg(long)]
         success: Option<bool>,
+        /// Only orders whose last claim was this agent's.
         #[arg(long)]
         agent_id: Option<Uuid>,
+        /// Most entries shown (1-1000).
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
@@ -215,6 +220,10 @@ fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
+fn when(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
 fn opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref()
         .map(|x| x.to_string())
@@ -248,7 +257,7 @@ fn agent_rows(agents: &[Agent]) -> Vec<Vec<String>> {
                     .unwrap_or_default(),
                 a.active_claims.to_string(),
                 a.labels.join(","),
-                opt(&a.last_seen_at.map(|t| t.to_rfc3339())),
+                opt(&a.last_seen_at.map(when)),
             ]
         })
         .collect()
@@ -351,7 +360,7 @@ fn order_rows(orders: &[WorkOrder]) -> Vec<Vec<String>> {
                 o.status.as_str().to_string(),
                 o.retry_count.to_string(),
                 opt(&o.claimed_by),
-                o.created_at.to_rfc3339(),
+                when(o.created_at),
             ]
         })
         .collect()
@@ -373,7 +382,7 @@ fn log_rows(entries: &[LogEntry]) -> Vec<Vec<String>> {
                 e.outcome.as_str().to_string(),
                 e.retry_count.to_string(),
                 opt(&e.claimed_by),
-                e.completed_at.to_rfc3339(),
+                when(e.completed_at),
                 message,
             ]
         })
@@ -468,10 +477,18 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
                 print_json(&page.items)?;
             } else {
                 print_table(ORDER_HEADERS, order_rows(&page.items));
+                if page.items.is_empty() {
+                    println!("(no active work orders; finished ones are in `pullman log list`)");
+                }
             }
         }
         WorkOrdersCommand::Get { id } => {
-            let order = client.get_work_order(id).await?;
+            let order = match client.get_work_order(id).await {
+                Err(e) if e.code() == Some("finished") => {
+                    bail!("work order {id} already finished; see `pullman log get {id}`")
+                }
+                other => other?,
+            };
             if json_out {
                 print_json(&order)?;
             } else {

@@ -83,12 +83,12 @@ impl Shutdown {
         let s = Shutdown::default();
         let task = s.clone();
         tokio::spawn(async move {
-            crate::serve::shutdown_signal().await;
+            crate::signals::shutdown_signal().await;
             tracing::info!(
                 "draining: no new claims; running orders finish (signal again to abandon them)"
             );
             task.drain.cancel();
-            crate::serve::shutdown_signal().await;
+            crate::signals::shutdown_signal().await;
             tracing::warn!("abandoning running orders; the reaper will hand them out again");
             task.abandon.cancel();
         });
@@ -170,7 +170,8 @@ async fn work_one<C: Carrier>(
 ) {
     let order_id = order.id;
     let claim_id = order.claim_id;
-    tracing::info!(work_order = %order_id, claim = ?claim_id, work_type = %order.work_type, "claimed");
+    let claim = claim_id.map(|c| c.to_string()).unwrap_or_default();
+    tracing::info!(work_order = %order_id, %claim, work_type = %order.work_type, "claimed");
     let stop = shutdown.abandon.child_token();
     let reason = Arc::new(std::sync::Mutex::new(None::<StopReason>));
     // Aborted with this task, so an abandoned order stops heartbeating and its lease can lapse.

@@ -23,7 +23,7 @@ pub enum ClientError {
         message: String,
     },
     /// The server could not be reached or the connection broke.
-    #[error("cannot reach the Pullman server at {url}: {source}")]
+    #[error("cannot reach the Pullman server at {url}")]
     Transport {
         url: String,
         #[source]
@@ -199,6 +199,12 @@ impl Client {
     /// `GET /agents?…`.
     pub async fn list_agents(&self, query: &str) -> Result<Page<Agent>, ClientError> {
         self.json(Method::GET, &format!("/agents?{query}"), None::<&()>)
+            .await
+    }
+
+    /// `GET /agents/{id}`.
+    pub async fn get_agent(&self, id: Uuid) -> Result<Agent, ClientError> {
+        self.json(Method::GET, &format!("/agents/{id}"), None::<&()>)
             .await
     }
 

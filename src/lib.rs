@@ -23,5 +23,6 @@ pub mod manifest;
 pub mod postgres;
 pub mod queue;
 pub mod serve;
+pub mod signals;
 pub mod telemetry;
 pub mod worker;

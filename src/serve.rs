@@ -65,16 +65,6 @@ impl Database {
     }
 }
 
-/// Resolves on the first SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
-        _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
-    }
-}
-
 /// `pullman migrate`.
 pub async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
     let db = open_database(&args).await?;
@@ -142,7 +132,7 @@ async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
     let stop = shutdown.clone();
     axum::serve(listener, api::router(state))
         .with_graceful_shutdown(async move {
-            shutdown_signal().await;
+            crate::signals::shutdown_signal().await;
             stop.cancel();
         })
         .await
@@ -186,7 +176,10 @@ async fn start_controller(
             }
         },
         Err(e) if c.mode == ControllerMode::Auto => {
-            tracing::info!(reason = %e, "no Kubernetes configuration; controller off");
+            tracing::debug!(reason = %e, "no Kubernetes configuration");
+            tracing::info!(
+                "no Kubernetes configuration (in-cluster or KUBECONFIG); controller off"
+            );
             return Ok(None);
         }
         Err(e) => {

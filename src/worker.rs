@@ -54,7 +54,10 @@ pub struct WorkerArgs {
     #[arg(long, env = "PULLMAN_CONCURRENCY", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub concurrency: u32,
-    /// Shell command that carries out one order.
+    /// Shell command that carries out one order (run with `sh -c`). It gets the work order JSON
+    /// on stdin and PULLMAN_WORK_ORDER_ID, PULLMAN_CLAIM_ID, PULLMAN_WORK_TYPE in its
+    /// environment. Exit 0: success (message: tail of stdout); exit 3: failure, not retried;
+    /// any other exit: retryable failure (message: tail of stderr). At most 4 KiB is reported.
     #[arg(long, env = "PULLMAN_EXEC")]
     pub exec: String,
 }

@@ -78,16 +78,6 @@ fn order(label: &str, yaml: &str, claim_timeout: i64) -> Value {
     })
 }
 
-async fn log_entry(s: &TestServer, id: &str, secs: u64) -> Value {
-    eventually(secs, &format!("work order {id} in the log"), || async {
-        let (st, v) = s
-            .admin(Method::GET, &format!("/api/v1/work-order-log/{id}"), None)
-            .await;
-        (st == 200).then_some(v)
-    })
-    .await
-}
-
 struct Setup {
     k: Client,
     s: TestServer,
@@ -135,7 +125,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
         ))
         .await;
 
-    let v = log_entry(&t.s, &ok, 60).await;
+    let v = t.s.log_entry(&ok, 60).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     assert!(
         v["message"]
@@ -159,7 +149,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
             .any(|m| m.manager.as_deref() == Some("pullman-executor"))
     );
 
-    let v = log_entry(&t.s, &fail, 60).await;
+    let v = t.s.log_entry(&fail, 60).await;
     assert_eq!(v["outcome"], "failed", "{v}");
     assert_eq!(
         v["retry_count"], 0,
@@ -173,7 +163,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
         "{v}"
     );
 
-    let v = log_entry(&t.s, &unnamed, 60).await;
+    let v = t.s.log_entry(&unnamed, 60).await;
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["retry_count"], 0);
     assert!(
@@ -208,7 +198,7 @@ async fn a_deleted_job_fails_and_a_job_past_its_budget_is_left_running() {
     jobs.delete("gone", &DeleteParams::background())
         .await
         .unwrap();
-    let v = log_entry(&t.s, &deleted, 30).await;
+    let v = t.s.log_entry(&deleted, 30).await;
     assert_eq!(v["outcome"], "failed");
     assert!(
         v["message"]
@@ -218,7 +208,7 @@ async fn a_deleted_job_fails_and_a_job_past_its_budget_is_left_running() {
         "{v}"
     );
 
-    let v = log_entry(&t.s, &over, 100).await;
+    let v = t.s.log_entry(&over, 100).await;
     assert_eq!(v["outcome"], "failed", "{v}");
     assert_eq!(v["retry_count"], 0);
     assert!(
@@ -255,7 +245,7 @@ apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {extra_ns}\n",
         ns = t.ns
     );
     let o = t.s.order(order(&t.ns, &yaml, 600)).await;
-    let v = log_entry(&t.s, &o, 90).await;
+    let v = t.s.log_entry(&o, 90).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     let message = v["message"].as_str().unwrap();
     assert!(message.contains("Jobs succeeded: migrate"), "{message}");
@@ -298,22 +288,26 @@ apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {extra_ns}\n",
         "a cluster-scoped object gets no namespace: {out:?}"
     );
 
-    // Only empty documents: fails without retry rather than succeeding with nothing.
+    // Only empty documents: fails without retry rather than succeeding with nothing. The API
+    // refuses such YAML, so the order is parked under a label nobody has, rewritten in the
+    // database, and then targeted at the executor.
     let empty =
         t.s.order(order(
-            &t.ns,
+            "parked",
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
             600,
         ))
         .await;
     sqlx::query(
-        "UPDATE work_orders SET yaml_content = '---\n# nothing\n---\n' WHERE id = $1::uuid",
+        "UPDATE work_orders SET yaml_content = '---\n# nothing\n---\n', target_labels = ARRAY[$2] \
+         WHERE id = $1::uuid",
     )
     .bind(&empty)
+    .bind(&t.ns)
     .execute(&t.s.pool)
     .await
     .unwrap();
-    let v = log_entry(&t.s, &empty, 30).await;
+    let v = t.s.log_entry(&empty, 30).await;
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["retry_count"], 0);
     assert!(
@@ -357,7 +351,7 @@ async fn a_redelivered_order_reattaches_to_its_job() {
     first.kill();
     // The lease (6 s) runs out, the reaper requeues, a second executor picks it up.
     let second = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
-    let v = log_entry(&t.s, &o, 90).await;
+    let v = t.s.log_entry(&o, 90).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     assert_eq!(v["reclaim_count"], 1, "{v}");
     let all = jobs.list(&ListParams::default()).await.unwrap();
@@ -405,7 +399,7 @@ async fn cancelling_a_running_job_deletes_it() {
             .then_some(())
     })
     .await;
-    let v = log_entry(&t.s, &o, 5).await;
+    let v = t.s.log_entry(&o, 5).await;
     assert_eq!(
         v["outcome"], "cancelled",
         "the executor reported nothing over the cancellation"
@@ -462,7 +456,7 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
     // Succeeds: the digest is the message.
     let ok = t.s.order(build_order(600)).await;
     set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded"}], "output": {"digest": "sha256:feedbeef"}})).await;
-    let v = log_entry(&t.s, &ok, 30).await;
+    let v = t.s.log_entry(&ok, 30).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     assert_eq!(v["message"], "sha256:feedbeef");
 
@@ -479,7 +473,7 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
     .await;
     let second_run = set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "True"}], "output": {"digest": "sha256:second"}})).await;
     assert_ne!(first_run, second_run, "a retry starts a new BuildRun");
-    let v = log_entry(&t.s, &flaky, 30).await;
+    let v = t.s.log_entry(&flaky, 30).await;
     assert_eq!(v["message"], "sha256:second");
 
     // Never finishes: terminal at the window (min(15 min, budget) = 60 s), BuildRun left alone.
@@ -493,7 +487,7 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
             "BuildRun",
         )),
     );
-    let v = log_entry(&t.s, &stuck, 100).await;
+    let v = t.s.log_entry(&stuck, 100).await;
     assert_eq!(v["outcome"], "failed", "{v}");
     assert_eq!(v["retry_count"], 0);
     assert!(

@@ -6,7 +6,7 @@ mod support;
 use std::process::{Child, Command, Stdio};
 
 use reqwest::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::{TestServer, configmap_order, eventually, pullman_bin};
 
 struct Worker {
@@ -43,16 +43,6 @@ impl Drop for Worker {
     }
 }
 
-async fn log_entry(s: &TestServer, id: &str, secs: u64) -> Value {
-    eventually(secs, &format!("work order {id} in the log"), || async {
-        let (st, v) = s
-            .admin(Method::GET, &format!("/api/v1/work-order-log/{id}"), None)
-            .await;
-        (st == 200).then_some(v)
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_reports_success_failure_retry_and_exit_3() {
     let s = TestServer::start_maintained().await;
@@ -78,11 +68,11 @@ async fn worker_reports_success_failure_retry_and_exit_3() {
     let flaky = s.order(order("flaky", 1)).await;
     let fatal = s.order(order("fatal", 3)).await;
 
-    let v = log_entry(&s, &ok, 30).await;
+    let v = s.log_entry(&ok, 30).await;
     assert_eq!(v["outcome"], "succeeded");
     assert_eq!(v["message"], format!("all good for {ok}"));
 
-    let v = log_entry(&s, &flaky, 45).await;
+    let v = s.log_entry(&flaky, 45).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     assert_eq!(
         v["retry_count"], 1,
@@ -91,7 +81,7 @@ async fn worker_reports_success_failure_retry_and_exit_3() {
     assert_eq!(v["last_error"], "exit status 1: first try broke");
     assert_eq!(v["message"], "recovered");
 
-    let v = log_entry(&s, &fatal, 30).await;
+    let v = s.log_entry(&fatal, 30).await;
     assert_eq!(v["outcome"], "failed");
     assert_eq!(
         v["retry_count"], 0,
@@ -106,7 +96,7 @@ async fn a_command_that_outlives_its_lease_while_heartbeating_is_not_reaped() {
     let (_, token) = s.agent(json!({"name": "slow", "labels": ["slow"]})).await;
     let _w = Worker::start(&s, &token, "sleep 14; echo finished", 6);
     let o = s.order(configmap_order("slow")).await;
-    let v = log_entry(&s, &o, 60).await;
+    let v = s.log_entry(&o, 60).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     assert_eq!(v["message"], "finished");
     assert_eq!(
@@ -132,7 +122,7 @@ async fn a_worker_killed_mid_order_leaves_it_to_the_reaper_and_another_worker() 
     drop(doomed);
     let (b_id, b_tok) = s.agent(json!({"name": "rescuer", "labels": ["k"]})).await;
     let _rescuer = Worker::start(&s, &b_tok, "echo rescued", 6);
-    let v = log_entry(&s, &o, 60).await;
+    let v = s.log_entry(&o, 60).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     assert_eq!(v["claimed_by"], json!(b_id));
     assert_eq!(
@@ -156,7 +146,7 @@ async fn sigterm_lets_the_running_order_finish_and_stops_claiming() {
     .await;
     w.signal(nix::sys::signal::Signal::SIGTERM);
     let second = s.order(configmap_order("t")).await;
-    let v = log_entry(&s, &first, 30).await;
+    let v = s.log_entry(&first, 30).await;
     assert_eq!(v["message"], "graceful");
     let status = tokio::task::spawn_blocking(move || {
         let st = w.child.wait();

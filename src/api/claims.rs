@@ -93,7 +93,9 @@ fn claimed(state: &AppState, order: &WorkOrder, started: Instant) {
         let wait = (at - order.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
         state.metrics.queue_wait.observe(wait.max(0.0));
     }
-    tracing::info!(work_order = %order.id, agent = ?order.claimed_by, claim = ?order.claim_id, "work order claimed");
+    let agent = order.claimed_by.map(|a| a.to_string()).unwrap_or_default();
+    let claim = order.claim_id.map(|c| c.to_string()).unwrap_or_default();
+    tracing::info!(work_order = %order.id, %agent, %claim, "work order claimed");
 }
 
 /// Claim one work order by id.

@@ -234,6 +234,21 @@ impl TestServer {
         self.call(method, path, Some(ADMIN_TOKEN), body).await
     }
 
+    /// Waits up to `secs` seconds for work order `id` to reach the log; returns the entry.
+    pub async fn log_entry(&self, id: &str, secs: u64) -> Value {
+        eventually(secs, &format!("work order {id} in the log"), || async {
+            let (st, v) = self
+                .admin(
+                    reqwest::Method::GET,
+                    &format!("/api/v1/work-order-log/{id}"),
+                    None,
+                )
+                .await;
+            (st == 200).then_some(v)
+        })
+        .await
+    }
+
     /// Registers an agent; returns (id, token).
     pub async fn agent(&self, body: Value) -> (String, String) {
         let (status, v) = self

@@ -1,0 +1,558 @@
+//! Queue and pull-API benchmarks (issue: "how fast the queue and the pull API are, against the
+//! database's own ceiling"). Prints a table; every figure is also given as a ratio against a
+//! baseline measured in the same run, because the machine is shared and noisy.
+//!
+//!   cargo bench --bench queue                 # all scenarios, default sizes
+//!   cargo bench --bench queue -- --quick      # smaller sizes, for a smoke run
+//!   cargo bench --bench queue -- sql http     # only these scenarios
+//!
+//! Scenarios: sql (ceiling), http (end to end), wake (long-poll wake-up), backlog (claim cost vs
+//! backlog size, reaper sweep), footprint (server RSS idle and with 1,000 long-polls).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use pullman::api::{self, AppState};
+use pullman::auth::AdminToken;
+use pullman::postgres::{EmbeddedPostgres, Listen, Options};
+use pullman::queue::{self, Notifications, Queue};
+use pullman::telemetry::Metrics;
+use serde_json::json;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio_util::sync::CancellationToken;
+
+const ADMIN: &str = "bench-admin-token-0123456789";
+const AGENTS: usize = 16;
+
+struct Bench {
+    server_url: String,
+    quick: bool,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+impl Bench {
+    async fn fresh_pool(&self, max: u32) -> PgPool {
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&self.server_url)
+            .await
+            .unwrap();
+        let name = format!("b_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await
+            .unwrap();
+        admin.close().await;
+        let (base, _) = self.server_url.rsplit_once('/').unwrap();
+        let pool = PgPoolOptions::new()
+            .max_connections(max)
+            .connect(&format!("{base}/{name}"))
+            .await
+            .unwrap();
+        queue::MIGRATOR.run(&pool).await.unwrap();
+        pool
+    }
+
+    /// Inserts `n` pending orders targeted at label `bench`, oldest first.
+    async fn fill(pool: &PgPool, n: usize, log_rows: usize) {
+        sqlx::query(
+            "INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds, \
+             claim_timeout_seconds, max_reclaims, target_labels, status, created_at) \
+             SELECT gen_random_uuid(), 'custom', 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n', \
+               3, 60, 3600, 5, ARRAY['bench'], 'PENDING', now() - make_interval(secs => ($1 - g) / 1000.0) \
+             FROM generate_series(1, $1) g",
+        )
+        .bind(n as i64)
+        .execute(pool)
+        .await
+        .unwrap();
+        if log_rows > 0 {
+            sqlx::query(
+                "INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds, \
+                 claim_timeout_seconds, max_reclaims, targeting, outcome, retry_count, reclaim_count, \
+                 source, ended_by, created_at, completed_at) \
+                 SELECT gen_random_uuid(), 'custom', 'x', 3, 60, 3600, 5, '{}', 'succeeded', 0, 0, 'api', \
+                   'agent', now(), now() - make_interval(secs => g) FROM generate_series(1, $1) g",
+            )
+            .bind(log_rows as i64)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+        sqlx::query("VACUUM ANALYZE").execute(pool).await.unwrap();
+    }
+
+    /// (1) The ceiling: the claim + complete cycle as two bare statements over 16 connections.
+    async fn sql_ceiling(&self, orders: usize) -> f64 {
+        let pool = self.fresh_pool(AGENTS as u32 + 2).await;
+        Self::fill(&pool, orders, 0).await;
+        let agent = uuid::Uuid::new_v4();
+        let done = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..AGENTS {
+            let (pool, done) = (pool.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let claimed: Option<(uuid::Uuid,)> = sqlx::query_as(
+                        "WITH picked AS (SELECT id FROM work_orders WHERE status IN ('PENDING', 'RETRY_PENDING') \
+                           AND status = 'PENDING' AND target_labels && ARRAY['bench'] \
+                           ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED), \
+                         c AS (INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, deadline) \
+                           SELECT id, gen_random_uuid(), $1, now(), now() + interval '1 hour' FROM picked RETURNING work_order_id) \
+                         UPDATE work_orders w SET status = 'CLAIMED' FROM c WHERE w.id = c.work_order_id RETURNING w.id",
+                    )
+                    .bind(agent)
+                    .fetch_optional(&pool)
+                    .await
+                    .unwrap();
+                    let Some((id,)) = claimed else { return };
+                    sqlx::query(
+                        "WITH c AS (DELETE FROM work_order_claims WHERE work_order_id = $1 AND agent_id = $2 RETURNING *), \
+                         w AS (DELETE FROM work_orders o USING c WHERE o.id = c.work_order_id RETURNING o.*) \
+                         INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds, \
+                           claim_timeout_seconds, max_reclaims, targeting, outcome, retry_count, reclaim_count, \
+                           claimed_by, source, ended_by, created_at) \
+                         SELECT id, work_type, yaml_content, max_retries, backoff_seconds, claim_timeout_seconds, \
+                           max_reclaims, '{}', 'succeeded', retry_count, reclaim_count, $2, source, 'agent', created_at FROM w",
+                    )
+                    .bind(id)
+                    .bind(agent)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let rate = done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        pool.close().await;
+        rate
+    }
+
+    async fn server(
+        &self,
+        max_conns: u32,
+        max_long_polls: usize,
+    ) -> (String, Queue, PgPool, CancellationToken) {
+        let pool = self.fresh_pool(max_conns).await;
+        let queue = Queue::new(pool.clone());
+        let notifications = Notifications::new();
+        let stop = CancellationToken::new();
+        queue::spawn_listener(pool.clone(), notifications.clone(), stop.clone());
+        let state = AppState::new(
+            queue.clone(),
+            AdminToken::from_secret(ADMIN),
+            Arc::new(Metrics::new()),
+            notifications,
+            max_long_polls,
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let s = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, api::router(state))
+                .with_graceful_shutdown(async move { s.cancelled().await })
+                .await
+                .unwrap();
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (base, queue, pool, stop)
+    }
+
+    async fn agent(http: &reqwest::Client, base: &str, name: &str) -> (String, String) {
+        let v: serde_json::Value = http
+            .post(format!("{base}/api/v1/agents"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"name": name, "labels": ["bench"]}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (
+            v["agent"]["id"].as_str().unwrap().into(),
+            v["token"].as_str().unwrap().into(),
+        )
+    }
+
+    /// (2) 16 agents over HTTP with keep-alive, claim-next + complete. Returns (orders/s, claim
+    /// latencies sorted).
+    async fn http_end_to_end(&self, orders: usize) -> (f64, Vec<Duration>) {
+        let (base, _queue, pool, stop) = self.server(40, 1024).await;
+        Self::fill(&pool, orders, 0).await;
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap();
+        let mut creds = Vec::new();
+        for i in 0..AGENTS {
+            creds.push(Self::agent(&http, &base, &format!("bench-{i}")).await);
+        }
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for (id, token) in creds {
+            let (http, base) = (http.clone(), base.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                loop {
+                    let t0 = Instant::now();
+                    let r = http
+                        .post(format!("{base}/api/v1/agents/{id}/claim"))
+                        .bearer_auth(&token)
+                        .body("")
+                        .send()
+                        .await
+                        .unwrap();
+                    if r.status().as_u16() == 204 {
+                        return lat;
+                    }
+                    let order: serde_json::Value = r.json().await.unwrap();
+                    lat.push(t0.elapsed());
+                    let oid = order["id"].as_str().unwrap();
+                    let r = http
+                        .post(format!("{base}/api/v1/work-orders/{oid}/complete"))
+                        .bearer_auth(&token)
+                        .json(&json!({"agent_id": id, "claim_id": order["claim_id"], "success": true}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(r.status().as_u16(), 200);
+                }
+            }));
+        }
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.unwrap());
+        }
+        let rate = lat.len() as f64 / started.elapsed().as_secs_f64();
+        lat.sort();
+        stop.cancel();
+        (rate, lat)
+    }
+
+    /// (3) 64 agents long-polling an empty queue; orders inserted one at a time at a steady rate;
+    /// time from the insert's commit to the claim response.
+    async fn wake_up(&self, count: usize) -> Vec<Duration> {
+        let (base, queue, _pool, stop) = self.server(80, 1024).await;
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(128)
+            .build()
+            .unwrap();
+        let committed: Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
+            Default::default();
+        let lat: Arc<std::sync::Mutex<Vec<Duration>>> = Default::default();
+        let remaining = Arc::new(AtomicUsize::new(count));
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            let (id, token) = Self::agent(&http, &base, &format!("waiter-{i}")).await;
+            let (http, base, committed, lat, remaining) = (
+                http.clone(),
+                base.clone(),
+                committed.clone(),
+                lat.clone(),
+                remaining.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                while remaining.load(Ordering::Relaxed) > 0 {
+                    let r = http
+                        .post(format!("{base}/api/v1/agents/{id}/claim"))
+                        .bearer_auth(&token)
+                        .json(&json!({"max_wait_seconds": 5}))
+                        .send()
+                        .await
+                        .unwrap();
+                    if r.status().as_u16() != 200 {
+                        continue;
+                    }
+                    let got = Instant::now();
+                    let order: serde_json::Value = r.json().await.unwrap();
+                    let oid = order["id"].as_str().unwrap().to_string();
+                    // The inserter records the commit time right after commit returns.
+                    loop {
+                        if let Some(t) = committed.lock().unwrap().get(&oid) {
+                            lat.lock().unwrap().push(got.saturating_duration_since(*t));
+                            break;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    remaining.fetch_sub(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let spec = queue::validate::validate_work_order(serde_json::from_value(json!({
+            "work_type": "custom", "yaml_content": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+            "targeting": {"labels": ["bench"]}})).unwrap()).unwrap();
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        for _ in 0..count {
+            tick.tick().await;
+            let id = uuid::Uuid::new_v4();
+            // Commit time is taken when the insert's transaction has committed.
+            let before = Instant::now();
+            queue
+                .create_work_order(&spec, Some(id), "bench")
+                .await
+                .unwrap();
+            let _ = before;
+            committed
+                .lock()
+                .unwrap()
+                .insert(id.to_string(), Instant::now());
+        }
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+        stop.cancel();
+        let mut l = lat.lock().unwrap().clone();
+        l.sort();
+        l
+    }
+
+    /// (4) Claim latency (p99 of single claims, one agent) with `pending` orders and `log` rows,
+    /// and the reaper's sweep time with nothing to reap.
+    async fn backlog(&self, pending: usize, log: usize, samples: usize) -> (Duration, Duration) {
+        let pool = self.fresh_pool(4).await;
+        let queue = Queue::new(pool.clone());
+        Self::fill(&pool, pending, log).await;
+        let spec = queue::validate::validate_agent(
+            serde_json::from_value(json!({"name": "b", "labels": ["bench"]})).unwrap(),
+        )
+        .unwrap();
+        let agent = queue.register_agent(&spec, None).await.unwrap().agent.id;
+        let req = queue::ClaimRequest {
+            agent_id: agent,
+            lease_seconds: None,
+        };
+        let mut lat = Vec::new();
+        for _ in 0..samples {
+            let t0 = Instant::now();
+            let o = queue.claim_next(&req, &[]).await.unwrap().unwrap();
+            lat.push(t0.elapsed());
+            queue
+                .complete(
+                    o.id,
+                    agent,
+                    o.claim_id,
+                    &queue::Completion {
+                        success: true,
+                        message: None,
+                        retryable: true,
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        lat.sort();
+        let mut sweeps = Vec::new();
+        for _ in 0..20 {
+            let t0 = Instant::now();
+            queue.maintain().await.unwrap();
+            sweeps.push(t0.elapsed());
+        }
+        sweeps.sort();
+        pool.close().await;
+        (percentile(&lat, 0.99), percentile(&sweeps, 0.5))
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse()
+                    .unwrap_or(0)
+            })
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let wanted: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .collect();
+    let run = |s: &str| wanted.is_empty() || wanted.contains(&s);
+    let dir = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pg = EmbeddedPostgres::start(Options {
+        root: dir.path().join("pg"),
+        listen: Listen::Loopback(port),
+        database: "postgres".into(),
+        bin_dir: None,
+        die_with_parent: true,
+    })
+    .await
+    .expect("starting PostgreSQL for the benchmark");
+    let b = Bench {
+        server_url: pg.url(),
+        quick,
+    };
+    let orders = if b.quick { 10_000 } else { 100_000 };
+    println!(
+        "Pullman queue benchmarks ({} cores, {} mode)\n",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        if quick { "quick" } else { "full" }
+    );
+    println!("| scenario | figure | ratio / target |");
+    println!("|---|---|---|");
+    let mut ceiling = None;
+    if run("sql") || run("http") {
+        let c = b.sql_ceiling(orders).await;
+        println!(
+            "| 1. SQL ceiling: claim+complete, 16 connections, {orders} orders | {c:.0} orders/s | baseline |"
+        );
+        ceiling = Some(c);
+    }
+    if run("http") {
+        let (rate, lat) = b.http_end_to_end(orders).await;
+        let c = ceiling.unwrap();
+        println!(
+            "| 2. HTTP end to end: 16 agents, claim-next+complete, {orders} backlog | {rate:.0} orders/s; claim p50 {} p99 {} | {:.2} × ceiling (target ≥ 0.5) |",
+            ms(percentile(&lat, 0.5)),
+            ms(percentile(&lat, 0.99)),
+            rate / c
+        );
+    }
+    if run("wake") {
+        let n = if b.quick { 100 } else { 400 };
+        let lat = b.wake_up(n).await;
+        println!(
+            "| 3. Wake-up: 64 long-polls, {n} inserts at 20/s | p50 {} p99 {} ({} samples) | p99 target < 50 ms |",
+            ms(percentile(&lat, 0.5)),
+            ms(percentile(&lat, 0.99)),
+            lat.len()
+        );
+    }
+    if run("backlog") {
+        let sizes: &[usize] = if b.quick {
+            &[1_000, 100_000]
+        } else {
+            &[1_000, 100_000, 1_000_000]
+        };
+        let mut base = None;
+        for &n in sizes {
+            let log = if n >= 1_000_000 { 1_000_000 } else { 0 };
+            let (p99, sweep) = b.backlog(n, log, 500).await;
+            let ratio = base
+                .map(|b: Duration| p99.as_secs_f64() / b.as_secs_f64())
+                .unwrap_or(1.0);
+            base.get_or_insert(p99);
+            println!(
+                "| 4. Backlog: {n} pending{} | claim p99 {}; reaper sweep {} | {ratio:.2} × 1k (target ≤ 1.5; sweep < 10 ms) |",
+                if log > 0 {
+                    format!(" + {log} log rows")
+                } else {
+                    String::new()
+                },
+                ms(p99),
+                ms(sweep)
+            );
+        }
+    }
+    if run("footprint") {
+        let exe = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/pullman");
+        if !exe.exists() {
+            println!(
+                "| 6. Footprint | skipped: build target/release/pullman first (cargo build --release) | |"
+            );
+        } else {
+            let db = b.fresh_pool(1).await;
+            let (dbname,): (String,) = sqlx::query_as("SELECT current_database()")
+                .fetch_one(&db)
+                .await
+                .unwrap();
+            let (base_url, _) = b.server_url.rsplit_once('/').unwrap();
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut child = std::process::Command::new(&exe)
+                .args([
+                    "serve",
+                    "--controller",
+                    "off",
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                ])
+                .env("DATABASE_URL", format!("{base_url}/{dbname}"))
+                .env("PULLMAN_ADMIN_TOKEN", ADMIN)
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let idle = rss_kib(child.id());
+            let http = reqwest::Client::builder()
+                .pool_max_idle_per_host(1100)
+                .build()
+                .unwrap();
+            let base = format!("http://127.0.0.1:{port}");
+            let (id, token) = Bench::agent(&http, &base, "fp").await;
+            let mut polls = Vec::new();
+            for _ in 0..1000 {
+                let (http, base, id, token) =
+                    (http.clone(), base.clone(), id.clone(), token.clone());
+                polls.push(tokio::spawn(async move {
+                    let _ = http
+                        .post(format!("{base}/api/v1/agents/{id}/claim"))
+                        .bearer_auth(&token)
+                        .json(&json!({"max_wait_seconds": 20}))
+                        .send()
+                        .await;
+                }));
+            }
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            let busy = rss_kib(child.id());
+            println!(
+                "| 6. Footprint: pullman serve RSS | idle {:.1} MiB; 1,000 long-polls {:.1} MiB | target ≤ 100 MiB |",
+                idle as f64 / 1024.0,
+                busy as f64 / 1024.0
+            );
+            let _ = child.kill();
+            let _ = child.wait();
+            for p in polls {
+                p.abort();
+            }
+        }
+    }
+    pg.stop().await.unwrap();
+}
