@@ -489,10 +489,14 @@ async fn main() {
         }
     }
     if run("footprint") {
-        let exe = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/pullman");
+        let exe = std::env::var_os("PULLMAN_BIN")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/pullman")
+            });
         if !exe.exists() {
             println!(
-                "| 6. Footprint | skipped: build target/release/pullman first (cargo build --release) | |"
+                "| 6. Footprint | skipped: build target/release/pullman first (cargo build --release) or set PULLMAN_BIN | |"
             );
         } else {
             let db = b.fresh_pool(1).await;
