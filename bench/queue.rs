@@ -390,6 +390,12 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    // `cargo test --all-targets` also runs this binary, built without optimizations: figures from
+    // such a build mean nothing, so it only says how to run it.
+    if cfg!(debug_assertions) {
+        println!("benchmarks run optimized: cargo bench --bench queue");
+        return;
+    }
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
