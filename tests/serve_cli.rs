@@ -19,6 +19,8 @@ fn start_serve(data_dir: &Path, port: u16) -> Child {
             "--data-dir",
         ])
         .arg(data_dir)
+        // This test is about the embedded database; the controller has tests of its own.
+        .args(["--controller", "off"])
         .env_remove("DATABASE_URL")
         .env_remove("PULLMAN_ADMIN_TOKEN")
         .stdout(Stdio::null())
@@ -233,5 +235,50 @@ fn serve_without_postgres_binaries_says_what_to_do() {
     assert!(
         err.contains("no PostgreSQL server binaries found") && err.contains("DATABASE_URL"),
         "{err}"
+    );
+}
+
+/// `--controller auto` with a kubeconfig whose API server is gone: serve runs without the
+/// controller and stops promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_an_unreachable_kubernetes_api_runs_without_the_controller_and_stops() {
+    let db = support::fresh_database_url().await;
+    // A kubeconfig pointing at a port nobody listens on.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let api = listener.local_addr().unwrap();
+    drop(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://{api}'}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{token: x}}\n"
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--controller",
+            "auto",
+        ])
+        .env("DATABASE_URL", &db)
+        .env("KUBECONFIG", &kubeconfig)
+        .env("PULLMAN_ADMIN_TOKEN", support::ADMIN_TOKEN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_ready(port).await;
+    let started = std::time::Instant::now();
+    let status = sigterm_and_wait(child);
+    assert!(status.success(), "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "stopped in {:?}",
+        started.elapsed()
     );
 }

@@ -182,12 +182,15 @@ pub async fn run_with_leader_election(
             stop.cancel();
             let _ = handle.await;
         }
-        // Closing the channel makes the manager release the Lease.
+        // Closing the channel makes the manager release the Lease. An unreachable API server
+        // must not hold up shutdown: the Lease then simply expires.
         drop(leading);
-        match task.await {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "leader election ended with an error"),
-            Err(error) => tracing::warn!(%error, "leader election task failed"),
+        let task = AbortOnDropHandle::new(task);
+        match tokio::time::timeout(Duration::from_secs(5), task).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "leader election ended with an error"),
+            Ok(Err(error)) => tracing::warn!(%error, "leader election task failed"),
+            Err(_) => tracing::warn!("could not release the Lease within 5 s; it will expire"),
         }
         if shutdown.is_cancelled() {
             return;
