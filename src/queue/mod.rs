@@ -12,6 +12,7 @@ mod maintenance;
 pub mod model;
 mod notify;
 mod orders;
+mod refusal;
 pub mod rules;
 pub mod validate;
 
