@@ -216,3 +216,138 @@ async fn long_polls_are_bounded() {
         .await;
     assert_eq!(status, 204);
 }
+
+/// Starts a long-poll of `max_wait_seconds` for agent (id, token); yields (status, body, waited).
+fn long_poll(
+    s: &Arc<TestServer>,
+    agent: &(String, String),
+    max_wait_seconds: u64,
+) -> tokio::task::JoinHandle<(u16, serde_json::Value, std::time::Duration)> {
+    let (s, (id, token)) = (s.clone(), agent.clone());
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let (status, body) = s
+            .call(
+                Method::POST,
+                &format!("/api/v1/agents/{id}/claim"),
+                Some(&token),
+                Some(json!({"max_wait_seconds": max_wait_seconds})),
+            )
+            .await;
+        (status, body, started.elapsed())
+    })
+}
+
+/// Each new order wakes one waiter that may take it (issue #7): six orders created at once for
+/// six "blue" long-polls all go out promptly, one each, while the "red" long-polls sleep through
+/// them and end empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn new_orders_wake_eligible_long_polls_one_each() {
+    let s = Arc::new(TestServer::start().await);
+    let mut blue = Vec::new();
+    let mut red = Vec::new();
+    for i in 0..6 {
+        let b = s
+            .agent(json!({"name": format!("blue-{i}"), "labels": ["blue"]}))
+            .await;
+        blue.push(long_poll(&s, &b, 20));
+        let r = s
+            .agent(json!({"name": format!("red-{i}"), "labels": ["red"]}))
+            .await;
+        red.push(long_poll(&s, &r, 4));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let orders: HashSet<String> =
+        futures::future::join_all((0..6).map(|_| s.order(configmap_order("blue"))))
+            .await
+            .into_iter()
+            .collect();
+    let mut claimed = HashSet::new();
+    for t in blue {
+        let (status, body, waited) = t.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            waited < std::time::Duration::from_secs(10),
+            "woken by its order, not by the 20 s wait (waited {waited:?})"
+        );
+        assert!(claimed.insert(body["id"].as_str().unwrap().to_string()));
+    }
+    assert_eq!(claimed, orders, "every order claimed, each once");
+    for t in red {
+        let (status, body, _) = t.await.unwrap();
+        assert_eq!(status, 204, "a red long-poll took nothing: {body}");
+    }
+}
+
+/// An order whose targeting does not fit in a notification (PostgreSQL caps a payload at 8000
+/// bytes) still wakes the long-poll that may take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_with_huge_targeting_still_wakes_its_long_poll() {
+    let s = Arc::new(TestServer::start().await);
+    let agent = s.agent(json!({"name": "big", "labels": ["big"]})).await;
+    let waiter = long_poll(&s, &agent, 20);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut body = configmap_order("big");
+    let mut labels = vec!["big".to_string()];
+    labels.extend((0..4).map(|i| format!("{i}{}", "x".repeat(4000))));
+    body["targeting"]["labels"] = json!(labels);
+    let order = s.order(body).await;
+    let (status, body, waited) = waiter.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], json!(order));
+    assert!(
+        waited < std::time::Duration::from_secs(10),
+        "waited {waited:?}"
+    );
+}
+
+/// Claims and completions of API orders send nothing on `pullman_work_order_changed` (only the
+/// controller listens, for orders from WorkOrder resources): a transaction that notifies holds a
+/// cluster-wide lock through its commit, which would serialize the claim path's commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_orders_send_no_change_notifications_but_resource_orders_do() {
+    let s = Arc::new(TestServer::start().await);
+    let mut listener = sqlx::postgres::PgListener::connect_with(&s.pool)
+        .await
+        .unwrap();
+    listener.listen("pullman_work_order_changed").await.unwrap();
+    let (id, token) = s.agent(json!({"name": "quiet", "labels": ["q"]})).await;
+    let order = s.order(configmap_order("q")).await;
+    let (status, claim) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{id}/claim"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{claim}");
+    let (status, body) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{order}/complete"),
+            Some(&token),
+            Some(json!({"agent_id": id, "claim_id": claim["claim_id"], "success": true})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // An order from a resource does notify; it is the marker that ends the wait below.
+    let spec = pullman::queue::validate::validate_work_order(
+        serde_json::from_value(configmap_order("q")).unwrap(),
+    )
+    .unwrap();
+    let marker = uuid::Uuid::new_v4();
+    s.queue
+        .create_work_order(&spec, Some(marker), pullman::queue::SOURCE_KUBERNETES)
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
+        .await
+        .expect("the resource order's notification")
+        .unwrap();
+    assert_eq!(
+        first.payload(),
+        marker.to_string(),
+        "the API order's create, claim and completion sent nothing"
+    );
+}

@@ -183,27 +183,16 @@ pub async fn claim_next(
     };
     let _waiting = _permit.as_ref().map(|_| LongPollGauge::enter(&state));
 
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut wake = state.notifications.claimable();
-    loop {
-        // Mark the signal seen before looking, so an order that appears during the query wakes us.
-        wake.borrow_and_update();
-        if let Some(order) = state.queue.claim_next(&req, &work_types).await? {
+    match state
+        .queue
+        .claim_next_waiting(&req, &work_types, wait, &state.notifications)
+        .await?
+    {
+        Some(order) => {
             claimed(&state, &order, started);
-            return Ok(Json(order).into_response());
+            Ok(Json(order).into_response())
         }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(StatusCode::NO_CONTENT.into_response());
-        }
-        tokio::select! {
-            changed = wake.changed() => {
-                if changed.is_err() {
-                    // Sender gone: the server is shutting down.
-                    return Ok(StatusCode::NO_CONTENT.into_response());
-                }
-            }
-            _ = tokio::time::sleep_until(deadline) => {}
-        }
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
 }
 

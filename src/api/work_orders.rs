@@ -61,7 +61,11 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<WorkOrder>), ApiError> {
     caller.require_admin()?;
     let spec = validate_work_order(body)?;
-    match state.queue.create_work_order(&spec, None, "api").await? {
+    match state
+        .queue
+        .create_work_order(&spec, None, crate::queue::SOURCE_API)
+        .await?
+    {
         Lookup::Active(order) => {
             tracing::info!(work_order = %order.id, work_type = %order.work_type, "work order created");
             Ok((StatusCode::CREATED, Json(*order)))

@@ -99,7 +99,7 @@ async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
             Ok(spec) => {
                 let created = ctx
                     .queue
-                    .create_work_order(&spec, Some(id), "kubernetes")
+                    .create_work_order(&spec, Some(id), crate::queue::SOURCE_KUBERNETES)
                     .await?;
                 tracing::info!(workorder = %wo.name_any(), work_order = %id, "queued");
                 status::from_queue(&created, prev, generation, &now)

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::orders::{EndedBy, FinalClaim, finish};
 use super::rules::{self, AgentProfile, FailureDecision, OrderProfile};
+use super::wake::WakeFilter;
 use super::{
     Completion, CompletionResult, ConflictCode, OrderRow, Outcome, Page, Queue, QueueError,
     Targeting, WorkOrder, WorkType, cursor, order_columns,
@@ -149,15 +150,18 @@ fn at_capacity(max_concurrency: Option<i32>, held: i64) -> bool {
 }
 
 /// Inserts the claim row and marks the order `CLAIMED`; `{target}` is a relation with column
-/// `id` naming the order. Returns the full order with `yaml_content`.
-fn claim_statement(target: &str) -> String {
+/// `id` naming the order. The claim id, agent id and lease seconds are bound as `$n`, `$n+1`,
+/// `$n+2` with `n = first`, after the target's own parameters. Returns the full order with
+/// `yaml_content`.
+fn claim_statement(target: &str, first: usize) -> String {
+    let (claim, agent, lease) = (first, first + 1, first + 2);
     format!(
         "WITH target AS ({target}), \
          claim AS (INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, \
              deadline, lease_seconds, lease_expires_at) \
-           SELECT w.id, $10, $11, now(), now() + make_interval(secs => w.claim_timeout_seconds), \
-             $12::int, CASE WHEN $12::int IS NULL THEN NULL ELSE \
-               LEAST(now() + make_interval(secs => $12::int), \
+           SELECT w.id, ${claim}, ${agent}, now(), now() + make_interval(secs => w.claim_timeout_seconds), \
+             ${lease}::int, CASE WHEN ${lease}::int IS NULL THEN NULL ELSE \
+               LEAST(now() + make_interval(secs => ${lease}::int), \
                      now() + make_interval(secs => w.claim_timeout_seconds)) END \
            FROM target JOIN work_orders w ON w.id = target.id RETURNING *), \
          upd AS (UPDATE work_orders w SET status = 'CLAIMED', last_claimed_by = claim.agent_id, \
@@ -239,8 +243,34 @@ impl Queue {
         req: &ClaimRequest,
         work_types: &[WorkType],
     ) -> Result<Option<WorkOrder>, QueueError> {
+        Ok(self.claim_next_filtered(req, work_types).await?.0)
+    }
+
+    /// [`Self::claim_next`], also returning which orders this claimer may take, for the wait list.
+    pub(super) async fn claim_next_filtered(
+        &self,
+        req: &ClaimRequest,
+        work_types: &[WorkType],
+    ) -> Result<(Option<WorkOrder>, WakeFilter), QueueError> {
         let mut tx = self.pool.begin().await?;
         let claimer = lock_claimer(&mut tx, req).await?;
+        let Some(types) = claimer.effective_types(work_types) else {
+            tx.commit().await?;
+            // Nothing this call may take: a filter that admits no notice.
+            let mut agent = claimer.profile;
+            agent.retired = true;
+            return Ok((
+                None,
+                WakeFilter {
+                    agent,
+                    types: vec![],
+                },
+            ));
+        };
+        let filter = WakeFilter {
+            agent: claimer.profile.clone(),
+            types: types.iter().filter_map(|t| WorkType::parse(t)).collect(),
+        };
         if claimer.max_concurrency.is_some()
             && at_capacity(
                 claimer.max_concurrency,
@@ -248,16 +278,15 @@ impl Queue {
             )
         {
             tx.commit().await?;
-            return Ok(None);
+            return Ok((None, filter));
         }
-        let Some(types) = claimer.effective_types(work_types) else {
-            tx.commit().await?;
-            return Ok(None);
-        };
-        let sql = claim_statement(&format!(
-            "SELECT w.id FROM work_orders w WHERE {ELIGIBLE} \
+        let sql = claim_statement(
+            &format!(
+                "SELECT w.id FROM work_orders w WHERE {ELIGIBLE} \
              ORDER BY w.created_at, w.id LIMIT 1 FOR UPDATE SKIP LOCKED"
-        ));
+            ),
+            7,
+        );
         let row: Option<OrderRow> = sqlx::query_as(&sql)
             .bind(claimer.profile.id)
             .bind(&claimer.profile.name)
@@ -265,17 +294,13 @@ impl Queue {
             .bind(&claimer.annotation_pairs)
             .bind(&types)
             .bind(&claimer.profile.tenant)
-            // $7–$9 unused here; keep the numbering of ELIGIBLE and the claim statement stable.
-            .bind(None::<DateTime<Utc>>)
-            .bind(None::<Uuid>)
-            .bind(None::<i64>)
             .bind(Uuid::new_v4())
             .bind(req.agent_id)
             .bind(req.lease_seconds)
             .fetch_optional(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(row.map(Into::into))
+        Ok((row.map(Into::into), filter))
     }
 
     /// Claims one order by id (DESIGN.md §5 `POST /work-orders/{id}/claim`). `404` when unknown
@@ -361,18 +386,9 @@ impl Queue {
                 ),
             ));
         }
-        let sql = claim_statement("SELECT $1::uuid AS id");
+        let sql = claim_statement("SELECT $1::uuid AS id", 2);
         let row: OrderRow = sqlx::query_as(&sql)
             .bind(order_id)
-            // $2–$9 belong to the eligibility clause, not used by this statement.
-            .bind(None::<String>)
-            .bind(None::<Vec<String>>)
-            .bind(None::<Vec<String>>)
-            .bind(None::<Vec<String>>)
-            .bind(None::<String>)
-            .bind(None::<DateTime<Utc>>)
-            .bind(None::<Uuid>)
-            .bind(None::<i64>)
             .bind(Uuid::new_v4())
             .bind(req.agent_id)
             .bind(req.lease_seconds)
@@ -391,6 +407,9 @@ impl Queue {
         agent_id: Uuid,
         claim_id: Option<Uuid>,
     ) -> Result<Heartbeat, QueueError> {
+        // One transaction, so one WAL flush; the agent row first, as everywhere (lock order).
+        let mut tx = self.pool.begin().await?;
+        touch_agent(&mut *tx, agent_id).await?;
         let row: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = sqlx::query_as(
             "UPDATE work_order_claims SET lease_expires_at = CASE WHEN lease_seconds IS NULL \
                THEN NULL ELSE LEAST(now() + make_interval(secs => lease_seconds), deadline) END \
@@ -401,9 +420,9 @@ impl Queue {
         .bind(order_id)
         .bind(agent_id)
         .bind(claim_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
-        self.touch_agent(agent_id).await?;
+        tx.commit().await?;
         match row {
             Some((lease_expires_at, claim_expires_at)) => Ok(Heartbeat {
                 lease_expires_at,
@@ -425,6 +444,9 @@ impl Queue {
         completion: &Completion,
     ) -> Result<CompletionResult, QueueError> {
         let mut tx = self.pool.begin().await?;
+        // First, keeping the lock order agent → order → claim; and in this transaction, because
+        // a separate statement would cost a second WAL flush per completion.
+        touch_agent(&mut *tx, agent_id).await?;
         let order: Option<(i32, i32, i32)> = sqlx::query_as(
             "SELECT retry_count, max_retries, backoff_seconds FROM work_orders \
              WHERE id = $1 FOR UPDATE",
@@ -451,8 +473,7 @@ impl Queue {
         let (Some((retry_count, max_retries, backoff_seconds)), Some((claim_id, claimed_at))) =
             (order, claim)
         else {
-            drop(tx);
-            self.touch_agent(agent_id).await?;
+            tx.commit().await?;
             return Err(self.explain_refusal(order_id, agent_id, claim_id).await?);
         };
         let final_claim = FinalClaim {
@@ -515,15 +536,15 @@ impl Queue {
             }
         };
         tx.commit().await?;
-        self.touch_agent(agent_id).await?;
         Ok(result)
     }
+}
 
-    async fn touch_agent(&self, agent_id: Uuid) -> Result<(), QueueError> {
-        sqlx::query("UPDATE agents SET last_seen_at = now() WHERE id = $1")
-            .bind(agent_id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
+/// Records contact with the agent (`last_seen_at`, DESIGN.md §5 agent health).
+async fn touch_agent(exec: impl sqlx::PgExecutor<'_>, agent_id: Uuid) -> Result<(), QueueError> {
+    sqlx::query("UPDATE agents SET last_seen_at = now() WHERE id = $1")
+        .bind(agent_id)
+        .execute(exec)
+        .await?;
+    Ok(())
 }

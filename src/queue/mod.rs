@@ -15,6 +15,7 @@ mod orders;
 mod refusal;
 pub mod rules;
 pub mod validate;
+mod wake;
 
 use std::collections::BTreeMap;
 
@@ -30,6 +31,12 @@ pub use maintenance::{MaintenanceReport, run_maintenance};
 pub use model::*;
 pub use notify::{Notifications, spawn_listener};
 pub use orders::{LogFilter, OrderFilter};
+
+/// `source` of an order created through the REST API.
+pub const SOURCE_API: &str = "api";
+/// `source` of an order created from a `WorkOrder` resource. Only these orders send
+/// `pullman_work_order_changed` (migration `20261201000001`), because only the controller listens.
+pub const SOURCE_KUBERNETES: &str = "kubernetes";
 
 /// Embedded migrations (`migrations/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

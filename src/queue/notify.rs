@@ -2,23 +2,28 @@
 //! database's notifications into in-process signals, so long-polling claimers and the controller
 //! wake on changes instead of polling.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-/// Channel notified when an order becomes claimable (payload: its work type).
+use super::wake::{Notice, WaitList};
+
+/// Channel notified when an order becomes claimable (payload: JSON with its id, work type,
+/// tenant and targeting; see [`Notice`]).
 pub const CLAIMABLE_CHANNEL: &str = "pullman_claimable";
-/// Channel notified on every state change of an order (payload: its id).
+/// Channel notified on every state change of an order created from a `WorkOrder` resource
+/// (payload: its id).
 pub const CHANGED_CHANNEL: &str = "pullman_work_order_changed";
 
 /// In-process view of the queue's notifications. Cheap to clone.
 #[derive(Clone)]
 pub struct Notifications {
-    claimable: watch::Sender<u64>,
+    waits: Arc<WaitList>,
     changed: broadcast::Sender<Option<Uuid>>,
 }
 
@@ -32,15 +37,14 @@ impl Notifications {
     /// Signals with no listener attached; [`spawn_listener`] feeds them.
     pub fn new() -> Self {
         Notifications {
-            claimable: watch::channel(0).0,
+            waits: Arc::new(WaitList::new()),
             changed: broadcast::channel(4096).0,
         }
     }
 
-    /// A receiver whose value changes whenever some order may have become claimable. Mark the
-    /// current value seen *before* trying to claim, then wait for a change: no wake-up is lost.
-    pub fn claimable(&self) -> watch::Receiver<u64> {
-        self.claimable.subscribe()
+    /// The long-polling claimers of this process, woken one per claimable order.
+    pub(crate) fn waits(&self) -> &Arc<WaitList> {
+        &self.waits
     }
 
     /// Ids of orders that changed; `None` means "anything may have changed" (the listener
@@ -50,7 +54,7 @@ impl Notifications {
     }
 
     fn wake_all(&self) {
-        self.claimable.send_modify(|v| *v = v.wrapping_add(1));
+        self.waits.wake_everyone();
         let _ = self.changed.send(None);
     }
 }
@@ -95,9 +99,10 @@ async fn listen(pool: &PgPool, n: &Notifications) -> Result<(), sqlx::Error> {
     loop {
         // try_recv reports a lost connection as Ok(None) instead of silently reconnecting.
         match listener.try_recv().await? {
-            Some(msg) if msg.channel() == CLAIMABLE_CHANNEL => {
-                n.claimable.send_modify(|v| *v = v.wrapping_add(1));
-            }
+            Some(msg) if msg.channel() == CLAIMABLE_CHANNEL => match Notice::parse(msg.payload()) {
+                Some(notice) => n.waits.notify(notice),
+                None => n.waits.wake_everyone(),
+            },
             Some(msg) => {
                 let _ = n.changed.send(Uuid::parse_str(msg.payload()).ok());
             }
