@@ -1,4 +1,4 @@
--- Notifications that cost less and say more (issue #7, benchmarks).
+-- Notifications that cost less and say more, and vacuuming that keeps up (issue #7, benchmarks).
 --
 -- * pullman_claimable now carries the order's eligibility facts as JSON ({id, work_type, tenant,
 --   agent_ids, agent_names, labels, annotations}) so a server wakes one long-polling claimer that
@@ -37,3 +37,11 @@ BEGIN
     RETURN NEW;
 END
 $$;
+
+-- The hot tables churn: every order is inserted, claimed and deleted, every claim row lives for
+-- one claim and every claim or completion rewrites its agent's row. Vacuum them after a fixed
+-- number of dead rows rather than a fifth of the table, so scans (the foreign-key cascade on
+-- work_order_claims, the claim path's index walk) do not wade through dead versions.
+ALTER TABLE work_orders SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000);
+ALTER TABLE work_order_claims SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+ALTER TABLE agents SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);

@@ -322,3 +322,58 @@ async fn agents_report_derived_health() {
     let (_, v) = s.admin(Method::GET, "/api/v1/agents", None).await;
     assert_eq!(v["items"][0]["health"], "stale");
 }
+
+/// Claim-next's `work_types` narrows the agent's capabilities for that call: the order's type
+/// must be both requested (if any are) and within the capabilities (if any are declared).
+#[tokio::test]
+async fn requested_work_types_narrow_capabilities() {
+    let s = TestServer::start().await;
+    let (any, any_tok) = s.agent(json!({"name": "any", "labels": ["n"]})).await;
+    let (only_custom, oc_tok) = s
+        .agent(json!({"name": "only-custom", "labels": ["n"], "work_types": ["custom"]}))
+        .await;
+    let custom = s
+        .order(order("custom", None, json!({"labels": ["n"]})))
+        .await;
+    let build = s
+        .order(order("build", None, json!({"labels": ["n"]})))
+        .await;
+    let claim = |id: String, tok: String, body: Value| {
+        let s = &s;
+        async move {
+            s.call(
+                Method::POST,
+                &format!("/api/v1/agents/{id}/claim"),
+                Some(&tok),
+                Some(body),
+            )
+            .await
+        }
+    };
+    // Capable of custom only, asking for build only: nothing is left.
+    let (st, _) = claim(
+        only_custom.clone(),
+        oc_tok.clone(),
+        json!({"work_types": ["build"]}),
+    )
+    .await;
+    assert_eq!(st, 204);
+    // No declared capabilities, asking for build: the older custom order is passed over.
+    let (st, v) = claim(
+        any.clone(),
+        any_tok.clone(),
+        json!({"work_types": ["build"]}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["id"], json!(build));
+    // Capable of custom, asking for both: custom.
+    let (st, v) = claim(
+        only_custom,
+        oc_tok,
+        json!({"work_types": ["build", "custom"]}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["id"], json!(custom));
+}

@@ -279,6 +279,47 @@ impl Queue {
     }
 }
 
+/// SQL expressions for the columns of a log entry that do not come from the order row itself.
+pub(crate) struct LogValues<'a> {
+    pub outcome: &'a str,
+    pub message: &'a str,
+    /// Overrides the order's `last_error` when not NULL (and then stamps `last_error_at`).
+    pub last_error: &'a str,
+    pub claimed_by: &'a str,
+    pub claim_id: &'a str,
+    pub claimed_at: &'a str,
+    pub ended_by: &'a str,
+}
+
+/// `INSERT INTO work_order_log … SELECT … FROM {from} RETURNING …`, where `{from}` includes a
+/// relation `w` with the deleted order's columns (DESIGN.md §2: a finished order moves to the
+/// log). One place for the mapping, shared by every way an order finishes.
+pub(crate) fn log_insert(from: &str, v: &LogValues<'_>) -> String {
+    format!(
+        "INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds, \
+           claim_timeout_seconds, max_reclaims, tenant, targeting, outcome, message, retry_count, \
+           reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, source, \
+           ended_by, created_at, completed_at) \
+         SELECT w.id, w.work_type, w.yaml_content, w.max_retries, w.backoff_seconds, \
+           w.claim_timeout_seconds, w.max_reclaims, w.tenant, \
+           jsonb_build_object('agent_ids', to_jsonb(w.target_agent_ids), \
+             'agent_names', to_jsonb(w.target_agent_names), 'labels', to_jsonb(w.target_labels), \
+             'annotations', w.target_annotations), \
+           {outcome}, {message}, w.retry_count, w.reclaim_count, COALESCE({last_error}, w.last_error), \
+           CASE WHEN {last_error}::text IS NULL THEN w.last_error_at ELSE now() END, \
+           {claimed_by}, {claim_id}, {claimed_at}, w.source, {ended_by}, w.created_at, now() \
+         FROM {from} RETURNING {columns}",
+        outcome = v.outcome,
+        message = v.message,
+        last_error = v.last_error,
+        claimed_by = v.claimed_by,
+        claim_id = v.claim_id,
+        claimed_at = v.claimed_at,
+        ended_by = v.ended_by,
+        columns = log_columns(false),
+    )
+}
+
 /// Moves an active order to the log in the caller's transaction (DESIGN.md §2). Any live claim row
 /// goes with it (cascade). `last_error` overrides the order's when the order fails now.
 /// The caller must hold the order's row lock.
@@ -292,21 +333,19 @@ pub(crate) async fn finish(
     claim: Option<FinalClaim>,
 ) -> Result<LogEntry, QueueError> {
     let sql = format!(
-        "WITH w AS (DELETE FROM work_orders WHERE id = $1 RETURNING *) \
-         INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds, \
-           claim_timeout_seconds, max_reclaims, tenant, targeting, outcome, message, retry_count, \
-           reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, source, \
-           ended_by, created_at, completed_at) \
-         SELECT id, work_type, yaml_content, max_retries, backoff_seconds, claim_timeout_seconds, \
-           max_reclaims, tenant, \
-           jsonb_build_object('agent_ids', to_jsonb(target_agent_ids), \
-             'agent_names', to_jsonb(target_agent_names), 'labels', to_jsonb(target_labels), \
-             'annotations', target_annotations), \
-           $2, $3, retry_count, reclaim_count, COALESCE($4, last_error), \
-           CASE WHEN $4::text IS NULL THEN last_error_at ELSE now() END, \
-           COALESCE($5, last_claimed_by), COALESCE($6, last_claim_id), $7, source, $8, created_at, now() \
-         FROM w RETURNING {}",
-        log_columns(false)
+        "WITH w AS (DELETE FROM work_orders WHERE id = $1 RETURNING *) {}",
+        log_insert(
+            "w",
+            &LogValues {
+                outcome: "$2",
+                message: "$3",
+                last_error: "$4",
+                claimed_by: "COALESCE($5, w.last_claimed_by)",
+                claim_id: "COALESCE($6, w.last_claim_id)",
+                claimed_at: "$7",
+                ended_by: "$8",
+            }
+        )
     );
     let row: LogRow = sqlx::query_as(&sql)
         .bind(id)

@@ -9,6 +9,8 @@ use sqlx::types::Json;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
+mod fastpath;
+
 use super::orders::{EndedBy, FinalClaim, finish};
 use super::rules::{self, AgentProfile, FailureDecision, OrderProfile};
 use super::wake::WakeFilter;
@@ -32,26 +34,68 @@ pub struct Heartbeat {
     pub claim_expires_at: DateTime<Utc>,
 }
 
-/// Eligibility of `w` for the agent bound as $1 id, $2 name, $3 labels, $4 annotation pairs,
-/// $5 work types (empty = all), $6 tenant (DESIGN.md §3). The first conjunct repeats the partial
-/// index predicate so the planner can use `work_orders_claimable`.
-const ELIGIBLE: &str = "w.status IN ('PENDING', 'RETRY_PENDING') \
-    AND (w.status = 'PENDING' OR w.next_retry_after <= now()) \
-    AND (w.target_agent_ids @> ARRAY[$1::uuid] OR $2::text = ANY(w.target_agent_names) \
-         OR w.target_labels && $3::text[] OR w.target_annotation_pairs && $4::text[]) \
-    AND (cardinality($5::text[]) = 0 OR w.work_type = ANY($5::text[])) \
-    AND ($6::text IS NULL OR w.tenant = $6)";
+/// SQL expressions naming the claiming agent's side of eligibility (DESIGN.md §3): bound
+/// parameters, or sub-queries on a locked agent row.
+struct AgentSql<'a> {
+    id: &'a str,
+    name: &'a str,
+    labels: &'a str,
+    annotation_pairs: &'a str,
+    /// A condition on `w.work_type` (capabilities and the request's narrowing).
+    work_types: &'a str,
+    tenant: &'a str,
+}
 
+/// The agent bound as $1 id, $2 name, $3 labels, $4 annotation pairs, $5 effective work types
+/// (empty = all), $6 tenant.
+const BOUND_AGENT: AgentSql<'static> = AgentSql {
+    id: "$1::uuid",
+    name: "$2::text",
+    labels: "$3::text[]",
+    annotation_pairs: "$4::text[]",
+    work_types: "(cardinality($5::text[]) = 0 OR w.work_type = ANY($5::text[]))",
+    tenant: "$6::text",
+};
+
+/// Eligibility of order `w` for an agent (DESIGN.md §3). The first conjunct repeats the partial
+/// index predicate so the planner can use `work_orders_claimable`.
+fn eligible(a: &AgentSql<'_>) -> String {
+    format!(
+        "w.status IN ('PENDING', 'RETRY_PENDING') \
+         AND (w.status = 'PENDING' OR w.next_retry_after <= now()) \
+         AND (w.target_agent_ids @> ARRAY[{id}] OR {name} = ANY(w.target_agent_names) \
+              OR w.target_labels && {labels} OR w.target_annotation_pairs && {pairs}) \
+         AND {types} AND ({tenant} IS NULL OR w.tenant = {tenant})",
+        id = a.id,
+        name = a.name,
+        labels = a.labels,
+        pairs = a.annotation_pairs,
+        types = a.work_types,
+        tenant = a.tenant,
+    )
+}
+
+/// The claiming agent's row, read under its row lock. Columns are prefixed `a_` so they can
+/// share a result row with an order's ([`CLAIMER_COLUMNS`]).
 #[derive(sqlx::FromRow)]
 struct AgentLockRow {
+    #[sqlx(rename = "a_id")]
     id: Uuid,
+    #[sqlx(rename = "a_name")]
     name: String,
+    #[sqlx(rename = "a_labels")]
     labels: Vec<String>,
+    #[sqlx(rename = "a_annotations")]
     annotations: Json<BTreeMap<String, String>>,
+    #[sqlx(rename = "a_annotation_pairs")]
     annotation_pairs: Vec<String>,
+    #[sqlx(rename = "a_work_types")]
     work_types: Vec<String>,
+    #[sqlx(rename = "a_tenant")]
     tenant: Option<String>,
+    #[sqlx(rename = "a_max_concurrency")]
     max_concurrency: Option<i32>,
+    #[sqlx(rename = "a_retired_at")]
     retired_at: Option<DateTime<Utc>>,
 }
 
@@ -83,10 +127,26 @@ impl From<AgentLockRow> for Claimer {
     }
 }
 
-const CLAIMER_COLUMNS: &str = "id, name, labels, annotations, annotation_pairs, work_types, tenant, \
-    max_concurrency, retired_at";
+const CLAIMER_COLUMNS: &str = "id AS a_id, name AS a_name, labels AS a_labels, \
+    annotations AS a_annotations, annotation_pairs AS a_annotation_pairs, \
+    work_types AS a_work_types, tenant AS a_tenant, max_concurrency AS a_max_concurrency, \
+    retired_at AS a_retired_at";
 
 impl Claimer {
+    /// Which claimable-order notices this claim-next would act on (see `queue::wake`).
+    fn wake_filter(&self, requested: &[WorkType]) -> WakeFilter {
+        let mut agent = self.profile.clone();
+        let types = match self.effective_types(requested) {
+            Some(types) => types.iter().filter_map(|t| WorkType::parse(t)).collect(),
+            // Nothing this call may take: a filter that admits no notice.
+            None => {
+                agent.retired = true;
+                vec![]
+            }
+        };
+        WakeFilter { agent, types }
+    }
+
     /// Work types this claim may take: the agent's capabilities narrowed by the request.
     /// `None` when nothing is left; `Some(empty)` = all types.
     fn effective_types(&self, requested: &[WorkType]) -> Option<Vec<&'static str>> {
@@ -129,12 +189,16 @@ async fn lock_claimer(
         })?
         .into();
     if claimer.profile.retired {
-        return Err(QueueError::conflict(
-            ConflictCode::AgentRetired,
-            format!("agent {} is retired", req.agent_id),
-        ));
+        return Err(retired(req.agent_id));
     }
     Ok(claimer)
+}
+
+fn retired(agent_id: Uuid) -> QueueError {
+    QueueError::conflict(
+        ConflictCode::AgentRetired,
+        format!("agent {agent_id} is retired"),
+    )
 }
 
 async fn held_claims(exec: impl sqlx::PgExecutor<'_>, agent_id: Uuid) -> Result<i64, QueueError> {
@@ -149,26 +213,45 @@ fn at_capacity(max_concurrency: Option<i32>, held: i64) -> bool {
     max_concurrency.is_some_and(|max| held >= i64::from(max))
 }
 
-/// Inserts the claim row and marks the order `CLAIMED`; `{target}` is a relation with column
-/// `id` naming the order. The claim id, agent id and lease seconds are bound as `$n`, `$n+1`,
-/// `$n+2` with `n = first`, after the target's own parameters. Returns the full order with
-/// `yaml_content`.
-fn claim_statement(target: &str, first: usize) -> String {
-    let (claim, agent, lease) = (first, first + 1, first + 2);
+/// CTEs `claim` (inserts the claim row) and `upd` (marks the order `CLAIMED`) for the order
+/// named by relation `target` (column `id`); the arguments are SQL expressions for the new claim
+/// id, the agent id and the lease seconds (NULL = no lease).
+fn claim_ctes(claim_id: &str, agent_id: &str, lease: &str) -> String {
     format!(
-        "WITH target AS ({target}), \
-         claim AS (INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, \
+        "claim AS (INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, \
              deadline, lease_seconds, lease_expires_at) \
-           SELECT w.id, ${claim}, ${agent}, now(), now() + make_interval(secs => w.claim_timeout_seconds), \
-             ${lease}::int, CASE WHEN ${lease}::int IS NULL THEN NULL ELSE \
-               LEAST(now() + make_interval(secs => ${lease}::int), \
+           SELECT w.id, {claim_id}, {agent_id}, now(), \
+             now() + make_interval(secs => w.claim_timeout_seconds), \
+             {lease}::int, CASE WHEN {lease}::int IS NULL THEN NULL ELSE \
+               LEAST(now() + make_interval(secs => {lease}::int), \
                      now() + make_interval(secs => w.claim_timeout_seconds)) END \
            FROM target JOIN work_orders w ON w.id = target.id RETURNING *), \
          upd AS (UPDATE work_orders w SET status = 'CLAIMED', last_claimed_by = claim.agent_id, \
              last_claim_id = claim.claim_id, next_retry_after = NULL, updated_at = now() \
-           FROM claim WHERE w.id = claim.work_order_id RETURNING w.*) \
-         SELECT {} FROM upd w JOIN claim c ON c.work_order_id = w.id",
+           FROM claim WHERE w.id = claim.work_order_id RETURNING w.*)"
+    )
+}
+
+/// The claimed order with `yaml_content`, from the CTEs of [`claim_ctes`].
+fn claimed_order_select() -> String {
+    format!(
+        "SELECT {} FROM upd w JOIN claim c ON c.work_order_id = w.id",
         order_columns(true)
+    )
+}
+
+/// Claims the order named by `target` (a query yielding column `id`); see [`claim_ctes`]. The
+/// claim id, agent id and lease seconds are bound as `$n`, `$n+1`, `$n+2` with `n = first`,
+/// after the target's own parameters.
+fn claim_statement(target: &str, first: usize) -> String {
+    format!(
+        "WITH target AS ({target}), {} {}",
+        claim_ctes(
+            &format!("${first}"),
+            &format!("${}", first + 1),
+            &format!("${}", first + 2)
+        ),
+        claimed_order_select()
     )
 }
 
@@ -212,9 +295,10 @@ impl Queue {
         };
         let sql = format!(
             "SELECT {} FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
-             WHERE {ELIGIBLE} AND ($7::timestamptz IS NULL OR (w.created_at, w.id) > ($7, $8)) \
+             WHERE {} AND ($7::timestamptz IS NULL OR (w.created_at, w.id) > ($7, $8)) \
              ORDER BY w.created_at, w.id LIMIT $9",
-            order_columns(false)
+            order_columns(false),
+            eligible(&BOUND_AGENT)
         );
         let rows: Vec<OrderRow> = sqlx::query_as(&sql)
             .bind(claimer.profile.id)
@@ -252,24 +336,29 @@ impl Queue {
         req: &ClaimRequest,
         work_types: &[WorkType],
     ) -> Result<(Option<WorkOrder>, WakeFilter), QueueError> {
+        let (claimer, order) = self.claim_next_one_trip(req, work_types).await?;
+        if claimer.profile.retired {
+            return Err(retired(req.agent_id));
+        }
+        if order.is_some() || claimer.max_concurrency.is_none() {
+            return Ok((order, claimer.wake_filter(work_types)));
+        }
+        self.claim_next_locked(req, work_types).await
+    }
+
+    /// Claim-next as a transaction: locks the agent row, then counts its claims in a later
+    /// statement (so with a fresh snapshot, which `max_concurrency` needs under concurrency).
+    async fn claim_next_locked(
+        &self,
+        req: &ClaimRequest,
+        work_types: &[WorkType],
+    ) -> Result<(Option<WorkOrder>, WakeFilter), QueueError> {
         let mut tx = self.pool.begin().await?;
         let claimer = lock_claimer(&mut tx, req).await?;
+        let filter = claimer.wake_filter(work_types);
         let Some(types) = claimer.effective_types(work_types) else {
             tx.commit().await?;
-            // Nothing this call may take: a filter that admits no notice.
-            let mut agent = claimer.profile;
-            agent.retired = true;
-            return Ok((
-                None,
-                WakeFilter {
-                    agent,
-                    types: vec![],
-                },
-            ));
-        };
-        let filter = WakeFilter {
-            agent: claimer.profile.clone(),
-            types: types.iter().filter_map(|t| WorkType::parse(t)).collect(),
+            return Ok((None, filter));
         };
         if claimer.max_concurrency.is_some()
             && at_capacity(
@@ -282,8 +371,9 @@ impl Queue {
         }
         let sql = claim_statement(
             &format!(
-                "SELECT w.id FROM work_orders w WHERE {ELIGIBLE} \
-             ORDER BY w.created_at, w.id LIMIT 1 FOR UPDATE SKIP LOCKED"
+                "SELECT w.id FROM work_orders w WHERE {} \
+                 ORDER BY w.created_at, w.id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                eligible(&BOUND_AGENT)
             ),
             7,
         );
@@ -443,6 +533,21 @@ impl Queue {
         claim_id: Option<Uuid>,
         completion: &Completion,
     ) -> Result<CompletionResult, QueueError> {
+        if completion.success {
+            return match self
+                .complete_success_one_trip(
+                    order_id,
+                    agent_id,
+                    claim_id,
+                    completion.message.as_deref(),
+                )
+                .await?
+            {
+                Some(entry) => Ok(CompletionResult::Finished(Box::new(entry))),
+                None => Err(self.explain_refusal(order_id, agent_id, claim_id).await?),
+            };
+        }
+        // A failure: the retry decision is made here (rules::decide_failure), so a transaction.
         let mut tx = self.pool.begin().await?;
         // First, keeping the lock order agent → order → claim; and in this transaction, because
         // a separate statement would cost a second WAL flush per completion.
@@ -482,58 +587,43 @@ impl Queue {
             claimed_at,
         };
         let message = completion.message.as_deref();
-        let result = if completion.success {
-            CompletionResult::Finished(Box::new(
+        let error = message.unwrap_or("the agent reported failure without a message");
+        let result = match rules::decide_failure(
+            retry_count,
+            max_retries,
+            backoff_seconds,
+            completion.retryable,
+        ) {
+            FailureDecision::Retry {
+                retry_count,
+                delay_seconds,
+            } => {
+                let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(
+                    "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = $2, \
+                     next_retry_after = now() + make_interval(secs => $3), last_error = $4, \
+                     last_error_at = now(), updated_at = now() WHERE id = $1 \
+                     RETURNING next_retry_after",
+                )
+                .bind(order_id)
+                .bind(retry_count)
+                .bind(delay_seconds as f64)
+                .bind(error)
+                .fetch_one(&mut *tx)
+                .await?;
+                CompletionResult::RetryScheduled { next_retry_after }
+            }
+            FailureDecision::Fail => CompletionResult::Finished(Box::new(
                 finish(
                     &mut tx,
                     order_id,
                     EndedBy::Agent,
-                    Outcome::Succeeded,
+                    Outcome::Failed,
                     message,
-                    None,
+                    Some(error),
                     Some(final_claim),
                 )
                 .await?,
-            ))
-        } else {
-            let error = message.unwrap_or("the agent reported failure without a message");
-            match rules::decide_failure(
-                retry_count,
-                max_retries,
-                backoff_seconds,
-                completion.retryable,
-            ) {
-                FailureDecision::Retry {
-                    retry_count,
-                    delay_seconds,
-                } => {
-                    let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(
-                        "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = $2, \
-                         next_retry_after = now() + make_interval(secs => $3), last_error = $4, \
-                         last_error_at = now(), updated_at = now() WHERE id = $1 \
-                         RETURNING next_retry_after",
-                    )
-                    .bind(order_id)
-                    .bind(retry_count)
-                    .bind(delay_seconds as f64)
-                    .bind(error)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    CompletionResult::RetryScheduled { next_retry_after }
-                }
-                FailureDecision::Fail => CompletionResult::Finished(Box::new(
-                    finish(
-                        &mut tx,
-                        order_id,
-                        EndedBy::Agent,
-                        Outcome::Failed,
-                        message,
-                        Some(error),
-                        Some(final_claim),
-                    )
-                    .await?,
-                )),
-            }
+            )),
         };
         tx.commit().await?;
         Ok(result)
