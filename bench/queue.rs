@@ -5,9 +5,12 @@
 //!   cargo bench --bench queue                 # all scenarios, default sizes
 //!   cargo bench --bench queue -- --quick      # smaller sizes, for a smoke run
 //!   cargo bench --bench queue -- sql http     # only these scenarios
+//!   cargo bench --bench queue -- soak --soak-minutes=3
 //!
 //! Scenarios: sql (ceiling), http (end to end), wake (long-poll wake-up), backlog (claim cost vs
-//! backlog size, reaper sweep), footprint (server RSS idle and with 1,000 long-polls).
+//! backlog size, reaper sweep), soak (the end-to-end run held at a fixed offered load for 10
+//! minutes), footprint (server RSS idle and with 1,000 long-polls; executor RSS idle when
+//! KUBECONFIG names a reachable cluster).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -373,6 +376,9 @@ impl Bench {
     }
 }
 
+mod footprint;
+mod soak;
+
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -401,6 +407,10 @@ async fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let soak_minutes: Option<u64> = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--soak-minutes="))
+        .map(|m| m.parse().expect("--soak-minutes=N takes whole minutes"));
     let wanted: Vec<&str> = args
         .iter()
         .filter(|a| !a.starts_with("--"))
@@ -441,6 +451,8 @@ async fn main() {
     println!("| scenario | figure | ratio / target |");
     println!("|---|---|---|");
     let mut ceiling = None;
+    // Printed after the table.
+    let mut notes: Vec<String> = Vec::new();
     if run("sql") || run("http") {
         let c = b.sql_ceiling(orders).await;
         println!(
@@ -448,8 +460,10 @@ async fn main() {
         );
         ceiling = Some(c);
     }
+    let mut http_rate = None;
     if run("http") {
         let (rate, lat) = b.http_end_to_end(orders).await;
+        http_rate = Some(rate);
         let c = ceiling.unwrap();
         println!(
             "| 2. HTTP end to end: 16 agents, claim-next+complete, {orders} backlog | {rate:.0} orders/s; claim p50 {} p99 {} | {:.2} × ceiling (target ≥ 0.5) |",
@@ -494,74 +508,17 @@ async fn main() {
             );
         }
     }
+    if run("soak") {
+        let minutes = soak_minutes.unwrap_or(if b.quick { 2 } else { 10 });
+        notes.extend(soak::run(&b, orders, minutes, http_rate).await);
+    }
     if run("footprint") {
-        let exe = std::env::var_os("PULLMAN_BIN")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/pullman")
-            });
-        if !exe.exists() {
-            println!(
-                "| 6. Footprint | skipped: build target/release/pullman first (cargo build --release) or set PULLMAN_BIN | |"
-            );
-        } else {
-            let db = b.fresh_pool(1).await;
-            let (dbname,): (String,) = sqlx::query_as("SELECT current_database()")
-                .fetch_one(&db)
-                .await
-                .unwrap();
-            let (base_url, _) = b.server_url.rsplit_once('/').unwrap();
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let mut child = std::process::Command::new(&exe)
-                .args([
-                    "serve",
-                    "--controller",
-                    "off",
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                ])
-                .env("DATABASE_URL", format!("{base_url}/{dbname}"))
-                .env("PULLMAN_ADMIN_TOKEN", ADMIN)
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap();
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let idle = rss_kib(child.id());
-            let http = reqwest::Client::builder()
-                .pool_max_idle_per_host(1100)
-                .build()
-                .unwrap();
-            let base = format!("http://127.0.0.1:{port}");
-            let (id, token) = Bench::agent(&http, &base, "fp").await;
-            let mut polls = Vec::new();
-            for _ in 0..1000 {
-                let (http, base, id, token) =
-                    (http.clone(), base.clone(), id.clone(), token.clone());
-                polls.push(tokio::spawn(async move {
-                    let _ = http
-                        .post(format!("{base}/api/v1/agents/{id}/claim"))
-                        .bearer_auth(&token)
-                        .json(&json!({"max_wait_seconds": 20}))
-                        .send()
-                        .await;
-                }));
-            }
-            tokio::time::sleep(Duration::from_secs(8)).await;
-            let busy = rss_kib(child.id());
-            println!(
-                "| 6. Footprint: pullman serve RSS | idle {:.1} MiB; 1,000 long-polls {:.1} MiB | target ≤ 100 MiB |",
-                idle as f64 / 1024.0,
-                busy as f64 / 1024.0
-            );
-            let _ = child.kill();
-            let _ = child.wait();
-            for p in polls {
-                p.abort();
-            }
+        footprint::run(&b).await;
+    }
+    if !notes.is_empty() {
+        println!();
+        for line in notes {
+            println!("{line}");
         }
     }
     pg.stop().await.unwrap();
