@@ -124,6 +124,12 @@ async fn rotated_tokens_revoke_the_old_one() {
     let new = v["token"].as_str().unwrap();
     assert_eq!(s.call(Method::GET, &path, Some(&old), None).await.0, 401);
     assert_eq!(s.call(Method::GET, &path, Some(new), None).await.0, 200);
+    // Just verified (so remembered by the server), then retired: refused at once.
+    let (st, _) = s
+        .admin(Method::DELETE, &format!("/api/v1/agents/{a}"), None)
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(s.call(Method::GET, &path, Some(new), None).await.0, 401);
     let stored: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT secret_hash FROM agent_tokens")
         .fetch_all(&s.pool)
         .await

@@ -2,6 +2,7 @@
 //! (everything) and **agent** (bound to one agent). Missing or bad token: `401`; an agent acting
 //! for another agent or on an admin route: `403`.
 
+pub mod cache;
 pub mod token;
 
 use std::path::{Path, PathBuf};

@@ -121,6 +121,7 @@ impl Queue {
         inserted?;
         insert_token(&mut tx, id, &minted).await?;
         tx.commit().await?;
+        self.verified_tokens.forget_agent(id);
         Ok(AgentWithToken {
             agent: self.get_agent(id).await?,
             token: minted.text,
@@ -227,6 +228,7 @@ impl Queue {
         .await?;
         insert_token(&mut tx, id, &minted).await?;
         tx.commit().await?;
+        self.verified_tokens.forget_agent(id);
         Ok(AgentWithToken {
             agent: self.get_agent(id).await?,
             token: minted.text,
@@ -270,14 +272,21 @@ impl Queue {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        self.verified_tokens.forget_agent(id);
         self.get_agent(id).await
     }
 
     /// Checks an agent bearer token (DESIGN.md §5). The secret is compared in constant time.
+    /// A token verified within the last second is trusted without a database read
+    /// ([`crate::auth::cache`]); revocation through this process takes effect at once, through
+    /// another replica within that second.
     pub async fn check_agent_token(&self, text: &str) -> Result<TokenCheck, QueueError> {
         let Some((token_id, secret)) = token::parse_agent_token(text) else {
             return Ok(TokenCheck::Invalid);
         };
+        if let Some(agent_id) = self.verified_tokens.agent_for(token_id, secret) {
+            return Ok(TokenCheck::Valid { agent_id });
+        }
         let row: Option<(Uuid, Vec<u8>)> = sqlx::query_as(
             "SELECT t.agent_id, t.secret_hash FROM agent_tokens t JOIN agents a ON a.id = t.agent_id \
              WHERE t.id = $1 AND t.revoked_at IS NULL AND a.retired_at IS NULL",
@@ -287,6 +296,7 @@ impl Queue {
         .await?;
         Ok(match row {
             Some((agent_id, stored)) if token::verify(secret, &stored) => {
+                self.verified_tokens.remember(token_id, secret, agent_id);
                 TokenCheck::Valid { agent_id }
             }
             _ => TokenCheck::Invalid,

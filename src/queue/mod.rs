@@ -123,12 +123,16 @@ impl QueueError {
 #[derive(Clone)]
 pub struct Queue {
     pool: PgPool,
+    verified_tokens: std::sync::Arc<crate::auth::cache::VerifiedTokens>,
 }
 
 impl Queue {
     /// Wraps a pool whose database has the migrations applied.
     pub fn new(pool: PgPool) -> Self {
-        Queue { pool }
+        Queue {
+            pool,
+            verified_tokens: Default::default(),
+        }
     }
 
     /// The underlying pool (for readiness checks and listeners).
