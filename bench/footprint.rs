@@ -89,25 +89,26 @@ pub async fn run(b: &Bench) {
     );
     polls.abort_all();
 
-    match executor_idle(&exe, &http, &base).await {
-        Ok(kib) => println!(
-            "| 6. Footprint: pullman executor RSS | idle {} (long-polling, watches idle) | target ≤ 40 MiB |",
-            mib(kib)
+    match executor(&exe, &http, &base).await {
+        Ok((idle, after)) => println!(
+            "| 6. Footprint: pullman executor RSS | idle {} (long-polling, no work yet); {} after carrying out one order (a ConfigMap applied, API discovery cached) | target ≤ 40 MiB |",
+            mib(idle),
+            mib(after)
         ),
         Err(why) => println!("| 6. Footprint: pullman executor RSS | skipped: {why} | |"),
     }
     drop(serve);
 }
 
-/// RSS of an executor that registered, connected to the cluster and is long-polling an empty queue.
-async fn executor_idle(exe: &Path, http: &reqwest::Client, base: &str) -> Result<u64, String> {
+/// RSS of an executor long-polling an empty queue, and again after it carried out one order.
+async fn executor(exe: &Path, http: &reqwest::Client, base: &str) -> Result<(u64, u64), String> {
     if std::env::var_os("KUBECONFIG").is_none() {
         return Err(
             "needs a cluster: set KUBECONFIG (here: PULLMAN_TESTENV_STATE=/tmp/pt e2e/testenv/up.sh)"
                 .into(),
         );
     }
-    let (_, token) = Bench::agent(http, base, "fp-executor").await;
+    let (agent_id, token) = Bench::agent(http, base, "fp-executor").await;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, token).map_err(|e| e.to_string())?;
@@ -121,9 +122,65 @@ async fn executor_idle(exe: &Path, http: &reqwest::Client, base: &str) -> Result
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     if let Ok(Some(status)) = executor.0.try_wait() {
-        return Err(format!(
-            "the executor exited ({status}); is the cluster in KUBECONFIG reachable?"
-        ));
+        return Err(format!("the executor exited ({status})"));
     }
-    Ok(rss_kib(executor.0.id()))
+    let idle = rss_kib(executor.0.id());
+
+    let name = format!("pullman-footprint-{}", &agent_id[..8]);
+    let order: serde_json::Value = http
+        .post(format!("{base}/api/v1/work-orders"))
+        .bearer_auth(ADMIN)
+        .json(&json!({
+            "work_type": "custom",
+            "yaml_content": format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: default\ndata:\n  a: b\n"
+            ),
+            "targeting": {"agent_ids": [agent_id]}
+        }))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let id = order["id"].as_str().ok_or("creating the order failed")?;
+    let finished = async {
+        loop {
+            let r = http
+                .get(format!("{base}/api/v1/work-order-log/{id}"))
+                .bearer_auth(ADMIN)
+                .send()
+                .await;
+            if let Ok(r) = r
+                && r.status().is_success()
+            {
+                let entry: serde_json::Value = r.json().await.unwrap_or_default();
+                return entry["outcome"].as_str().unwrap_or("?").to_string();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let outcome = tokio::time::timeout(Duration::from_secs(60), finished)
+        .await
+        .map_err(
+            |_| "the executor did not finish its order within 60 s; is the cluster reachable?",
+        )?;
+    if outcome != "succeeded" {
+        return Err(format!("the executor's order ended {outcome}"));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_kib(executor.0.id());
+    let _ = Command::new("kubectl")
+        .args([
+            "delete",
+            "configmap",
+            "-n",
+            "default",
+            &name,
+            "--ignore-not-found",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    Ok((idle, after))
 }
