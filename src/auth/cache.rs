@@ -37,10 +37,11 @@ pub struct VerifiedTokens {
 impl VerifiedTokens {
     /// The agent of token `token_id` if it was verified within the TTL with this same secret.
     pub fn agent_for(&self, token_id: Uuid, secret: &str) -> Option<Uuid> {
+        let presented = token::hash(secret);
         let entries = self.entries.lock().expect("token cache lock");
         let hit = entries.get(&token_id)?;
         let fresh = hit.at.elapsed() < VERIFIED_TTL;
-        let same: bool = token::hash(secret).ct_eq(&hit.secret_hash).into();
+        let same: bool = presented.ct_eq(&hit.secret_hash).into();
         (fresh && same).then_some(hit.agent_id)
     }
 
