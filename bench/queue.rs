@@ -196,6 +196,35 @@ impl Bench {
         )
     }
 
+    /// One claim-next (no wait) + successful complete over HTTP as agent `id`. Returns the claim
+    /// latency, or `None` when nothing was left to claim.
+    async fn cycle(http: &reqwest::Client, base: &str, id: &str, token: &str) -> Option<Duration> {
+        let t0 = Instant::now();
+        let r = http
+            .post(format!("{base}/api/v1/agents/{id}/claim"))
+            .bearer_auth(token)
+            .body("")
+            .send()
+            .await
+            .unwrap();
+        if r.status().as_u16() == 204 {
+            return None;
+        }
+        assert_eq!(r.status().as_u16(), 200);
+        let order: serde_json::Value = r.json().await.unwrap();
+        let latency = t0.elapsed();
+        let oid = order["id"].as_str().unwrap();
+        let r = http
+            .post(format!("{base}/api/v1/work-orders/{oid}/complete"))
+            .bearer_auth(token)
+            .json(&json!({"agent_id": id, "claim_id": order["claim_id"], "success": true}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        Some(latency)
+    }
+
     /// (2) 16 agents over HTTP with keep-alive, claim-next + complete. Returns (orders/s, claim
     /// latencies sorted).
     async fn http_end_to_end(&self, orders: usize) -> (f64, Vec<Duration>) {
@@ -215,30 +244,10 @@ impl Bench {
             let (http, base) = (http.clone(), base.clone());
             tasks.push(tokio::spawn(async move {
                 let mut lat = Vec::new();
-                loop {
-                    let t0 = Instant::now();
-                    let r = http
-                        .post(format!("{base}/api/v1/agents/{id}/claim"))
-                        .bearer_auth(&token)
-                        .body("")
-                        .send()
-                        .await
-                        .unwrap();
-                    if r.status().as_u16() == 204 {
-                        return lat;
-                    }
-                    let order: serde_json::Value = r.json().await.unwrap();
-                    lat.push(t0.elapsed());
-                    let oid = order["id"].as_str().unwrap();
-                    let r = http
-                        .post(format!("{base}/api/v1/work-orders/{oid}/complete"))
-                        .bearer_auth(&token)
-                        .json(&json!({"agent_id": id, "claim_id": order["claim_id"], "success": true}))
-                        .send()
-                        .await
-                        .unwrap();
-                    assert_eq!(r.status().as_u16(), 200);
+                while let Some(latency) = Bench::cycle(&http, &base, &id, &token).await {
+                    lat.push(latency);
                 }
+                lat
             }));
         }
         let mut lat = Vec::new();

@@ -10,7 +10,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
@@ -128,25 +127,9 @@ pub async fn run(b: &Bench, backlog: usize, minutes: u64, http_rate: Option<f64>
             while let Ok(permit) = permits.acquire().await {
                 permit.forget();
                 let t0 = Instant::now();
-                let r = http
-                    .post(format!("{base}/api/v1/agents/{id}/claim"))
-                    .bearer_auth(&token)
-                    .body("")
-                    .send()
+                let latency = Bench::cycle(&http, &base, &id, &token)
                     .await
-                    .unwrap();
-                assert_eq!(r.status().as_u16(), 200, "the backlog is kept level");
-                let order: serde_json::Value = r.json().await.unwrap();
-                let latency = t0.elapsed();
-                let oid = order["id"].as_str().unwrap();
-                let r = http
-                    .post(format!("{base}/api/v1/work-orders/{oid}/complete"))
-                    .bearer_auth(&token)
-                    .json(&json!({"agent_id": id, "claim_id": order["claim_id"], "success": true}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status().as_u16(), 200);
+                    .expect("the backlog is kept level");
                 let minute = (t0 - started).as_secs() / 60;
                 if let Some(bucket) = per_minute.lock().unwrap().get_mut(minute as usize) {
                     bucket.push(latency);

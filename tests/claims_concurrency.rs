@@ -145,25 +145,11 @@ async fn sixteen_agents_drain_twenty_thousand_orders_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_poll_is_woken_by_a_new_order() {
     let s = Arc::new(TestServer::start().await);
-    let (id, token) = s.agent(json!({"name": "poller", "labels": ["lp"]})).await;
-    let waiter = {
-        let s = s.clone();
-        tokio::spawn(async move {
-            let started = std::time::Instant::now();
-            let r = s
-                .call(
-                    Method::POST,
-                    &format!("/api/v1/agents/{id}/claim"),
-                    Some(&token),
-                    Some(json!({"max_wait_seconds": 20})),
-                )
-                .await;
-            (r, started.elapsed())
-        })
-    };
+    let poller = s.agent(json!({"name": "poller", "labels": ["lp"]})).await;
+    let waiter = long_poll(&s, &poller, 20);
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let order = s.order(configmap_order("lp")).await;
-    let ((status, body), waited) = waiter.await.unwrap();
+    let (status, body, waited) = waiter.await.unwrap();
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["id"], json!(order));
     assert!(

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryAs;
 use sqlx::types::Json;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
@@ -144,6 +146,21 @@ impl Claimer {
             }
         };
         WakeFilter { agent, types }
+    }
+
+    /// Binds [`BOUND_AGENT`]'s $1–$6 with this agent and the effective `types`.
+    fn bind<'q, O>(
+        &'q self,
+        query: QueryAs<'q, Postgres, O, PgArguments>,
+        types: &'q Vec<&'static str>,
+    ) -> QueryAs<'q, Postgres, O, PgArguments> {
+        query
+            .bind(self.profile.id)
+            .bind(&self.profile.name)
+            .bind(&self.profile.labels)
+            .bind(&self.annotation_pairs)
+            .bind(types)
+            .bind(&self.profile.tenant)
     }
 
     /// Work types this claim may take: the agent's capabilities narrowed by the request.
@@ -299,13 +316,8 @@ impl Queue {
             order_columns(false),
             eligible(&BOUND_AGENT)
         );
-        let rows: Vec<OrderRow> = sqlx::query_as(&sql)
-            .bind(claimer.profile.id)
-            .bind(&claimer.profile.name)
-            .bind(&claimer.profile.labels)
-            .bind(&claimer.annotation_pairs)
-            .bind(&types)
-            .bind(&claimer.profile.tenant)
+        let rows: Vec<OrderRow> = claimer
+            .bind(sqlx::query_as(&sql), &types)
             .bind(after.map(|a| a.0))
             .bind(after.map(|a| a.1))
             .bind(limit)
@@ -376,13 +388,8 @@ impl Queue {
             ),
             7,
         );
-        let row: Option<OrderRow> = sqlx::query_as(&sql)
-            .bind(claimer.profile.id)
-            .bind(&claimer.profile.name)
-            .bind(&claimer.profile.labels)
-            .bind(&claimer.annotation_pairs)
-            .bind(&types)
-            .bind(&claimer.profile.tenant)
+        let row: Option<OrderRow> = claimer
+            .bind(sqlx::query_as(&sql), &types)
             .bind(Uuid::new_v4())
             .bind(req.agent_id)
             .bind(req.lease_seconds)
