@@ -3,7 +3,9 @@
 //! cost (round trips, context switches, protocol) held the pull API to a third of the bare-SQL
 //! ceiling on two cores. One statement is one round trip and one commit, and takes the same row
 //! locks in the same order (agent → order → claim, see `queue`): each CTE that must lock later
-//! reads the earlier one through a sub-query, so the earlier one has run first.
+//! reads the earlier one through a sub-query, so the earlier one has run first. The agent row is
+//! locked (`FOR NO KEY UPDATE`, which waits for a retirement in flight) rather than rewritten;
+//! the contact is rewritten at most once a second ([`CONTACT_DUE`]).
 //!
 //! The transactional forms remain where one statement cannot be right:
 //! * claims of an agent with `max_concurrency`: its held claims must be counted *after* its row
@@ -16,7 +18,7 @@ use sqlx::{FromRow, Row};
 use uuid::Uuid;
 
 use super::{
-    AgentLockRow, AgentSql, CLAIMER_COLUMNS, ClaimRequest, Claimer, claim_ctes,
+    AgentLockRow, AgentSql, CLAIMER_COLUMNS, CONTACT_DUE, ClaimRequest, Claimer, claim_ctes,
     claimed_order_select, eligible,
 };
 use crate::queue::orders::{EndedBy, LogValues, log_insert};
@@ -40,9 +42,11 @@ const LOCKED_AGENT: AgentSql<'static> = AgentSql {
 /// Claims nothing for a retired agent or one with `max_concurrency` (see the module docs).
 fn claim_next_sql() -> String {
     format!(
-        "WITH a AS (UPDATE agents SET last_seen_at = now(), \
-             lease_seconds = COALESCE($2::int, lease_seconds) WHERE id = $1 \
-             RETURNING {CLAIMER_COLUMNS}), \
+        "WITH a AS (SELECT {CLAIMER_COLUMNS} FROM agents WHERE id = $1 FOR NO KEY UPDATE), \
+         contact AS (UPDATE agents SET last_seen_at = now(), \
+             lease_seconds = COALESCE($2::int, lease_seconds) \
+           WHERE id = (SELECT a_id FROM a) \
+             AND ({CONTACT_DUE} OR lease_seconds IS DISTINCT FROM COALESCE($2::int, lease_seconds))), \
          target AS (SELECT w.id FROM work_orders w \
            WHERE (SELECT a_retired_at IS NULL AND a_max_concurrency IS NULL FROM a) AND {} \
            ORDER BY w.created_at, w.id LIMIT 1 FOR UPDATE SKIP LOCKED), \
@@ -58,9 +62,11 @@ fn claim_next_sql() -> String {
 /// Returns the log entry, or no row when the agent holds no live claim on the order.
 fn complete_success_sql() -> String {
     format!(
-        "WITH contact AS (UPDATE agents SET last_seen_at = now() WHERE id = $2 RETURNING id), \
+        "WITH ag AS (SELECT id FROM agents WHERE id = $2 FOR NO KEY UPDATE), \
+         contact AS (UPDATE agents SET last_seen_at = now() \
+           WHERE id = (SELECT id FROM ag) AND {CONTACT_DUE}), \
          held AS (SELECT id FROM work_orders WHERE id = $1 \
-           AND EXISTS (SELECT 1 FROM contact) FOR UPDATE), \
+           AND EXISTS (SELECT 1 FROM ag) FOR UPDATE), \
          claim AS (DELETE FROM work_order_claims WHERE work_order_id = (SELECT id FROM held) \
            AND agent_id = $2 AND ($3::uuid IS NULL OR claim_id = $3) AND deadline > now() \
            AND (lease_expires_at IS NULL OR lease_expires_at > now()) \

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::Heartbeat;
+use super::{CONTACT_DUE, Heartbeat};
 use crate::queue::orders::{EndedBy, FinalClaim, finish};
 use crate::queue::rules::{self, FailureDecision};
 use crate::queue::{Completion, CompletionResult, Outcome, Queue, QueueError};
@@ -153,11 +153,15 @@ impl Queue {
     }
 }
 
-/// Records contact with the agent (`last_seen_at`, DESIGN.md §5 agent health).
+/// Records contact with the agent (`last_seen_at`, DESIGN.md §5 agent health) when it is due
+/// ([`CONTACT_DUE`]). When it is, the agent row is locked first, as the lock order says; when it
+/// is not, the caller takes no agent lock at all.
 async fn touch_agent(exec: impl sqlx::PgExecutor<'_>, agent_id: Uuid) -> Result<(), QueueError> {
-    sqlx::query("UPDATE agents SET last_seen_at = now() WHERE id = $1")
-        .bind(agent_id)
-        .execute(exec)
-        .await?;
+    sqlx::query(&format!(
+        "UPDATE agents SET last_seen_at = now() WHERE id = $1 AND {CONTACT_DUE}"
+    ))
+    .bind(agent_id)
+    .execute(exec)
+    .await?;
     Ok(())
 }

@@ -76,6 +76,14 @@ fn eligible(a: &AgentSql<'_>) -> String {
     )
 }
 
+/// When recording contact (`last_seen_at`) is due: at most once a second per agent. Every record
+/// rewrites the agent's row; done on each claim and completion, the 16-row `agents` heap grew to
+/// 1.3 MiB in a 10-minute soak while the agent was found by a sequential scan (planned when the
+/// table was one page), and autovacuum never ran (HOT pruning kept the dead-row count under its
+/// threshold, so the free space map never learned of the space). Health thresholds are minutes
+/// (DESIGN.md §5), so a second is fine-grained enough.
+const CONTACT_DUE: &str = "(last_seen_at IS NULL OR last_seen_at < now() - interval '1 second')";
+
 /// The claiming agent's row, read under its row lock. Columns are prefixed `a_` so they can
 /// share a result row with an order's ([`CLAIMER_COLUMNS`]).
 #[derive(sqlx::FromRow)]
