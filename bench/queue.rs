@@ -196,6 +196,19 @@ impl Bench {
         )
     }
 
+    /// A keep-alive HTTP client and [`AGENTS`] agents named `<prefix>-<i>`, labelled `bench`.
+    async fn agents(base: &str, prefix: &str) -> (reqwest::Client, Vec<(String, String)>) {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap();
+        let mut creds = Vec::new();
+        for i in 0..AGENTS {
+            creds.push(Self::agent(&http, base, &format!("{prefix}-{i}")).await);
+        }
+        (http, creds)
+    }
+
     /// One claim-next (no wait) + successful complete over HTTP as agent `id`. Returns the claim
     /// latency, or `None` when nothing was left to claim.
     async fn cycle(http: &reqwest::Client, base: &str, id: &str, token: &str) -> Option<Duration> {
@@ -230,14 +243,7 @@ impl Bench {
     async fn http_end_to_end(&self, orders: usize) -> (f64, Vec<Duration>) {
         let (base, _queue, pool, stop) = self.server(40, 1024).await;
         Self::fill(&pool, orders, 0).await;
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .build()
-            .unwrap();
-        let mut creds = Vec::new();
-        for i in 0..AGENTS {
-            creds.push(Self::agent(&http, &base, &format!("bench-{i}")).await);
-        }
+        let (http, creds) = Self::agents(&base, "bench").await;
         let started = Instant::now();
         let mut tasks = Vec::new();
         for (id, token) in creds {

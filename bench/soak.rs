@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
-use super::{AGENTS, Bench, ms, percentile};
+use super::{Bench, ms, percentile};
 
 const TICK: Duration = Duration::from_millis(100);
 
@@ -69,14 +69,7 @@ pub async fn run(b: &Bench, backlog: usize, minutes: u64, http_rate: Option<f64>
     ];
     notes.extend(sizes(&pool, "start").await);
 
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(64)
-        .build()
-        .unwrap();
-    let mut creds = Vec::new();
-    for i in 0..AGENTS {
-        creds.push(Bench::agent(&http, &base, &format!("soak-{i}")).await);
-    }
+    let (http, creds) = Bench::agents(&base, "soak").await;
     let permits = Arc::new(Semaphore::new(0));
     let started = Instant::now();
     let end = started + Duration::from_secs(minutes * 60);

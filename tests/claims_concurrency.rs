@@ -149,13 +149,7 @@ async fn long_poll_is_woken_by_a_new_order() {
     let waiter = long_poll(&s, &poller, 20);
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let order = s.order(configmap_order("lp")).await;
-    let (status, body, waited) = waiter.await.unwrap();
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["id"], json!(order));
-    assert!(
-        waited < std::time::Duration::from_secs(10),
-        "woken by NOTIFY, not by the 20 s timeout (waited {waited:?})"
-    );
+    assert_woken_with(waiter, &order).await;
 }
 
 /// An empty queue answers 204 after the wait; past the long-poll bound the server answers 503
@@ -224,6 +218,20 @@ fn long_poll(
     })
 }
 
+/// The long-poll (of 20 s) answered with `order`, woken by it well before its wait ran out.
+async fn assert_woken_with(
+    waiter: tokio::task::JoinHandle<(u16, serde_json::Value, std::time::Duration)>,
+    order: &str,
+) {
+    let (status, body, waited) = waiter.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], json!(order));
+    assert!(
+        waited < std::time::Duration::from_secs(10),
+        "woken by NOTIFY, not by the 20 s timeout (waited {waited:?})"
+    );
+}
+
 /// Each new order wakes one waiter that may take it (issue #7): six orders created at once for
 /// six "blue" long-polls all go out promptly, one each, while the "red" long-polls sleep through
 /// them and end empty.
@@ -278,13 +286,7 @@ async fn an_order_with_huge_targeting_still_wakes_its_long_poll() {
     labels.extend((0..4).map(|i| format!("{i}{}", "x".repeat(4000))));
     body["targeting"]["labels"] = json!(labels);
     let order = s.order(body).await;
-    let (status, body, waited) = waiter.await.unwrap();
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["id"], json!(order));
-    assert!(
-        waited < std::time::Duration::from_secs(10),
-        "waited {waited:?}"
-    );
+    assert_woken_with(waiter, &order).await;
 }
 
 /// Claims and completions of API orders send nothing on `pullman_work_order_changed` (only the

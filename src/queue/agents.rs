@@ -56,11 +56,7 @@ impl From<AgentRow> for Agent {
             name: r.name,
             labels: r.labels,
             annotations: r.annotations.0,
-            work_types: r
-                .work_types
-                .iter()
-                .filter_map(|t| WorkType::parse(t))
-                .collect(),
+            work_types: WorkType::parse_all(&r.work_types),
             tenant: r.tenant,
             max_concurrency: r.max_concurrency,
             lease_seconds: r.lease_seconds,

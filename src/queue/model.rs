@@ -34,6 +34,11 @@ impl WorkType {
             _ => None,
         }
     }
+
+    /// Parses stored spellings (an agent's capabilities), skipping any this version does not know.
+    pub fn parse_all(values: &[String]) -> Vec<Self> {
+        values.iter().filter_map(|t| WorkType::parse(t)).collect()
+    }
 }
 
 impl std::fmt::Display for WorkType {

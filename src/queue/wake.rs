@@ -42,14 +42,14 @@ impl Queue {
         let mut waiter = notifications.waits().join();
         loop {
             let woke_by = waiter.take_inbox();
-            let (order, filter) = match self.claim_next_filtered(req, work_types).await {
+            let (order, claimer) = match self.claim_next_as(req, work_types).await {
                 Ok(attempt) => attempt,
                 Err(error) => {
                     waiter.settle(woke_by, None);
                     return Err(error);
                 }
             };
-            waiter.set_filter(filter);
+            waiter.set_filter(claimer.wake_filter(work_types));
             waiter.settle(woke_by, order.as_ref().map(|o| o.id));
             if order.is_some() || tokio::time::Instant::now() >= deadline {
                 return Ok(order);
@@ -63,19 +63,28 @@ impl Queue {
 }
 
 /// What a `pullman_claimable` notification says about the order that became claimable.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub(crate) struct Notice {
+    id: Uuid,
+    work_type: WorkType,
+    tenant: Option<String>,
+    targeting: Targeting,
+}
+
+/// The payload as the trigger writes it (migration `20261201000001`).
+#[derive(Deserialize)]
+struct Payload {
     id: Uuid,
     work_type: String,
     #[serde(default)]
     tenant: Option<String>,
     /// Absent when the trigger cut the payload to fit PostgreSQL's 8000-byte limit.
     #[serde(flatten)]
-    targeting: Option<NoticeTargeting>,
+    targeting: Option<PayloadTargeting>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-struct NoticeTargeting {
+#[derive(Deserialize)]
+struct PayloadTargeting {
     agent_ids: Vec<Uuid>,
     agent_names: Vec<String>,
     labels: Vec<String>,
@@ -83,12 +92,22 @@ struct NoticeTargeting {
 }
 
 impl Notice {
-    /// Parses a payload; `None` for anything else (then every waiter is woken).
+    /// Parses a payload; `None` when it lacks the targeting or is anything else (then every
+    /// waiter is woken).
     pub(crate) fn parse(payload: &str) -> Option<Notice> {
-        let notice: Notice = serde_json::from_str(payload).ok()?;
-        notice.targeting.as_ref()?;
-        WorkType::parse(&notice.work_type)?;
-        Some(notice)
+        let p: Payload = serde_json::from_str(payload).ok()?;
+        let t = p.targeting?;
+        Some(Notice {
+            id: p.id,
+            work_type: WorkType::parse(&p.work_type)?,
+            tenant: p.tenant,
+            targeting: Targeting {
+                agent_ids: t.agent_ids,
+                agent_names: t.agent_names,
+                labels: t.labels,
+                annotations: t.annotations,
+            },
+        })
     }
 }
 
@@ -101,26 +120,14 @@ pub(crate) struct WakeFilter {
 
 impl WakeFilter {
     fn admits(&self, notice: &Notice) -> bool {
-        let Some(t) = &notice.targeting else {
-            return true;
-        };
-        let Some(work_type) = WorkType::parse(&notice.work_type) else {
-            return true;
-        };
-        let targeting = Targeting {
-            agent_ids: t.agent_ids.clone(),
-            agent_names: t.agent_names.clone(),
-            labels: t.labels.clone(),
-            annotations: t.annotations.clone(),
-        };
         rules::agent_may_see(
             &self.agent,
             &OrderProfile {
-                work_type,
+                work_type: notice.work_type,
                 tenant: notice.tenant.as_deref(),
-                targeting: &targeting,
+                targeting: &notice.targeting,
             },
-        ) && (self.types.is_empty() || self.types.contains(&work_type))
+        ) && (self.types.is_empty() || self.types.contains(&notice.work_type))
     }
 }
 
@@ -195,10 +202,6 @@ impl WaitList {
 
     /// Hands a fresh notice to one waiter.
     pub(crate) fn notify(&self, notice: Notice) {
-        if notice.targeting.is_none() {
-            self.wake_everyone();
-            return;
-        }
         self.deliver(Delivery {
             notice: Arc::new(notice),
             visited: Vec::new(),
@@ -368,7 +371,7 @@ mod tests {
             Notice::parse(r#"{"id":"5b0c3c1e-3f7e-4d8e-9a43-0d6f3f0d3a11","work_type":"custom"}"#)
                 .is_none()
         );
-        assert!(notice(&["a"]).targeting.is_some());
+        assert_eq!(notice(&["a"]).targeting.labels, vec!["a".to_string()]);
     }
 
     #[test]

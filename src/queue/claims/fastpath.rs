@@ -13,6 +13,8 @@
 //!   while it waited;
 //! * failures: the retry decision is made in Rust (`rules::decide_failure`).
 
+use std::sync::LazyLock;
+
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Row};
 use uuid::Uuid;
@@ -89,6 +91,11 @@ fn complete_success_sql() -> String {
     )
 }
 
+// Built once: these run on every claim and completion, and formatting a statement of a few KiB
+// per call is work the prepared-statement cache (keyed by the text) does not save.
+static CLAIM_NEXT_SQL: LazyLock<String> = LazyLock::new(claim_next_sql);
+static COMPLETE_SUCCESS_SQL: LazyLock<String> = LazyLock::new(complete_success_sql);
+
 impl Queue {
     /// Claim-next in one statement; see [`claim_next_sql`]. `404` for an unknown agent.
     pub(super) async fn claim_next_one_trip(
@@ -97,7 +104,7 @@ impl Queue {
         requested: &[WorkType],
     ) -> Result<(Claimer, Option<WorkOrder>), QueueError> {
         let requested: Vec<&str> = requested.iter().map(|t| t.as_str()).collect();
-        let row: Option<PgRow> = sqlx::query(&claim_next_sql())
+        let row: Option<PgRow> = sqlx::query(&CLAIM_NEXT_SQL)
             .bind(req.agent_id)
             .bind(req.lease_seconds)
             .bind(&requested)
@@ -125,7 +132,7 @@ impl Queue {
         claim_id: Option<Uuid>,
         message: Option<&str>,
     ) -> Result<Option<LogEntry>, QueueError> {
-        let row: Option<LogRow> = sqlx::query_as(&complete_success_sql())
+        let row: Option<LogRow> = sqlx::query_as(&COMPLETE_SUCCESS_SQL)
             .bind(order_id)
             .bind(agent_id)
             .bind(claim_id)

@@ -108,7 +108,8 @@ struct AgentLockRow {
     retired_at: Option<DateTime<Utc>>,
 }
 
-struct Claimer {
+/// The claiming agent as its claim sees it.
+pub(in crate::queue) struct Claimer {
     profile: AgentProfile,
     annotation_pairs: Vec<String>,
     max_concurrency: Option<i32>,
@@ -122,11 +123,7 @@ impl From<AgentLockRow> for Claimer {
                 name: r.name,
                 labels: r.labels,
                 annotations: r.annotations.0,
-                work_types: r
-                    .work_types
-                    .iter()
-                    .filter_map(|t| WorkType::parse(t))
-                    .collect(),
+                work_types: WorkType::parse_all(&r.work_types),
                 tenant: r.tenant,
                 retired: r.retired_at.is_some(),
             },
@@ -143,10 +140,10 @@ const CLAIMER_COLUMNS: &str = "id AS a_id, name AS a_name, labels AS a_labels, \
 
 impl Claimer {
     /// Which claimable-order notices this claim-next would act on (see `queue::wake`).
-    fn wake_filter(&self, requested: &[WorkType]) -> WakeFilter {
+    pub(in crate::queue) fn wake_filter(&self, requested: &[WorkType]) -> WakeFilter {
         let mut agent = self.profile.clone();
         let types = match self.effective_types(requested) {
-            Some(types) => types.iter().filter_map(|t| WorkType::parse(t)).collect(),
+            Some(types) => types,
             // Nothing this call may take: a filter that admits no notice.
             None => {
                 agent.retired = true;
@@ -173,7 +170,7 @@ impl Claimer {
 
     /// Work types this claim may take: the agent's capabilities narrowed by the request.
     /// `None` when nothing is left; `Some(empty)` = all types.
-    fn effective_types(&self, requested: &[WorkType]) -> Option<Vec<&'static str>> {
+    fn effective_types(&self, requested: &[WorkType]) -> Option<Vec<WorkType>> {
         let caps = &self.profile.work_types;
         let types: Vec<WorkType> = match (caps.is_empty(), requested.is_empty()) {
             (true, _) => requested.to_vec(),
@@ -187,7 +184,7 @@ impl Claimer {
         if types.is_empty() && !(caps.is_empty() && requested.is_empty()) {
             return None;
         }
-        Some(types.iter().map(|t| t.as_str()).collect())
+        Some(types)
     }
 }
 
@@ -216,6 +213,11 @@ async fn lock_claimer(
         return Err(retired(req.agent_id));
     }
     Ok(claimer)
+}
+
+/// Work types as bound to SQL (`text[]`).
+fn type_names(types: &[WorkType]) -> Vec<&'static str> {
+    types.iter().map(|t| t.as_str()).collect()
 }
 
 fn retired(agent_id: Uuid) -> QueueError {
@@ -317,6 +319,7 @@ impl Queue {
         let Some(types) = claimer.effective_types(work_types) else {
             return Ok(empty);
         };
+        let types = type_names(&types);
         let sql = format!(
             "SELECT {} FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
              WHERE {} AND ($7::timestamptz IS NULL OR (w.created_at, w.id) > ($7, $8)) \
@@ -346,21 +349,22 @@ impl Queue {
         req: &ClaimRequest,
         work_types: &[WorkType],
     ) -> Result<Option<WorkOrder>, QueueError> {
-        Ok(self.claim_next_filtered(req, work_types).await?.0)
+        Ok(self.claim_next_as(req, work_types).await?.0)
     }
 
-    /// [`Self::claim_next`], also returning which orders this claimer may take, for the wait list.
-    pub(super) async fn claim_next_filtered(
+    /// [`Self::claim_next`], also returning the claimer (the wait list learns from it which
+    /// orders it may take).
+    pub(super) async fn claim_next_as(
         &self,
         req: &ClaimRequest,
         work_types: &[WorkType],
-    ) -> Result<(Option<WorkOrder>, WakeFilter), QueueError> {
+    ) -> Result<(Option<WorkOrder>, Claimer), QueueError> {
         let (claimer, order) = self.claim_next_one_trip(req, work_types).await?;
         if claimer.profile.retired {
             return Err(retired(req.agent_id));
         }
         if order.is_some() || claimer.max_concurrency.is_none() {
-            return Ok((order, claimer.wake_filter(work_types)));
+            return Ok((order, claimer));
         }
         self.claim_next_locked(req, work_types).await
     }
@@ -371,14 +375,14 @@ impl Queue {
         &self,
         req: &ClaimRequest,
         work_types: &[WorkType],
-    ) -> Result<(Option<WorkOrder>, WakeFilter), QueueError> {
+    ) -> Result<(Option<WorkOrder>, Claimer), QueueError> {
         let mut tx = self.pool.begin().await?;
         let claimer = lock_claimer(&mut tx, req).await?;
-        let filter = claimer.wake_filter(work_types);
         let Some(types) = claimer.effective_types(work_types) else {
             tx.commit().await?;
-            return Ok((None, filter));
+            return Ok((None, claimer));
         };
+        let types = type_names(&types);
         if claimer.max_concurrency.is_some()
             && at_capacity(
                 claimer.max_concurrency,
@@ -386,7 +390,7 @@ impl Queue {
             )
         {
             tx.commit().await?;
-            return Ok((None, filter));
+            return Ok((None, claimer));
         }
         let sql = claim_statement(
             &format!(
@@ -404,7 +408,7 @@ impl Queue {
             .fetch_optional(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok((row.map(Into::into), filter))
+        Ok((row.map(Into::into), claimer))
     }
 
     /// Claims one order by id (DESIGN.md §5 `POST /work-orders/{id}/claim`). `404` when unknown
