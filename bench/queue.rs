@@ -158,7 +158,7 @@ impl Bench {
         let queue = Queue::new(pool.clone());
         let notifications = Notifications::new();
         let stop = CancellationToken::new();
-        queue::spawn_listener(pool.clone(), notifications.clone(), stop.clone());
+        queue::spawn_listener(&queue, notifications.clone(), stop.clone());
         let state = AppState::new(
             queue.clone(),
             AdminToken::from_secret(ADMIN),

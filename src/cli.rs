@@ -111,6 +111,13 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub maintenance_interval_seconds: u64,
 
+    /// Days a finished work order stays in the log (GET /api/v1/work-order-log) before the
+    /// maintenance loop deletes it, in batches; 0 keeps the log forever. WorkOrder resources
+    /// keep their own status regardless.
+    #[arg(long, env = "PULLMAN_LOG_RETENTION_DAYS", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(0..=36_500))]
+    pub log_retention_days: u32,
+
     /// Most claim-next long-polls held at once; past it claims answer 503 with Retry-After.
     #[arg(long, env = "PULLMAN_MAX_LONG_POLLS", default_value_t = 1024)]
     pub max_long_polls: usize,

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::IntoFuture;
+
 use anyhow::Context;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -106,13 +108,14 @@ async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
     let queue = Queue::new(pool.clone());
     let metrics = Arc::new(Metrics::new());
     let notifications = Notifications::new();
-    let listener_task =
-        queue::spawn_listener(pool.clone(), notifications.clone(), shutdown.clone());
+    let listener_task = queue::spawn_listener(&queue, notifications.clone(), shutdown.clone());
     let maintenance_task = {
         let metrics = metrics.clone();
         tokio::spawn(queue::run_maintenance(
             queue.clone(),
             Duration::from_secs(args.maintenance_interval_seconds),
+            (args.log_retention_days > 0)
+                .then(|| Duration::from_secs(u64::from(args.log_retention_days) * 86_400)),
             shutdown.clone(),
             move |r| {
                 metrics.reaped_claims.inc_by(r.reclaimed);
@@ -122,29 +125,81 @@ async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
         ))
     };
 
+    let probe_task = queue::spawn_availability_probe(queue.clone(), shutdown.clone());
     let controller_task = start_controller(args, &queue, &notifications, &shutdown).await?;
 
-    let state = AppState::new(queue, admin, metrics, notifications, args.max_long_polls);
+    let state = AppState::new(
+        queue,
+        admin,
+        metrics.clone(),
+        notifications.clone(),
+        args.max_long_polls,
+    );
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     tracing::info!(listen = %listener.local_addr()?, "pullman API listening");
-    let stop = shutdown.clone();
-    axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(async move {
-            crate::signals::shutdown_signal().await;
-            stop.cancel();
-        })
-        .await
-        .context("serving HTTP")?;
+    let stop_http = CancellationToken::new();
+    let mut server = tokio::spawn(
+        axum::serve(listener, api::router(state))
+            .with_graceful_shutdown(stop_http.clone().cancelled_owned())
+            .into_future(),
+    );
+    let served = tokio::select! {
+        _ = crate::signals::shutdown_signal() => None,
+        ended = &mut server => Some(ended),
+    };
+
+    // DESIGN.md §7: gone within a few seconds of SIGTERM (Kubernetes kills at 30 s), saying what
+    // it does meanwhile. Held long-polls are answered first: they would otherwise hold the
+    // graceful shutdown for up to their 30 s wait.
+    let result = match served {
+        Some(ended) => ended
+            .context("the HTTP server task failed")?
+            .context("serving HTTP"),
+        None => {
+            tracing::info!(
+                held_long_polls = metrics.long_polls.get(),
+                "shutdown: refusing new connections; answering held long-polls now"
+            );
+            notifications.stop_waiting();
+            stop_http.cancel();
+            // Maintenance, the listener and the controller (which hands its Lease on) stop
+            // meanwhile; the pool stays open until the requests in flight are done.
+            shutdown.cancel();
+            match tokio::time::timeout(DRAIN_TIMEOUT, &mut server).await {
+                Ok(ended) => {
+                    tracing::info!("shutdown: in-flight requests finished");
+                    ended
+                        .context("the HTTP server task failed")?
+                        .context("serving HTTP")
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        timeout_s = DRAIN_TIMEOUT.as_secs(),
+                        "shutdown: requests still in flight; closing their connections"
+                    );
+                    server.abort();
+                    Ok(())
+                }
+            }
+        }
+    };
     shutdown.cancel();
     let _ = listener_task.await;
     let _ = maintenance_task.await;
+    let _ = probe_task.await;
+    tracing::info!("shutdown: maintenance and notification listener stopped");
     if let Some(task) = controller_task {
         let _ = task.await;
+        tracing::info!("shutdown: controller stopped");
     }
-    Ok(())
+    result
 }
+
+/// Longest `serve` waits for in-flight requests after SIGTERM before closing their connections.
+/// Held long-polls end at once; what remains are ordinary requests of a few milliseconds.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Starts the controller with leader election when a Kubernetes API is reachable (or required).
 async fn start_controller(

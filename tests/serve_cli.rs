@@ -282,3 +282,96 @@ async fn serve_with_an_unreachable_kubernetes_api_runs_without_the_controller_an
         started.elapsed()
     );
 }
+
+/// DESIGN.md §7: `serve` is gone within a few seconds of SIGTERM while agents long-poll (it took
+/// 23–29 s, the long-polls' wait, and Kubernetes kills at 30 s), answering the held long-polls at
+/// once and saying what it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_held_long_polls_and_stops_within_seconds_of_sigterm() {
+    let db = support::fresh_database_url().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let port = free_port();
+    let child = Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--controller",
+            "off",
+        ])
+        .env("DATABASE_URL", &db)
+        .env("PULLMAN_ADMIN_TOKEN", support::ADMIN_TOKEN)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_ready(port).await;
+    let base = format!("http://127.0.0.1:{port}/api/v1");
+    let http = reqwest::Client::new();
+    let registered: Value = http
+        .post(format!("{base}/agents"))
+        .bearer_auth(support::ADMIN_TOKEN)
+        .json(&serde_json::json!({"name": "poller", "labels": ["none"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let agent = registered["agent"]["id"].as_str().unwrap().to_string();
+    let token = registered["token"].as_str().unwrap().to_string();
+    let polls: Vec<_> = (0..16)
+        .map(|_| {
+            let req = http
+                .post(format!("{base}/agents/{agent}/claim"))
+                .bearer_auth(&token)
+                .json(&serde_json::json!({"max_wait_seconds": 30}));
+            tokio::spawn(async move { req.send().await.map(|r| r.status().as_u16()) })
+        })
+        .collect();
+    // Let every long-poll reach its wait.
+    eventually(10, "16 long-polls held", || {
+        let http = http.clone();
+        async move {
+            let text = http
+                .get(format!("http://127.0.0.1:{port}/metrics"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            text.lines()
+                .any(|l| l.starts_with("pullman_long_polls ") && l.ends_with(" 16"))
+                .then_some(())
+        }
+    })
+    .await;
+
+    let started = std::time::Instant::now();
+    let status = sigterm_and_wait(child);
+    let took = started.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(took < Duration::from_secs(8), "serve took {took:?} to stop");
+    for p in polls {
+        let answered = p.await.unwrap();
+        assert_eq!(
+            answered.ok(),
+            Some(204),
+            "a held long-poll was not answered"
+        );
+    }
+    let said = std::fs::read_to_string(&log).unwrap();
+    for step in [
+        "answering held long-polls",
+        "in-flight requests finished",
+        "maintenance and notification listener stopped",
+    ] {
+        assert!(
+            said.contains(step),
+            "the log does not say {step:?}:\n{said}"
+        );
+    }
+}

@@ -12,13 +12,15 @@ use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
 use super::{ApiError, AppState, Caller, ErrorBody};
 use crate::auth::Principal;
 use crate::queue::validate::{parse_work_type, validate_agent};
-use crate::queue::{Agent, AgentWithToken, NewAgent, Page, WorkOrder};
+use crate::queue::{Agent, AgentWithToken, NewAgent, Page, WorkOrder, WorkType};
 
 /// Query of `GET /api/v1/agents`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AgentListQuery {
     /// Page size, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
@@ -26,11 +28,14 @@ pub struct AgentListQuery {
 
 /// Query of the pending list.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PendingQuery {
-    /// Only this work type.
+    /// Only this work type: `build` or `custom`.
+    #[param(value_type = Option<WorkType>)]
     work_type: Option<String>,
     /// Page size, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,

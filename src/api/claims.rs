@@ -20,9 +20,6 @@ use crate::queue::{
     ClaimRequest, Completion, CompletionResult, Heartbeat, LogEntry, WorkOrder, WorkType,
 };
 
-/// Longest `message` accepted on complete, in bytes.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
-
 /// Body of `POST /work-orders/{id}/claim`.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +27,7 @@ pub struct ClaimBody {
     pub agent_id: Uuid,
     /// Lease in seconds (5–86400); absent = no lease, the claim timeout alone governs.
     #[serde(default)]
+    #[schema(minimum = 5, maximum = 86400)]
     pub lease_seconds: Option<i64>,
 }
 
@@ -39,12 +37,16 @@ pub struct ClaimBody {
 pub struct ClaimNextBody {
     /// Narrow this claim to these work types (within the agent's capabilities).
     #[serde(default)]
+    #[schema(value_type = Option<Vec<WorkType>>)]
     pub work_types: Option<Vec<String>>,
-    /// Seconds to wait for an order to appear, 0–30 (larger values are capped at 30).
+    /// Seconds to wait for an order to appear, at least 0 (larger values than 30 are capped
+    /// at 30).
     #[serde(default)]
+    #[schema(minimum = 0)]
     pub max_wait_seconds: Option<i64>,
     /// Lease in seconds (5–86400); absent = no lease.
     #[serde(default)]
+    #[schema(minimum = 5, maximum = 86400)]
     pub lease_seconds: Option<i64>,
 }
 
@@ -67,7 +69,8 @@ pub struct CompleteBody {
     #[serde(default)]
     pub claim_id: Option<Uuid>,
     pub success: bool,
-    /// Result or error text, at most 64 KiB.
+    /// Result or error text. U+0000 is removed; text over 64 KiB is stored cut at a character
+    /// boundary, ending with a marker (DESIGN.md §5).
     #[serde(default)]
     pub message: Option<String>,
     /// Default true; false sends a failure straight to the log.
@@ -130,8 +133,10 @@ pub async fn claim(
     params(("id" = Uuid, Path, description = "Agent id")), request_body = ClaimNextBody,
     responses(
         (status = 200, description = "Claimed: the full order", body = WorkOrder),
-        (status = 204, description = "Nothing eligible within the wait"),
-        (status = 503, description = "Too many long-polls held; retry after `Retry-After` seconds", body = ErrorBody),
+        (status = 204, description = "Nothing eligible within the wait (or the server is stopping)"),
+        (status = 404, description = "`not_found`: unknown agent", body = ErrorBody),
+        (status = 409, description = "`agent_retired`: the agent was retired", body = ErrorBody),
+        (status = 503, description = "`too_many_long_polls` or `database_unavailable`; retry after `Retry-After` seconds", body = ErrorBody),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -243,7 +248,6 @@ pub async fn heartbeat(
         (status = 202, description = "A retry was scheduled", body = RetryScheduled),
         (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`; nothing changed", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
-        (status = 413, description = "message over 64 KiB", body = ErrorBody),
         (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn complete(
@@ -253,17 +257,6 @@ pub async fn complete(
     ApiJson(body): ApiJson<CompleteBody>,
 ) -> Result<Response, ApiError> {
     caller.require_agent(body.agent_id)?;
-    if body
-        .message
-        .as_ref()
-        .is_some_and(|m| m.len() > MAX_MESSAGE_BYTES)
-    {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("message is larger than {MAX_MESSAGE_BYTES} bytes"),
-        ));
-    }
     let completion = Completion {
         success: body.success,
         message: body.message,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::auth::AuthError;
-use crate::queue::QueueError;
+use crate::queue::{ConflictCode, QueueError};
 
 /// `{"error": {...}}`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -49,7 +49,24 @@ impl ApiError {
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
+
+    /// `503 database_unavailable` with `Retry-After: 1` (DESIGN.md §5). The response carries a
+    /// [`DatabaseUnavailable`] extension so the server learns of the outage and answers the
+    /// next requests at once instead of waiting for a connection.
+    pub fn database_unavailable() -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            "the database is not reachable; retry later",
+        );
+        e.retry_after = Some(1);
+        e
+    }
 }
+
+/// Marks a response that found the database unavailable (see [`ApiError::database_unavailable`]).
+#[derive(Debug, Clone, Copy)]
+pub struct DatabaseUnavailable;
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -59,7 +76,11 @@ impl IntoResponse for ApiError {
                 message: self.message,
             },
         };
+        let unavailable = body.error.code == "database_unavailable";
         let mut response = (self.status, Json(body)).into_response();
+        if unavailable {
+            response.extensions_mut().insert(DatabaseUnavailable);
+        }
         if let Some(secs) = self.retry_after {
             response
                 .headers_mut()
@@ -80,31 +101,26 @@ impl From<QueueError> for ApiError {
             }
             QueueError::NotFound { .. } => Self::new(StatusCode::NOT_FOUND, "not_found", message),
             QueueError::Finished { .. } => Self::new(StatusCode::NOT_FOUND, "finished", message),
+            // The IETF Idempotency-Key draft's answer to a key reused with another payload.
+            QueueError::Conflict {
+                code: code @ ConflictCode::IdempotencyKeyReused,
+                ..
+            } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, code.as_str(), message),
             QueueError::Conflict { code, .. } => {
                 Self::new(StatusCode::CONFLICT, code.as_str(), message)
             }
             QueueError::Cursor(_) => Self::bad_request("invalid_cursor", message),
+            QueueError::Unavailable(error) => {
+                tracing::warn!(%error, "database unavailable while serving a request");
+                Self::database_unavailable()
+            }
             QueueError::Database(error) => {
                 tracing::error!(%error, "database error while serving a request");
-                let unavailable = matches!(
-                    error,
-                    sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_)
-                );
-                if unavailable {
-                    let mut e = Self::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "database_unavailable",
-                        "the database is not reachable; retry later",
-                    );
-                    e.retry_after = Some(1);
-                    e
-                } else {
-                    Self::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "internal",
-                        "internal error; see the server log",
-                    )
-                }
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error; see the server log",
+                )
             }
         }
     }

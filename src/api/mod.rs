@@ -14,13 +14,13 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::sync::Semaphore;
 
 pub use agents::WhoAmI;
 pub use claims::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetryScheduled};
-pub use error::{ApiError, ErrorBody};
+pub use error::{ApiError, DatabaseUnavailable, ErrorBody};
 pub use ops::ApiDoc;
 
 use crate::auth::{AdminToken, Principal, authenticate};
@@ -116,9 +116,30 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            database_gate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             record_http_metrics,
         ))
         .with_state(state)
+}
+
+/// DESIGN.md §5: a database that is down answers `503 database_unavailable` "at once once the
+/// outage is known". Requests under `/api/v1` (all need the database, except the OpenAPI
+/// document) are answered without touching the pool while the queue knows the database is
+/// down; an answer that found it unavailable tells the queue, whose prober clears the mark.
+async fn database_gate(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let needs_database = path.starts_with("/api/v1/") && path != "/api/v1/openapi.json";
+    if needs_database && state.queue.database_known_down() {
+        return ApiError::database_unavailable().into_response();
+    }
+    let response = next.run(req).await;
+    if response.extensions().get::<DatabaseUnavailable>().is_some() {
+        state.queue.note_database_unavailable();
+    }
+    response
 }
 
 /// Counts every request by method, matched route and status, and times it. The route label is

@@ -22,9 +22,79 @@ use crate::telemetry::StatusLabel;
         claims::claim, claims::claim_next, claims::heartbeat, claims::complete,
         healthz, readyz, metrics, openapi,
     ),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &CommonAnswers)
 )]
 pub struct ApiDoc;
+
+/// Answers every route of a kind can give, added where a route's own annotation leaves them out,
+/// so the document describes the server (generated clients and schemathesis rely on it):
+/// `400 invalid_path` and `404` on routes with an id, `400 malformed_json`, `415` and `422` on
+/// routes with a JSON body, `401`/`403` on authenticated routes, `503 database_unavailable` on
+/// every route that needs the database.
+struct CommonAnswers;
+
+impl utoipa::Modify for CommonAnswers {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let error = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build()
+        };
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let needs_database = path.starts_with("/api/v1/") && path != "/api/v1/openapi.json";
+            let has_id = path.contains('{');
+            for op in [&mut item.get, &mut item.post, &mut item.delete]
+                .into_iter()
+                .flatten()
+            {
+                let has_body = op.request_body.is_some();
+                let authenticated = op.security.as_ref().is_some_and(|s| !s.is_empty());
+                let answers = &mut op.responses.responses;
+                let mut add = |status: &str, description: &str| {
+                    answers
+                        .entry(status.to_string())
+                        .or_insert_with(|| error(description).into());
+                };
+                if has_id || has_body {
+                    add(
+                        "400",
+                        "`invalid_path` (an id is not a UUID), `malformed_json`, or a field out of bounds",
+                    );
+                }
+                if has_id {
+                    add("404", "`not_found`: no such id");
+                }
+                if has_body {
+                    add(
+                        "415",
+                        "`unsupported_media_type`: no `Content-Type: application/json`",
+                    );
+                    add(
+                        "422",
+                        "`invalid_body`: wrong JSON types, missing or unknown fields",
+                    );
+                }
+                if authenticated {
+                    add("401", "`unauthorized`: missing or bad bearer token");
+                    add("403", "`forbidden`: the token may not do this");
+                }
+                if needs_database {
+                    add(
+                        "503",
+                        "`database_unavailable`: retry after `Retry-After` seconds",
+                    );
+                }
+            }
+        }
+    }
+}
 
 struct BearerAuth;
 
@@ -57,7 +127,15 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 /// Prometheus metrics (text exposition format).
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    match state.queue.count_by_status().await {
+    // While the database is known down, serve the counters without waiting on it.
+    let counts = if state.queue.database_known_down() {
+        Err(crate::queue::QueueError::Unavailable(
+            sqlx::Error::PoolTimedOut,
+        ))
+    } else {
+        state.queue.count_by_status().await
+    };
+    match counts {
         Ok(counts) => {
             for status in ["PENDING", "CLAIMED", "RETRY_PENDING"] {
                 let n = counts

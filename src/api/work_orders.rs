@@ -2,27 +2,34 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
 use super::{ApiError, AppState, Caller, ErrorBody};
-use crate::queue::validate::{parse_work_type, validate_work_order};
+use crate::queue::validate::{parse_work_type, validate_work_order_off_thread};
 use crate::queue::{
-    LogEntry, LogFilter, Lookup, NewWorkOrder, OrderFilter, OrderStatus, Page, WorkOrder,
+    Created, IdempotencyKey, LogEntry, LogFilter, Lookup, NewWorkOrder, OrderFilter, OrderStatus,
+    Page, WorkOrder, WorkType,
 };
 
 /// Query of `GET /api/v1/work-orders`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// `PENDING`, `CLAIMED` or `RETRY_PENDING`.
+    #[param(value_type = Option<OrderStatus>)]
     status: Option<String>,
     /// `build` or `custom`.
+    #[param(value_type = Option<WorkType>)]
     work_type: Option<String>,
     /// Page size, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
@@ -30,53 +37,108 @@ pub struct ListQuery {
 
 /// Query of `GET /api/v1/work-order-log`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct LogQuery {
     /// `build` or `custom`.
+    #[param(value_type = Option<WorkType>)]
     work_type: Option<String>,
     /// `true`: succeeded only; `false`: failed or cancelled.
     success: Option<bool>,
     /// Agent of the last claim.
     agent_id: Option<Uuid>,
     /// Page size, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
 }
 
-/// Create a work order.
+/// The `Idempotency-Key` request header (DESIGN.md §5 "Retry safety").
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Set to `true` on a create answered from an earlier call with the same `Idempotency-Key`.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// Create a work order. With an `Idempotency-Key` header, a repeat of the same request returns
+/// the order the first call created (`201`, header `Idempotent-Replayed: true`) instead of a
+/// second one; the same key with a different request is `422 idempotency_key_reused`. Keys are
+/// remembered for 24 hours.
 #[utoipa::path(post, path = "/api/v1/work-orders", tag = "work orders",
     request_body = NewWorkOrder,
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "1–255 visible ASCII characters chosen by the client, e.g. a UUID; a retry with the same key and body returns the same order")),
     responses(
-        (status = 201, description = "Created", body = WorkOrder),
-        (status = 400, description = "Invalid field, unknown work type, empty targeting, bad YAML", body = ErrorBody),
+        (status = 201, description = "Created (or, with `Idempotent-Replayed: true`, created by an earlier call with this key)", body = WorkOrder),
+        (status = 400, description = "Invalid field, unknown work type, empty targeting, bad YAML, bad Idempotency-Key", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 413, description = "yaml_content over 1 MiB", body = ErrorBody),
-        (status = 422, description = "Wrong JSON types or unknown fields", body = ErrorBody)),
+        (status = 415, description = "No `Content-Type: application/json`", body = ErrorBody),
+        (status = 422, description = "Wrong JSON types or unknown fields; `idempotency_key_reused`", body = ErrorBody),
+        (status = 503, description = "Database unavailable; retry after `Retry-After` seconds", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     Caller(caller): Caller,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<NewWorkOrder>,
-) -> Result<(StatusCode, Json<WorkOrder>), ApiError> {
+) -> Result<Response, ApiError> {
     caller.require_admin()?;
-    let spec = validate_work_order(body)?;
-    match state
-        .queue
-        .create_work_order(&spec, None, crate::queue::SOURCE_API)
-        .await?
-    {
-        Lookup::Active(order) => {
-            tracing::info!(work_order = %order.id, work_type = %order.work_type, "work order created");
-            Ok((StatusCode::CREATED, Json(*order)))
-        }
-        // A fresh random id cannot already exist.
-        _ => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "work order vanished right after creation",
-        )),
+    let key = idempotency_key(&headers, &body)?;
+    let spec = validate_work_order_off_thread(body).await?;
+    let created = match &key {
+        Some(key) => state.queue.create_work_order_once(&spec, key).await?,
+        None => match state
+            .queue
+            .create_work_order(&spec, None, crate::queue::SOURCE_API)
+            .await?
+        {
+            Lookup::Active(order) => Created {
+                order: *order,
+                replayed: false,
+            },
+            // A fresh random id cannot exist already; the insert answers with what it wrote.
+            _ => unreachable!("a work order with a fresh random id existed"),
+        },
+    };
+    let order = created.order;
+    if created.replayed {
+        tracing::info!(work_order = %order.id, "create repeated with its Idempotency-Key; same order returned");
+    } else {
+        tracing::info!(work_order = %order.id, work_type = %order.work_type, "work order created");
     }
+    let mut response = (StatusCode::CREATED, Json(order)).into_response();
+    if created.replayed {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+/// The `Idempotency-Key` header, checked (1–255 visible ASCII characters), with the SHA-256 of
+/// the request as parsed.
+fn idempotency_key(
+    headers: &HeaderMap,
+    body: &NewWorkOrder,
+) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_header",
+                "Idempotency-Key must be 1 to 255 visible ASCII characters (no spaces)",
+            )
+        })?;
+    let canonical = serde_json::to_vec(body).expect("a parsed body serializes");
+    Ok(Some(IdempotencyKey {
+        key: key.to_string(),
+        request_sha256: Sha256::digest(&canonical).into(),
+    }))
 }
 
 /// List active work orders (oldest first, without `yaml_content`).

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::{CANCEL_FINALIZER, Context, Error, FIELD_MANAGER, scoped, status};
 use crate::crd::{WorkOrder, WorkOrderPhase, WorkOrderStatus};
-use crate::queue::validate::validate_work_order;
+use crate::queue::validate::validate_work_order_off_thread;
 use crate::queue::{Lookup, Notifications, QueueError};
 
 pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: CancellationToken) {
@@ -94,7 +94,7 @@ async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = wo.metadata.generation;
     let new_status = match ctx.queue.lookup(id, false).await? {
-        Lookup::Unknown => match validate_work_order(wo.spec.to_create_body()) {
+        Lookup::Unknown => match validate_work_order_off_thread(wo.spec.to_create_body()).await {
             Err(e) => status::rejected(&e.to_string(), prev, generation, &now),
             Ok(spec) => {
                 let created = ctx

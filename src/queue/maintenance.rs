@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::orders::{EndedBy, FinalClaim, finish};
-use super::{Outcome, Queue, QueueError};
+use super::{IDEMPOTENCY_KEY_RETENTION, Outcome, Queue, QueueError};
 
 /// Rows handled per statement; a larger backlog is worked through in several batches.
 const BATCH: i64 = 1000;
@@ -22,6 +22,8 @@ pub struct MaintenanceReport {
     pub reclaims_exhausted: u64,
     /// `RETRY_PENDING` orders made `PENDING`.
     pub promoted: u64,
+    /// Log entries deleted past the log retention.
+    pub log_entries_deleted: u64,
 }
 
 impl Queue {
@@ -136,6 +138,49 @@ impl Queue {
         Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 
+    /// Deletes history past its retention (DESIGN.md §7): log entries of orders that finished
+    /// more than `log_retention` ago, and `Idempotency-Key` records older than
+    /// [`IDEMPOTENCY_KEY_RETENTION`]. In batches of [`BATCH`] rows, one commit each, oldest
+    /// first, taken with `SKIP LOCKED`: several replicas can run it together, and a large backlog
+    /// never becomes one long transaction. Returns the number of log entries deleted.
+    pub async fn expire_history(&self, log_retention: Duration) -> Result<u64, QueueError> {
+        let mut deleted = 0;
+        loop {
+            let n = sqlx::query(
+                "DELETE FROM work_order_log WHERE id IN ( \
+                   SELECT id FROM work_order_log \
+                   WHERE completed_at < now() - make_interval(secs => $1) \
+                   ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            )
+            .bind(log_retention.as_secs_f64())
+            .bind(BATCH)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            deleted += n;
+            if (n as i64) < BATCH {
+                break;
+            }
+        }
+        loop {
+            let n = sqlx::query(
+                "DELETE FROM idempotency_keys WHERE key IN ( \
+                   SELECT key FROM idempotency_keys \
+                   WHERE created_at < now() - make_interval(secs => $1) \
+                   ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            )
+            .bind(IDEMPOTENCY_KEY_RETENTION.as_secs_f64())
+            .bind(BATCH)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            if (n as i64) < BATCH {
+                break;
+            }
+        }
+        Ok(deleted)
+    }
+
     /// One maintenance pass: reap, then promote.
     pub async fn maintain(&self) -> Result<MaintenanceReport, QueueError> {
         let (reclaimed, reclaims_exhausted) = self.reap_stale_claims().await?;
@@ -144,28 +189,39 @@ impl Queue {
             reclaimed,
             reclaims_exhausted,
             promoted,
+            log_entries_deleted: 0,
         })
     }
 }
 
 /// Runs maintenance every `interval` (DESIGN.md §7: 10 s by default), and sooner when a retry
 /// falls due, until `shutdown` fires. Each report goes to `on_report` (metrics); failures are
-/// logged and retried at the next tick.
+/// logged and retried at the next tick. With `log_retention`, history past it is deleted too
+/// ([`Queue::expire_history`]).
 pub async fn run_maintenance(
     queue: Queue,
     interval: Duration,
+    log_retention: Option<Duration>,
     shutdown: tokio_util::sync::CancellationToken,
     on_report: impl Fn(&MaintenanceReport) + Send,
 ) {
     loop {
         let mut sleep_for = interval;
-        match queue.maintain().await {
+        let pass = async {
+            let mut report = queue.maintain().await?;
+            if let Some(retention) = log_retention {
+                report.log_entries_deleted = queue.expire_history(retention).await?;
+            }
+            Ok::<_, QueueError>(report)
+        };
+        match pass.await {
             Ok(report) => {
                 if report != MaintenanceReport::default() {
                     tracing::info!(
                         reclaimed = report.reclaimed,
                         reclaims_exhausted = report.reclaims_exhausted,
                         promoted = report.promoted,
+                        log_entries_deleted = report.log_entries_deleted,
                         "maintenance pass"
                     );
                 }
@@ -175,7 +231,12 @@ pub async fn run_maintenance(
                     sleep_for = sleep_for.min(due.max(Duration::from_millis(50)));
                 }
             }
-            Err(error) => tracing::warn!(%error, "maintenance pass failed; retrying next tick"),
+            Err(error) => {
+                if matches!(error, QueueError::Unavailable(_)) {
+                    queue.note_database_unavailable();
+                }
+                tracing::warn!(%error, "maintenance pass failed; retrying next tick")
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,

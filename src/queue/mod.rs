@@ -6,6 +6,7 @@
 //! row. The reaper takes rows with `SKIP LOCKED` and never waits.
 
 mod agents;
+mod availability;
 mod claims;
 mod cursor;
 mod maintenance;
@@ -14,6 +15,7 @@ mod notify;
 mod orders;
 mod refusal;
 pub mod rules;
+pub mod text;
 pub mod validate;
 mod wake;
 
@@ -25,12 +27,13 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 pub use agents::TokenCheck;
+pub use availability::spawn_availability_probe;
 pub use claims::{ClaimRequest, Heartbeat};
 pub use cursor::CursorError;
 pub use maintenance::{MaintenanceReport, run_maintenance};
 pub use model::*;
 pub use notify::{Notifications, spawn_listener};
-pub use orders::{LogFilter, OrderFilter};
+pub use orders::{Created, IDEMPOTENCY_KEY_RETENTION, IdempotencyKey, LogFilter, OrderFilter};
 
 /// `source` of an order created through the REST API.
 pub const SOURCE_API: &str = "api";
@@ -62,6 +65,10 @@ pub enum ConflictCode {
     NameTaken,
     /// Operation on a retired agent.
     AgentRetired,
+    /// Complete: this agent already completed this claim with a different outcome.
+    AlreadyCompleted,
+    /// Create: the `Idempotency-Key` was used before with a different request body.
+    IdempotencyKeyReused,
 }
 
 impl ConflictCode {
@@ -77,6 +84,8 @@ impl ConflictCode {
             ConflictCode::AlreadyFinished => "already_finished",
             ConflictCode::NameTaken => "name_taken",
             ConflictCode::AgentRetired => "agent_retired",
+            ConflictCode::AlreadyCompleted => "already_completed",
+            ConflictCode::IdempotencyKeyReused => "idempotency_key_reused",
         }
     }
 }
@@ -105,9 +114,40 @@ pub enum QueueError {
     /// `400`: a pagination cursor that this server did not issue.
     #[error(transparent)]
     Cursor(#[from] CursorError),
-    /// `500`/`503`: the database failed.
+    /// `503`: the database cannot be reached or is shutting down; retrying later may succeed.
+    /// Nothing was changed that the caller must know of (a transaction cut off is rolled back).
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    /// `500`: any other database failure.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for QueueError {
+    fn from(error: sqlx::Error) -> Self {
+        if database_unavailable(&error) {
+            QueueError::Unavailable(error)
+        } else {
+            QueueError::Database(error)
+        }
+    }
+}
+
+/// True for errors that mean "the database is not there right now" rather than "this request
+/// is wrong": no connection (refused, reset, pool exhausted or closed), or the server shutting
+/// down or refusing connections (SQLSTATE class 08, 57P01–57P03, 53300 too_many_connections).
+pub fn database_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
 }
 
 impl QueueError {
@@ -124,6 +164,7 @@ impl QueueError {
 pub struct Queue {
     pool: PgPool,
     verified_tokens: std::sync::Arc<crate::auth::cache::VerifiedTokens>,
+    availability: std::sync::Arc<availability::Availability>,
 }
 
 impl Queue {
@@ -132,6 +173,7 @@ impl Queue {
         Queue {
             pool,
             verified_tokens: Default::default(),
+            availability: Default::default(),
         }
     }
 
@@ -148,6 +190,9 @@ impl Queue {
     /// Readiness (DESIGN.md §5 `/readyz`): the database answers and every embedded migration is
     /// applied. Returns a reason when not ready.
     pub async fn readiness(&self) -> Result<(), String> {
+        if self.database_known_down() {
+            return Err("database not reachable (known down; probing)".into());
+        }
         let applied: Vec<(i64,)> =
             sqlx::query_as("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
                 .fetch_all(&self.pool)

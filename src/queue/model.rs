@@ -141,24 +141,36 @@ impl Targeting {
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewWorkOrder {
-    /// `build` or `custom`.
+    /// `build` or `custom` (anything else: `400 Unknown work type: <value>`).
+    #[schema(value_type = WorkType)]
     pub work_type: String,
-    /// One or more YAML documents, at most 1 MiB.
+    /// One or more YAML documents, at most 1 MiB (`413` above), each with `apiVersion`, `kind`
+    /// and `metadata`, nested at most 128 levels; a `build` holds exactly one Shipwright `Build`.
+    #[schema(
+        max_length = 1048576,
+        example = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\ndata:\n  greeting: hi\n"
+    )]
     pub yaml_content: String,
     /// Retries after a failed attempt, 0–100 (default 3).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 100)]
     pub max_retries: Option<i64>,
     /// Base of the exponential backoff in seconds, 1–86400 (default 60).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 86400)]
     pub backoff_seconds: Option<i64>,
-    /// Seconds a claim may last from `claimed_at`, 60–604800 (default 3600).
+    /// Seconds a claim may last from `claimed_at`, 60–604800 (default 3600); at least 120 for
+    /// orders that must be watched (Jobs, builds).
     #[serde(default)]
+    #[schema(minimum = 60, maximum = 604800)]
     pub claim_timeout_seconds: Option<i64>,
     /// Reclaims by the reaper before the order fails, 0–100 (default 5).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 100)]
     pub max_reclaims: Option<i64>,
-    /// Only agents of this tenant (or instance-wide agents) may claim.
+    /// Only agents of this tenant (or instance-wide agents) may claim. 1–4096 bytes.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 4096)]
     pub tenant: Option<String>,
     /// Which agents may claim; at least one criterion.
     pub targeting: Targeting,
@@ -239,7 +251,8 @@ pub enum AgentHealth {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewAgent {
-    /// Unique among live agents; 1–253 characters.
+    /// Unique among live agents; 1–253 bytes.
+    #[schema(min_length = 1, max_length = 253)]
     pub name: String,
     #[serde(default)]
     pub labels: Vec<String>,
@@ -247,15 +260,20 @@ pub struct NewAgent {
     pub annotations: BTreeMap<String, String>,
     /// Work types this agent takes; empty means all.
     #[serde(default)]
+    #[schema(value_type = Vec<WorkType>)]
     pub work_types: Vec<String>,
-    /// Tenant this agent serves; absent means instance-wide.
+    /// Tenant this agent serves; absent means instance-wide. 1–4096 bytes.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 4096)]
     pub tenant: Option<String>,
-    /// Most claims held at once; absent means unlimited.
+    /// Most claims held at once, 1–100000; absent means unlimited.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100000)]
     pub max_concurrency: Option<i64>,
-    /// Expected lease in seconds; drives the stale threshold before the agent's first leased claim.
+    /// Expected lease in seconds, 5–86400; drives the stale threshold before the agent's first
+    /// leased claim.
     #[serde(default)]
+    #[schema(minimum = 5, maximum = 86400)]
     pub lease_seconds: Option<i64>,
 }
 

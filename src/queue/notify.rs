@@ -11,6 +11,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::Queue;
 use super::wake::{Notice, WaitList};
 
 /// Channel notified when an order becomes claimable (payload: JSON with its id, work type,
@@ -25,6 +26,8 @@ pub const CHANGED_CHANNEL: &str = "pullman_work_order_changed";
 pub struct Notifications {
     waits: Arc<WaitList>,
     changed: broadcast::Sender<Option<Uuid>>,
+    /// Cancelled when the server stops: held long-polls end at once (DESIGN.md §7).
+    draining: CancellationToken,
 }
 
 impl Default for Notifications {
@@ -39,7 +42,20 @@ impl Notifications {
         Notifications {
             waits: Arc::new(WaitList::new()),
             changed: broadcast::channel(4096).0,
+            draining: CancellationToken::new(),
         }
+    }
+
+    /// Ends every held long-poll and every one that starts later (DESIGN.md §7: held long-polls
+    /// are answered at once when `serve` stops). Each ends after its current claim attempt, so
+    /// no order is claimed without its answer reaching the agent.
+    pub fn stop_waiting(&self) {
+        self.draining.cancel();
+    }
+
+    /// Resolves once [`Self::stop_waiting`] was called.
+    pub(crate) fn draining(&self) -> &CancellationToken {
+        &self.draining
     }
 
     /// The long-polling claimers of this process, woken one per claimable order.
@@ -60,13 +76,17 @@ impl Notifications {
 }
 
 /// Listens on the queue's channels until `shutdown`, reconnecting after failures. After any
-/// interruption every waiter is woken, because notifications sent meanwhile are lost.
+/// interruption every waiter is woken, because notifications sent meanwhile are lost. A lost
+/// connection is usually the first sign of a database outage, so it marks the database down
+/// (see [`Queue::note_database_unavailable`]) until a probe finds it back.
 pub fn spawn_listener(
-    pool: PgPool,
+    queue: &Queue,
     notifications: Notifications,
     shutdown: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
+    let queue = queue.clone();
     tokio::spawn(async move {
+        let pool = queue.pool().clone();
         loop {
             let result = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -74,10 +94,14 @@ pub fn spawn_listener(
             };
             match result {
                 Ok(()) => {
-                    tracing::warn!("queue notification listener lost its connection; reconnecting")
+                    tracing::warn!("queue notification listener lost its connection; reconnecting");
+                    queue.note_database_unavailable();
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "queue notification listener failed; reconnecting")
+                    tracing::warn!(%error, "queue notification listener failed; reconnecting");
+                    if super::database_unavailable(&error) {
+                        queue.note_database_unavailable();
+                    }
                 }
             }
             notifications.wake_all();
@@ -91,6 +115,10 @@ pub fn spawn_listener(
 
 async fn listen(pool: &PgPool, n: &Notifications) -> Result<(), sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
+    // Report a lost connection at once instead of first reconnecting through the pool (which
+    // waits out its acquire timeout while the database is down): the loss is how an outage
+    // becomes known, and the caller reconnects.
+    listener.eager_reconnect(false);
     listener
         .listen_all([CLAIMABLE_CHANNEL, CHANGED_CHANNEL])
         .await?;

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::validate::WorkOrderSpec;
 use super::{
     ConflictCode, LogEntry, LogRow, Lookup, OrderRow, OrderStatus, Outcome, Page, Queue,
-    QueueError, WorkOrder, WorkType, cursor, log_columns, order_columns, rules,
+    QueueError, SOURCE_API, WorkOrder, WorkType, cursor, log_columns, order_columns, rules,
 };
 
 /// Filters of `GET /api/v1/work-orders`.
@@ -58,51 +58,118 @@ pub(crate) struct FinalClaim {
 }
 
 impl Queue {
-    /// Creates a work order (DESIGN.md §5 `POST /work-orders`). With `id` given (the WorkOrder
-    /// resource's uid) creation is idempotent: an id already active or in the log is returned as
-    /// it is, never duplicated.
+    /// Creates a work order (DESIGN.md §5 `POST /work-orders`) and returns it as the insert
+    /// wrote it: `PENDING`, whatever an agent does with it a moment later (reading it back could
+    /// find it claimed or already finished).
+    ///
+    /// With `id` given (the WorkOrder resource's uid) creation is idempotent: an id already
+    /// active or in the log is returned as it is, never duplicated or brought back to life.
     pub async fn create_work_order(
         &self,
         spec: &WorkOrderSpec,
         id: Option<Uuid>,
         source: &str,
     ) -> Result<Lookup, QueueError> {
-        let id = id.unwrap_or_else(Uuid::new_v4);
-        let pairs = rules::annotation_pairs(&spec.targeting.annotations);
+        let Some(id) = id else {
+            // A fresh random id cannot collide: one statement, one commit.
+            let row = insert_order(&self.pool, Uuid::new_v4(), spec, source).await?;
+            return match row {
+                Some(row) => Ok(Lookup::Active(Box::new(row.into()))),
+                None => Err(QueueError::Database(sqlx::Error::RowNotFound)),
+            };
+        };
         let mut tx = self.pool.begin().await?;
-        // An id that already finished must not come back to life as a new order.
-        let finished: Option<(Uuid,)> =
-            sqlx::query_as("SELECT id FROM work_order_log WHERE id = $1")
+        let Some(row) = insert_order(&mut *tx, id, spec, source).await? else {
+            drop(tx);
+            return self.lookup(id, true).await;
+        };
+        // The insert's own check of the log used its snapshot: an order of this id that a
+        // complete moved to the log while the insert waited on its row is only visible to a
+        // later statement. Then the id is finished, and must stay so.
+        let (finished,): (bool,) =
+            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM work_order_log WHERE id = $1)")
                 .bind(id)
-                .fetch_optional(&mut *tx)
+                .fetch_one(&mut *tx)
                 .await?;
-        if finished.is_none() {
-            sqlx::query(
-                "INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds, \
-                 claim_timeout_seconds, max_reclaims, tenant, target_agent_ids, target_agent_names, \
-                 target_labels, target_annotations, target_annotation_pairs, status, source) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'PENDING', $14) \
-                 ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(id)
-            .bind(spec.work_type.as_str())
-            .bind(&spec.yaml_content)
-            .bind(spec.max_retries)
-            .bind(spec.backoff_seconds)
-            .bind(spec.claim_timeout_seconds)
-            .bind(spec.max_reclaims)
-            .bind(&spec.tenant)
-            .bind(&spec.targeting.agent_ids)
-            .bind(&spec.targeting.agent_names)
-            .bind(&spec.targeting.labels)
-            .bind(sqlx::types::Json(&spec.targeting.annotations))
-            .bind(&pairs)
-            .bind(source)
-            .execute(&mut *tx)
-            .await?;
+        if finished {
+            drop(tx);
+            return self.lookup(id, true).await;
         }
         tx.commit().await?;
-        self.lookup(id, true).await
+        Ok(Lookup::Active(Box::new(row.into())))
+    }
+
+    /// Creates a work order under an `Idempotency-Key` (DESIGN.md §5 "Retry safety"): the first
+    /// call creates it and records the answer under the key; a repeat with the same key and the
+    /// same request gets that recorded answer again (`replayed`), however the order has fared
+    /// since. The same key with a different request is `IdempotencyKeyReused`. Concurrent calls
+    /// with one key create one order: the second waits on the first's key row. Keys are kept
+    /// for [`IDEMPOTENCY_KEY_RETENTION`].
+    pub async fn create_work_order_once(
+        &self,
+        spec: &WorkOrderSpec,
+        key: &IdempotencyKey,
+    ) -> Result<Created, QueueError> {
+        let mut tx = self.pool.begin().await?;
+        let id = Uuid::new_v4();
+        let fresh: Option<(Uuid,)> = sqlx::query_as(
+            "INSERT INTO idempotency_keys (key, request_sha256, work_order_id) \
+             VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING RETURNING work_order_id",
+        )
+        .bind(&key.key)
+        .bind(&key.request_sha256[..])
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if fresh.is_none() {
+            drop(tx);
+            return self.replay_creation(key).await;
+        }
+        let order: WorkOrder = insert_order(&mut *tx, id, spec, SOURCE_API)
+            .await?
+            .ok_or(QueueError::Database(sqlx::Error::RowNotFound))?
+            .into();
+        sqlx::query("UPDATE idempotency_keys SET response = $2 WHERE key = $1")
+            .bind(&key.key)
+            .bind(sqlx::types::Json(&order))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Created {
+            order,
+            replayed: false,
+        })
+    }
+
+    async fn replay_creation(&self, key: &IdempotencyKey) -> Result<Created, QueueError> {
+        let recorded: Option<(Vec<u8>, Option<sqlx::types::Json<WorkOrder>>)> =
+            sqlx::query_as("SELECT request_sha256, response FROM idempotency_keys WHERE key = $1")
+                .bind(&key.key)
+                .fetch_optional(&self.pool)
+                .await?;
+        match recorded {
+            Some((hash, _)) if hash[..] != key.request_sha256[..] => Err(QueueError::conflict(
+                ConflictCode::IdempotencyKeyReused,
+                format!(
+                    "Idempotency-Key {:?} was used for a different request; use a new key for a \
+                     new work order",
+                    key.key
+                ),
+            )),
+            Some((_, Some(response))) => Ok(Created {
+                order: response.0,
+                replayed: true,
+            }),
+            // Written in the transaction that inserted the key, so never seen without it; and a
+            // key that expired between the two statements is simply gone.
+            _ => Err(QueueError::conflict(
+                ConflictCode::IdempotencyKeyReused,
+                format!(
+                    "Idempotency-Key {:?} expired while it was being used; retry",
+                    key.key
+                ),
+            )),
+        }
     }
 
     /// Finds an order by id, active or finished (DESIGN.md §5 `GET /work-orders/{id}`).
@@ -359,4 +426,69 @@ pub(crate) async fn finish(
         .fetch_one(&mut **tx)
         .await?;
     Ok(row.into())
+}
+
+/// How long an `Idempotency-Key` is remembered after its order was created (DESIGN.md §5). A
+/// client retrying a lost answer does so within seconds; a day covers a long outage.
+pub const IDEMPOTENCY_KEY_RETENTION: std::time::Duration =
+    std::time::Duration::from_secs(24 * 3600);
+
+/// A client's `Idempotency-Key` for a create, with a fingerprint of its request so that reusing a
+/// key for a different order is refused rather than answered with the wrong order.
+#[derive(Debug, Clone)]
+pub struct IdempotencyKey {
+    /// 1–255 visible ASCII characters (checked by the API).
+    pub key: String,
+    /// SHA-256 of the request body as parsed (so whitespace and key order do not matter).
+    pub request_sha256: [u8; 32],
+}
+
+/// A created work order, and whether it is the recorded answer of an earlier call.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub order: WorkOrder,
+    pub replayed: bool,
+}
+
+/// Inserts a new `PENDING` order and returns it as written (no claim). Nothing is inserted, and
+/// `None` returned, when the id is active already or finished (in the log).
+/// $1 id, $2 work type, $3 YAML, $4–$7 retry and timeout settings, $8 tenant, $9–$13 targeting,
+/// $14 source.
+async fn insert_order(
+    exec: impl sqlx::PgExecutor<'_>,
+    id: Uuid,
+    spec: &WorkOrderSpec,
+    source: &str,
+) -> Result<Option<OrderRow>, QueueError> {
+    static INSERT_ORDER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "WITH w AS (INSERT INTO work_orders (id, work_type, yaml_content, max_retries, \
+               backoff_seconds, claim_timeout_seconds, max_reclaims, tenant, target_agent_ids, \
+               target_agent_names, target_labels, target_annotations, target_annotation_pairs, \
+               status, source) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'PENDING', $14 \
+             WHERE NOT EXISTS (SELECT 1 FROM work_order_log WHERE id = $1) \
+             ON CONFLICT (id) DO NOTHING RETURNING *) \
+             SELECT {} FROM w LEFT JOIN work_order_claims c ON false",
+            order_columns(true)
+        )
+    });
+    let pairs = rules::annotation_pairs(&spec.targeting.annotations);
+    Ok(sqlx::query_as(&INSERT_ORDER)
+        .bind(id)
+        .bind(spec.work_type.as_str())
+        .bind(&spec.yaml_content)
+        .bind(spec.max_retries)
+        .bind(spec.backoff_seconds)
+        .bind(spec.claim_timeout_seconds)
+        .bind(spec.max_reclaims)
+        .bind(&spec.tenant)
+        .bind(&spec.targeting.agent_ids)
+        .bind(&spec.targeting.agent_names)
+        .bind(&spec.targeting.labels)
+        .bind(sqlx::types::Json(&spec.targeting.annotations))
+        .bind(&pairs)
+        .bind(source)
+        .fetch_optional(exec)
+        .await?)
 }

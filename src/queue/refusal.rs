@@ -1,10 +1,119 @@
-//! Why a heartbeat or complete was refused (DESIGN.md §5): the `code` of the `409`.
+//! Why a heartbeat or complete was refused (DESIGN.md §5): the `code` of the `409`; and the
+//! replay of a complete whose first answer was lost (DESIGN.md §5 "Retry safety").
 
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{ConflictCode, Queue, QueueError};
+use super::{
+    Completion, CompletionResult, ConflictCode, LogRow, Outcome, Queue, QueueError, log_columns,
+};
+
+/// How a claim ended, as far as a repeated complete of it needs to know.
+enum EndedClaim {
+    /// The holder's complete scheduled a retry at this time (the order is active again).
+    RetryScheduled(DateTime<Utc>),
+    /// The holder's complete finished the order: its log entry.
+    Finished(Box<super::LogEntry>),
+}
 
 impl Queue {
+    /// A complete that found no live claim of this agent (DESIGN.md §5 "Retry safety"): when the
+    /// agent's own earlier complete of this claim ended it with the same outcome, the same answer
+    /// again (the log entry, or the `202` with its `next_retry_after`), so an agent whose first
+    /// answer was lost can tell success from loss. The same claim ended with a different outcome
+    /// is `409 already_completed`; anything else is the `409` of [`Self::explain_refusal`].
+    ///
+    /// Without `claim_id` in the request the agent's last claim on the order stands for it.
+    /// A retry-scheduled answer is repeated only until the order is claimed again: after that the
+    /// claim it answered is history and the agent is told `not_claim_holder`.
+    pub(super) async fn replay_or_refuse(
+        &self,
+        order_id: Uuid,
+        agent_id: Uuid,
+        claim_id: Option<Uuid>,
+        completion: &Completion,
+    ) -> Result<CompletionResult, QueueError> {
+        let Some(ended) = self.ended_by_holder(order_id, agent_id, claim_id).await? else {
+            return Err(self.explain_refusal(order_id, agent_id, claim_id).await?);
+        };
+        let asked = if completion.success {
+            "success"
+        } else {
+            "failure"
+        };
+        let (same, before) = match &ended {
+            EndedClaim::RetryScheduled(_) => (
+                !completion.success && completion.retryable,
+                "a retryable failure (retry scheduled)".to_string(),
+            ),
+            EndedClaim::Finished(entry) => (
+                match entry.outcome {
+                    Outcome::Succeeded => completion.success,
+                    // A failure that ran out of retries was retryable when reported: a repeat
+                    // of it, retryable or not, is the same report.
+                    Outcome::Failed => !completion.success,
+                    Outcome::Cancelled => false,
+                },
+                entry.outcome.as_str().to_string(),
+            ),
+        };
+        if !same {
+            return Err(QueueError::conflict(
+                ConflictCode::AlreadyCompleted,
+                format!(
+                    "agent {agent_id} already completed its claim on work order {order_id} as                      {before}; a {asked} cannot replace it"
+                ),
+            ));
+        }
+        tracing::info!(work_order = %order_id, agent = %agent_id, "repeated complete answered again");
+        Ok(match ended {
+            EndedClaim::RetryScheduled(next_retry_after) => {
+                CompletionResult::RetryScheduled { next_retry_after }
+            }
+            EndedClaim::Finished(entry) => CompletionResult::Finished(entry),
+        })
+    }
+
+    /// How this agent's own complete ended its (last, or named) claim on the order, if it did.
+    async fn ended_by_holder(
+        &self,
+        order_id: Uuid,
+        agent_id: Uuid,
+        claim_id: Option<Uuid>,
+    ) -> Result<Option<EndedClaim>, QueueError> {
+        // Active again after a retry: the claim is the order's last, no claim is live, the reaper
+        // did not release it (released_claims), and the retry time is set (a claim clears it).
+        let retry: Option<(DateTime<Utc>,)> = sqlx::query_as(
+            "SELECT w.next_retry_after FROM work_orders w \
+             WHERE w.id = $1 AND w.last_claimed_by = $2 \
+               AND ($3::uuid IS NULL OR w.last_claim_id = $3) \
+               AND w.status IN ('RETRY_PENDING', 'PENDING') AND w.next_retry_after IS NOT NULL \
+               AND NOT EXISTS (SELECT 1 FROM work_order_claims c WHERE c.work_order_id = w.id) \
+               AND NOT EXISTS (SELECT 1 FROM released_claims r \
+                 WHERE r.work_order_id = w.id AND r.claim_id = w.last_claim_id)",
+        )
+        .bind(order_id)
+        .bind(agent_id)
+        .bind(claim_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some((next_retry_after,)) = retry {
+            return Ok(Some(EndedClaim::RetryScheduled(next_retry_after)));
+        }
+        let sql = format!(
+            "SELECT {} FROM work_order_log WHERE id = $1 AND ended_by = 'agent' \
+               AND claimed_by = $2 AND ($3::uuid IS NULL OR claim_id = $3)",
+            log_columns(false)
+        );
+        let entry: Option<LogRow> = sqlx::query_as(&sql)
+            .bind(order_id)
+            .bind(agent_id)
+            .bind(claim_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(entry.map(|e| EndedClaim::Finished(Box::new(e.into()))))
+    }
+
     /// Says why a heartbeat or complete was refused (DESIGN.md §5): `cancelled` when the order was
     /// cancelled under this agent's claim, `reclaimed` when this agent's claim was released (reaper,
     /// expired lease, retirement) or superseded, `not_claim_holder` otherwise; `404` unknown order.

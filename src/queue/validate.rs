@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::QueueError;
 use super::model::{NewAgent, NewWorkOrder, Targeting, WorkType};
 use super::rules::{MIN_WATCH_BUDGET, watch_budget};
+use super::text::{strip_nul, strip_nul_all, strip_nul_map};
 use crate::manifest;
 
 /// Largest `yaml_content`, in bytes (DESIGN.md §5): 1 MiB. Larger bodies get `413`.
@@ -141,8 +142,12 @@ pub fn parse_work_type(field: &str, value: &str) -> Result<WorkType, QueueError>
 }
 
 /// Validates a create body (DESIGN.md §5): bounds, targeting, YAML shape, and the watch budget of
-/// orders that need watching (§4). Errors name the field.
-pub fn validate_work_order(body: NewWorkOrder) -> Result<WorkOrderSpec, QueueError> {
+/// orders that need watching (§4). Errors name the field. U+0000 is removed from every text
+/// first (see [`super::text`]), so what is validated is what is stored.
+///
+/// Parsing `yaml_content` costs CPU in proportion to its size and nesting (bounded by
+/// [`crate::manifest`]); async callers run this on a blocking thread.
+pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, QueueError> {
     let work_type = parse_work_type("work_type", &body.work_type)?;
     if body.yaml_content.len() > MAX_YAML_BYTES {
         return Err(QueueError::TooLarge {
@@ -150,6 +155,11 @@ pub fn validate_work_order(body: NewWorkOrder) -> Result<WorkOrderSpec, QueueErr
             limit: MAX_YAML_BYTES,
         });
     }
+    strip_nul(&mut body.yaml_content);
+    if let Some(tenant) = &mut body.tenant {
+        strip_nul(tenant);
+    }
+    strip_nul_targeting(&mut body.targeting);
     let max_retries = bounded("max_retries", body.max_retries, 3, 0, 100)?;
     let backoff_seconds = bounded("backoff_seconds", body.backoff_seconds, 60, 1, 86_400)?;
     let claim_timeout_seconds = bounded(
@@ -206,8 +216,33 @@ pub fn validate_work_order(body: NewWorkOrder) -> Result<WorkOrderSpec, QueueErr
     })
 }
 
-/// Validates an agent registration (DESIGN.md §5). Errors name the field.
-pub fn validate_agent(body: NewAgent) -> Result<AgentSpec, QueueError> {
+/// [`validate_work_order`] on a blocking thread, for async callers (the API, the controller):
+/// parsing up to 1 MiB of YAML is CPU work that would otherwise hold an async worker, and with
+/// it other requests, heartbeats among them (issue #14).
+pub async fn validate_work_order_off_thread(
+    body: NewWorkOrder,
+) -> Result<WorkOrderSpec, QueueError> {
+    match tokio::task::spawn_blocking(move || validate_work_order(body)).await {
+        Ok(result) => result,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+fn strip_nul_targeting(t: &mut Targeting) {
+    strip_nul_all(&mut t.agent_names);
+    strip_nul_all(&mut t.labels);
+    strip_nul_map(&mut t.annotations);
+}
+
+/// Validates an agent registration (DESIGN.md §5). Errors name the field. U+0000 is removed
+/// from every text first (see [`super::text`]).
+pub fn validate_agent(mut body: NewAgent) -> Result<AgentSpec, QueueError> {
+    strip_nul(&mut body.name);
+    strip_nul_all(&mut body.labels);
+    strip_nul_map(&mut body.annotations);
+    if let Some(tenant) = &mut body.tenant {
+        strip_nul(tenant);
+    }
     check_string("name", &body.name)?;
     if body.name.len() > 253 {
         return Err(invalid("name", "name is longer than 253 characters"));

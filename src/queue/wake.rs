@@ -51,12 +51,15 @@ impl Queue {
             };
             waiter.set_filter(claimer.wake_filter(work_types));
             waiter.settle(woke_by, order.as_ref().map(|o| o.id));
-            if order.is_some() || tokio::time::Instant::now() >= deadline {
+            let stopping = notifications.draining();
+            if order.is_some() || tokio::time::Instant::now() >= deadline || stopping.is_cancelled()
+            {
                 return Ok(order);
             }
             tokio::select! {
                 _ = waiter.wait() => {}
                 _ = tokio::time::sleep_until(deadline) => {}
+                _ = stopping.cancelled() => {}
             }
         }
     }

@@ -152,6 +152,7 @@ impl TestServer {
         tokio::spawn(queue::run_maintenance(
             s.queue.clone(),
             Duration::from_secs(1),
+            None,
             s.shutdown.clone(),
             |_| {},
         ));
@@ -159,11 +160,17 @@ impl TestServer {
     }
 
     pub async fn start_with(max_connections: u32, max_long_polls: usize) -> Self {
-        let pool = fresh_pool(max_connections).await;
+        Self::start_on(fresh_pool(max_connections).await, max_long_polls).await
+    }
+
+    /// A server over `pool`, wired as `serve` wires it (notification listener, availability
+    /// probe); maintenance does not run.
+    pub async fn start_on(pool: PgPool, max_long_polls: usize) -> Self {
         let queue = Queue::new(pool.clone());
         let notifications = Notifications::new();
         let shutdown = CancellationToken::new();
-        queue::spawn_listener(pool.clone(), notifications.clone(), shutdown.clone());
+        queue::spawn_listener(&queue, notifications.clone(), shutdown.clone());
+        queue::spawn_availability_probe(queue.clone(), shutdown.clone());
         let metrics = Arc::new(Metrics::new());
         let state = AppState::new(
             queue.clone(),

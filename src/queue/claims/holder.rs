@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{CONTACT_DUE, Heartbeat};
 use crate::queue::orders::{EndedBy, FinalClaim, finish};
 use crate::queue::rules::{self, FailureDecision};
-use crate::queue::{Completion, CompletionResult, Outcome, Queue, QueueError};
+use crate::queue::{Completion, CompletionResult, Outcome, Queue, QueueError, text};
 
 impl Queue {
     /// Extends the lease of the agent's live claim (DESIGN.md §2, §5). A lease never extends past
@@ -56,18 +56,22 @@ impl Queue {
         claim_id: Option<Uuid>,
         completion: &Completion,
     ) -> Result<CompletionResult, QueueError> {
+        // Stored as text::storable makes it: no U+0000, cut with a marker past the limit.
+        let message = completion
+            .message
+            .as_deref()
+            .map(|m| text::storable(m, text::MAX_MESSAGE_BYTES));
+        let message = message.as_deref();
         if completion.success {
             return match self
-                .complete_success_one_trip(
-                    order_id,
-                    agent_id,
-                    claim_id,
-                    completion.message.as_deref(),
-                )
+                .complete_success_one_trip(order_id, agent_id, claim_id, message)
                 .await?
             {
                 Some(entry) => Ok(CompletionResult::Finished(Box::new(entry))),
-                None => Err(self.explain_refusal(order_id, agent_id, claim_id).await?),
+                None => {
+                    self.replay_or_refuse(order_id, agent_id, claim_id, completion)
+                        .await
+                }
             };
         }
         // A failure: the retry decision is made here (rules::decide_failure), so a transaction.
@@ -102,14 +106,15 @@ impl Queue {
             (order, claim)
         else {
             tx.commit().await?;
-            return Err(self.explain_refusal(order_id, agent_id, claim_id).await?);
+            return self
+                .replay_or_refuse(order_id, agent_id, claim_id, completion)
+                .await;
         };
         let final_claim = FinalClaim {
             agent_id,
             claim_id,
             claimed_at,
         };
-        let message = completion.message.as_deref();
         let error = message.unwrap_or("the agent reported failure without a message");
         let result = match rules::decide_failure(
             retry_count,
