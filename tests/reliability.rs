@@ -280,10 +280,10 @@ async fn a_complete_repeated_after_a_lost_answer_gets_the_same_answer() {
     let (st, again) = complete(&s, &token, &id, done).await;
     assert_eq!(st, 200, "{again}");
     assert_eq!(again, first);
-    // Without claim_id the agent's last claim stands for it.
-    let (st, again) = complete(&s, &token, &id, json!({"agent_id": agent, "success": true})).await;
-    assert_eq!(st, 200, "{again}");
-    assert_eq!(again["claim_id"], first["claim_id"]);
+    // Without claim_id a repeat cannot be told from a second report: refused, as before.
+    let (st, v) = complete(&s, &token, &id, json!({"agent_id": agent, "success": true})).await;
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "not_claim_holder");
     let (st, v) = complete(
         &s,
         &token,

@@ -23,7 +23,8 @@ impl Queue {
     /// answer was lost can tell success from loss. The same claim ended with a different outcome
     /// is `409 already_completed`; anything else is the `409` of [`Self::explain_refusal`].
     ///
-    /// Without `claim_id` in the request the agent's last claim on the order stands for it.
+    /// Only a request naming its `claim_id` is replayed: without the fencing token the server
+    /// cannot tell a repeat from a second report, so that stays `409` as before.
     /// A retry-scheduled answer is repeated only until the order is claimed again: after that the
     /// claim it answered is history and the agent is told `not_claim_holder`.
     pub(super) async fn replay_or_refuse(
@@ -33,8 +34,13 @@ impl Queue {
         claim_id: Option<Uuid>,
         completion: &Completion,
     ) -> Result<CompletionResult, QueueError> {
+        let Some(claim_id) = claim_id else {
+            return Err(self.explain_refusal(order_id, agent_id, None).await?);
+        };
         let Some(ended) = self.ended_by_holder(order_id, agent_id, claim_id).await? else {
-            return Err(self.explain_refusal(order_id, agent_id, claim_id).await?);
+            return Err(self
+                .explain_refusal(order_id, agent_id, Some(claim_id))
+                .await?);
         };
         let asked = if completion.success {
             "success"
@@ -74,19 +80,19 @@ impl Queue {
         })
     }
 
-    /// How this agent's own complete ended its (last, or named) claim on the order, if it did.
+    /// How this agent's own complete ended its claim `claim_id` on the order, if it did.
     async fn ended_by_holder(
         &self,
         order_id: Uuid,
         agent_id: Uuid,
-        claim_id: Option<Uuid>,
+        claim_id: Uuid,
     ) -> Result<Option<EndedClaim>, QueueError> {
         // Active again after a retry: the claim is the order's last, no claim is live, the reaper
         // did not release it (released_claims), and the retry time is set (a claim clears it).
         let retry: Option<(DateTime<Utc>,)> = sqlx::query_as(
             "SELECT w.next_retry_after FROM work_orders w \
              WHERE w.id = $1 AND w.last_claimed_by = $2 \
-               AND ($3::uuid IS NULL OR w.last_claim_id = $3) \
+               AND w.last_claim_id = $3 \
                AND w.status IN ('RETRY_PENDING', 'PENDING') AND w.next_retry_after IS NOT NULL \
                AND NOT EXISTS (SELECT 1 FROM work_order_claims c WHERE c.work_order_id = w.id) \
                AND NOT EXISTS (SELECT 1 FROM released_claims r \
@@ -102,7 +108,7 @@ impl Queue {
         }
         let sql = format!(
             "SELECT {} FROM work_order_log WHERE id = $1 AND ended_by = 'agent' \
-               AND claimed_by = $2 AND ($3::uuid IS NULL OR claim_id = $3)",
+               AND claimed_by = $2 AND claim_id = $3",
             log_columns(false)
         );
         let entry: Option<LogRow> = sqlx::query_as(&sql)
