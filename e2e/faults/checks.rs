@@ -79,6 +79,10 @@ pub struct Checks {
     pub completes_unknown: usize,
     /// Orders an agent finished although it never saw the `200` (its answer was lost).
     pub finished_unseen: usize,
+    /// Completes the server applied although it answered `5xx` or nothing, after which the
+    /// agent's retry with the same claim was refused: the agent could not tell its success from
+    /// a loss (issue 14, "Retry-safe calls").
+    pub applied_but_refused: Vec<String>,
     /// Stale completes: verdict → count.
     pub stale: BTreeMap<String, usize>,
 }
@@ -229,7 +233,25 @@ pub async fn check(
                     ));
                 }
             }
-            _ => {}
+            Verdict::Refused(_) => {
+                if done.lost_before
+                    && let Some(row) = logged
+                    && row.claim_id == Some(done.claim)
+                    && row.claimed_by == Some(done.agent)
+                {
+                    let answers: Vec<String> =
+                        done.answers.iter().map(|a| format!("{a:?}")).collect();
+                    c.applied_but_refused.push(format!(
+                        "complete of order {} (claim {}) answered {} — yet the log records it \
+                         finished under that claim ({})",
+                        done.order,
+                        done.claim,
+                        answers.join(" then "),
+                        row.outcome
+                    ));
+                }
+            }
+            Verdict::Unknown => {}
         }
     }
     for (order, claims) in &finished_claims {

@@ -50,7 +50,7 @@ pub struct LoadSettings {
 pub struct CreateRecord {
     pub seq: usize,
     pub attempts: u32,
-    /// Attempts whose answer was lost (the order may have been created by them).
+    /// Attempts answered `5xx` or not at all: the order may have been created by them.
     pub lost_answers: u32,
     /// The id from the `201`; `None` when the producer gave up or was refused.
     pub id: Option<Uuid>,
@@ -80,6 +80,8 @@ pub struct CompleteRecord {
     pub stale: bool,
     /// An earlier try's answer was lost, so a refusal may follow the agent's own success.
     pub lost_before: bool,
+    /// The answer to each try, in order.
+    pub answers: Vec<Answer>,
     pub verdict: Verdict,
 }
 
@@ -426,6 +428,7 @@ impl Load {
             success,
             stale,
             lost_before: false,
+            answers: Vec::new(),
             verdict: Verdict::Unknown,
         };
         let endpoint = if stale {
@@ -457,6 +460,7 @@ impl Load {
                     },
                 )
                 .await;
+            record.answers.push(reply.answer);
             record.verdict = match reply.answer {
                 Answer::Status(200) => Verdict::Finished,
                 Answer::Status(202) => Verdict::RetryScheduled,

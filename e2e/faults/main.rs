@@ -113,10 +113,8 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
     for index in 0..2 {
         servers.push(Server::start(index, &db_url, dir.path()).await?);
     }
-    let logs: Vec<String> = servers
-        .iter()
-        .map(|s| s.log_path().display().to_string())
-        .collect();
+    let logs: Vec<std::path::PathBuf> =
+        servers.iter().map(|s| s.log_path().to_path_buf()).collect();
     let api = Api::new(servers.iter().map(Server::base_url).collect());
     let mut cluster = Cluster { postgres, servers };
 
@@ -169,6 +167,7 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
     report::print_answers(&exchanges);
     report::print_findings(&findings, 10);
     report::print_checks(&checks, drained, deaths, abandoned);
+    report::print_server_errors(&logs, 5);
 
     let five_hundreds = report::five_hundreds(&exchanges);
     let mut failures = Vec::new();
@@ -216,10 +215,6 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
         println!("FAIL: {f}");
     }
     let kept = dir.keep();
-    progress(&format!(
-        "kept {} for inspection; server logs: {}",
-        kept.display(),
-        logs.join(", ")
-    ));
+    progress(&format!("kept {} for inspection", kept.display()));
     Ok(false)
 }

@@ -188,7 +188,7 @@ pub fn print_checks(c: &Checks, drained: Option<Duration>, deaths: usize, abando
     row(
         "orders created (201)",
         format!(
-            "{} ({} create requests; {} creates had an answer lost; {} given up)",
+            "{} ({} create requests; {} creates retried after a 5xx or lost answer; {} given up)",
             c.created, c.create_attempts, c.creates_with_lost_answer, c.gave_up
         ),
     );
@@ -215,6 +215,10 @@ pub fn print_checks(c: &Checks, drained: Option<Duration>, deaths: usize, abando
         ),
     );
     row("finished with the 200 lost", c.finished_unseen.to_string());
+    row(
+        "completes applied though answered 5xx/lost, retry refused",
+        c.applied_but_refused.len().to_string(),
+    );
     let stale: Vec<String> = c.stale.iter().map(|(k, n)| format!("{k}: {n}")).collect();
     row(
         "agents died mid-order",
@@ -241,10 +245,53 @@ pub fn print_checks(c: &Checks, drained: Option<Duration>, deaths: usize, abando
             c.violations.len().to_string()
         },
     );
+    for a in c.applied_but_refused.iter().take(10) {
+        println!("\napplied but refused on retry: {a}");
+    }
     for d in c.duplicates.iter().take(10) {
         println!("\nduplicate: {d}");
     }
     for v in c.violations.iter().take(30) {
         println!("\nVIOLATION: {v}");
     }
+}
+
+/// Prints the `ERROR` lines of the replicas' logs (the server's side of any `5xx`), the first
+/// `limit` of each log.
+pub fn print_server_errors(logs: &[std::path::PathBuf], limit: usize) {
+    println!("\n### ERROR lines in the server logs\n");
+    for (i, path) in logs.iter().enumerate() {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let errors: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains("ERROR"))
+            .map(strip_ansi)
+            .collect();
+        println!("- replica {i}: {} ERROR line(s)", errors.len());
+        for line in errors.iter().take(limit) {
+            let mut end = line.len().min(400);
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            println!("  - `{}`", &line[..end]);
+        }
+    }
+}
+
+/// Removes terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
