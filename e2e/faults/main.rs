@@ -167,7 +167,7 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
     report::print_answers(&exchanges);
     report::print_findings(&findings, 10);
     report::print_checks(&checks, drained, deaths, abandoned);
-    report::print_server_errors(&logs, 5);
+    report::print_server_errors(&logs, 10);
 
     let five_hundreds = report::five_hundreds(&exchanges);
     let mut failures = Vec::new();

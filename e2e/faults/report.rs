@@ -256,25 +256,32 @@ pub fn print_checks(c: &Checks, drained: Option<Duration>, deaths: usize, abando
     }
 }
 
-/// Prints the `ERROR` lines of the replicas' logs (the server's side of any `5xx`), the first
-/// `limit` of each log.
+/// Prints the distinct `ERROR` messages of the replicas' logs with their counts (the server's side
+/// of any `5xx`), at most `limit` of them.
 pub fn print_server_errors(logs: &[std::path::PathBuf], limit: usize) {
-    println!("\n### ERROR lines in the server logs\n");
-    for (i, path) in logs.iter().enumerate() {
+    let mut messages: BTreeMap<String, usize> = BTreeMap::new();
+    for path in logs {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let errors: Vec<String> = text
-            .lines()
-            .filter(|l| l.contains("ERROR"))
-            .map(strip_ansi)
-            .collect();
-        println!("- replica {i}: {} ERROR line(s)", errors.len());
-        for line in errors.iter().take(limit) {
-            let mut end = line.len().min(400);
-            while !line.is_char_boundary(end) {
-                end -= 1;
-            }
-            println!("  - `{}`", &line[..end]);
+        for line in text.lines().filter(|l| l.contains("ERROR")) {
+            let line = strip_ansi(line);
+            // Drop the timestamp: the same message at different times is one kind.
+            let message = line.split_once(' ').map_or(line.as_str(), |(_, m)| m);
+            *messages.entry(message.trim().to_string()).or_default() += 1;
         }
+    }
+    println!("\n### ERROR messages in the server logs (both replicas)\n");
+    if messages.is_empty() {
+        println!("None.");
+        return;
+    }
+    let mut by_count: Vec<(String, usize)> = messages.into_iter().collect();
+    by_count.sort_by_key(|m| std::cmp::Reverse(m.1));
+    for (message, n) in by_count.iter().take(limit) {
+        let mut end = message.len().min(300);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        println!("- {n} × `{}`", &message[..end]);
     }
 }
 
