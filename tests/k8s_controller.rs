@@ -180,7 +180,11 @@ async fn a_work_order_resource_follows_its_queue_row() {
         "queue row id = metadata.uid"
     );
     let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
-    assert_eq!(ready.status, "True");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Pending"),
+        "Ready means succeeded (DESIGN.md §6)"
+    );
 
     let (code, claimed) = s
         .call(
