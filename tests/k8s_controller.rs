@@ -3,6 +3,13 @@
 
 mod support;
 
+#[path = "k8s_controller/executor_health.rs"]
+mod executor_health;
+#[path = "k8s_controller/verdicts.rs"]
+mod verdicts;
+#[path = "k8s_controller/workorder_health.rs"]
+mod workorder_health;
+
 use std::sync::Arc;
 use std::time::Duration;
 
