@@ -367,3 +367,32 @@ async fn a_finished_work_order_with_a_ttl_is_deleted_and_the_log_keeps_it() {
     stop.cancel();
     drop_namespace(&k, &ns).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_work_order_the_server_rejects_fails_with_a_reason() {
+    let k = client().await;
+    let ns = namespace(&k, "rej").await;
+    let s = TestServer::start().await;
+    let stop = start_controllers(&k, &s, &ns);
+    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    create_wo(&api, work_order("broken", "x", "kind: [unclosed")).await;
+    let wo = phase_is(&api, "broken", WorkOrderPhase::Failed).await;
+    let st = wo.status.unwrap();
+    let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Rejected")
+    );
+    assert!(
+        ready.message.contains("does not parse"),
+        "{}",
+        ready.message
+    );
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM work_orders")
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0, "nothing queued");
+    stop.cancel();
+    drop_namespace(&k, &ns).await;
+}
