@@ -16,7 +16,7 @@ use pullman::crd::{Executor, WorkOrder, WorkOrderPhase};
 use pullman::executor::KubeCarrier;
 use serde_json::{Value, json};
 
-use super::verdicts::{argocd, assert_health, conditions, kstatus, live, message};
+use super::verdicts::{argocd, assert_health, conditions, flux, kstatus, live, message};
 use super::{create_wo, phase_is, start_controllers};
 use crate::support::kube::{client, drop_namespace, namespace};
 use crate::support::{TestServer, eventually};
@@ -256,6 +256,11 @@ async fn an_executor_with_a_deployment_reconciles_until_it_is_available() {
         argocd(rolling).0,
         "Progressing",
         "Argo CD while the Deployment rolls out"
+    );
+    assert_eq!(
+        flux(rolling).0,
+        "InProgress",
+        "Flux healthCheckExprs while the Deployment rolls out"
     );
     stop.cancel();
     drop_namespace(&k, &ns).await;

@@ -1,5 +1,6 @@
 //! What GitOps tools conclude about a live object: the upstream kstatus library (Flux health
-//! checks, Helm 4 `--wait`) and the shipped Argo CD Lua scripts run in gopher-lua, both through
+//! checks, Helm 4 `--wait`), the shipped Argo CD Lua scripts run in gopher-lua, and the documented
+//! Flux `healthCheckExprs` run by Flux's CEL evaluator, all through
 //! the Go helper `e2e/testenv/tools/health` (its path in `PULLMAN_HEALTH_TOOL`, set by
 //! e2e/run-tests.sh).
 
@@ -64,6 +65,32 @@ pub fn argocd(obj: &Value) -> (String, String) {
     run(&["lua", &path], obj)
 }
 
+/// Flux's verdict (`InProgress`, `Current`, `Failed`, or `Error` when an expression cannot be
+/// evaluated) with the `healthCheckExprs` entry docs/health.md gives for `obj`'s kind, evaluated
+/// by Flux's own CEL status evaluator.
+pub fn flux(obj: &Value) -> (String, String) {
+    let kind = obj["kind"].as_str().expect("object with a kind");
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/health.md")).unwrap();
+    let start = doc
+        .find("```yaml\napiVersion: kustomize.toolkit.fluxcd.io/v1")
+        .expect("docs/health.md has the Flux Kustomization example")
+        + "```yaml\n".len();
+    let end = start + doc[start..].find("```").unwrap();
+    let kustomization: Value = serde_norway::from_str(&doc[start..end]).unwrap();
+    let exprs = kustomization["spec"]["healthCheckExprs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == kind)
+        .unwrap_or_else(|| panic!("docs/health.md has no healthCheckExprs for {kind}"))
+        .clone();
+    let path =
+        std::env::temp_dir().join(format!("pullman-flux-{kind}-{}.json", std::process::id()));
+    std::fs::write(&path, exprs.to_string()).unwrap();
+    run(&["flux", path.to_str().unwrap()], obj)
+}
+
 /// The live object as `kubectl get -o json` returns it.
 pub fn live(ns: &str, kind: &str, name: &str) -> Value {
     let (ok, out, err) = kubectl(&["get", "-n", ns, kind, name, "-o", "json"], None);
@@ -108,7 +135,8 @@ pub fn message(obj: &Value, type_: &str) -> String {
         .to_string()
 }
 
-/// Asserts what the object's conditions are and what kstatus and Argo CD make of them.
+/// Asserts what the object's conditions are and what kstatus, Argo CD and Flux's
+/// `healthCheckExprs` (which must agree with kstatus) make of them.
 pub fn assert_health(
     obj: &Value,
     what: &str,
@@ -125,6 +153,8 @@ pub fn assert_health(
     assert_eq!(k, kstatus_says, "{what}: kstatus ({kmsg})");
     let (a, amsg) = argocd(obj);
     assert_eq!(a, argocd_says, "{what}: Argo CD ({amsg})");
+    let (f, fmsg) = flux(obj);
+    assert_eq!(f, kstatus_says, "{what}: Flux healthCheckExprs ({fmsg})");
 }
 
 /// docs/health.md shows the Argo CD scripts in full in its `argocd-cm` snippet; they must be the

@@ -3,11 +3,14 @@
 //
 //	health kstatus          {"status":"InProgress|Current|Failed|Terminating|...","message":"..."}
 //	health lua SCRIPT.lua   {"status":"Progressing|Healthy|Degraded|...","message":"..."}
+//	health flux EXPRS.json  {"status":"InProgress|Current|Failed","message":""}
 //
 // kstatus is sigs.k8s.io/cli-utils/pkg/kstatus/status.Compute, the library behind Flux health
 // checks and Helm 4 --wait. The lua mode runs an Argo CD resource health script in gopher-lua
 // (Lua 5.1), as Argo CD does: the object is the global `obj`, the script returns a table with
-// `status` and `message`. Exit status 2 means the helper itself could not judge the object.
+// `status` and `message`. The flux mode evaluates a Flux Kustomization `healthCheckExprs` entry
+// (a JSON object with current, failed and inProgress) with Flux's own evaluator
+// (github.com/fluxcd/pkg/runtime/cel). Exit status 2 means the helper itself could not judge the object.
 package main
 
 import (
@@ -16,6 +19,10 @@ import (
 	"io"
 	"os"
 
+	"context"
+
+	"github.com/fluxcd/pkg/apis/kustomize"
+	fluxcel "github.com/fluxcd/pkg/runtime/cel"
 	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
@@ -56,11 +63,41 @@ func main() {
 			fail("usage: health lua SCRIPT.lua")
 		}
 		v = runLua(os.Args[2], obj)
+	case "flux":
+		if len(os.Args) != 3 {
+			fail("usage: health flux EXPRS.json")
+		}
+		v = runFlux(os.Args[2], raw)
 	default:
 		fail("unknown mode %q", os.Args[1])
 	}
 	out, _ := json.Marshal(v)
 	fmt.Println(string(out))
+}
+
+func runFlux(exprsFile string, raw []byte) verdict {
+	text, err := os.ReadFile(exprsFile)
+	if err != nil {
+		fail("reading %s: %v", exprsFile, err)
+	}
+	var exprs kustomize.HealthCheckExpressions
+	if err := json.Unmarshal(text, &exprs); err != nil {
+		fail("%s: %v", exprsFile, err)
+	}
+	eval, err := fluxcel.NewStatusEvaluator(&exprs)
+	if err != nil {
+		fail("flux: %v", err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		fail("stdin is not a Kubernetes object: %v", err)
+	}
+	res, err := eval.Evaluate(context.Background(), u)
+	if err != nil {
+		// Flux keeps polling on an evaluation error; report it as a verdict the tests can see.
+		return verdict{Status: "Error", Message: err.Error()}
+	}
+	return verdict{Status: res.Status.String(), Message: res.Message}
 }
 
 func runLua(script string, obj map[string]interface{}) verdict {
