@@ -15,6 +15,9 @@ trap cleanup EXIT
 
 echo "==> building the test control plane (cached after the first time)"
 e2e/testenv/build.sh >/dev/null
+echo "==> building the health helper (kstatus and Argo CD Lua verdicts; cached)"
+PULLMAN_HEALTH_TOOL="$(e2e/testenv/tools/health/build.sh | tail -n1)"
+export PULLMAN_HEALTH_TOOL
 echo "==> starting the test control plane in $PULLMAN_TESTENV_STATE"
 eval "$(e2e/testenv/up.sh)"
 echo "==> KUBECONFIG=$KUBECONFIG"

@@ -108,6 +108,12 @@ pub struct WorkOrderSpec {
     pub tenant: Option<String>,
     /// Which agents may claim it; at least one criterion.
     pub targeting: WorkOrderTargeting,
+    /// Seconds after the order finished (succeeded, failed, was cancelled or rejected) when the
+    /// controller deletes this WorkOrder, as on a Job; the work-order log keeps its record.
+    /// Unset: kept until deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 31536000))]
+    pub ttl_seconds_after_finished: Option<i32>,
 }
 
 /// Phase of a WorkOrder, following its queue row (DESIGN.md §6).
@@ -152,7 +158,9 @@ pub struct WorkOrderStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (accepted into the queue) and `Completed` (finished), in the usual form.
+    /// `Ready` (True once it succeeded), `Completed` (True once it finished, whatever the
+    /// outcome), `Reconciling` (True while it waits or runs) and `Stalled` (True when it failed, was
+    /// rejected or cancelled), in the metav1.Condition shape (DESIGN.md §6).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -218,13 +226,15 @@ pub struct ExecutorSpec {
     pub deployment: Option<ExecutorDeployment>,
 }
 
-/// Observed state of an Executor.
+/// Observed state of an Executor (DESIGN.md §6).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutorStatus {
+    /// Id of the agent (the Executor's metadata.uid) once registered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
-    /// never_seen, active, stale or retired.
+    /// never_seen, active, stale or retired: the agent's contact with the server, followed within
+    /// seconds (the `Connected` condition says the same).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -235,6 +245,9 @@ pub struct ExecutorStatus {
     pub token_secret_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `Ready` (agent registered, token Secret written, Deployment available when `deployment` is
+    /// set), `Reconciling` (on the way there), `Stalled` (an error a retry cannot fix) and
+    /// `Connected` (the agent talks to the server), in the metav1.Condition shape (DESIGN.md §6).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType};
@@ -22,19 +22,27 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{Context, Error, FIELD_MANAGER, RETIRE_FINALIZER, scoped};
+use super::executor_status::{Progress, deployment_waiting, executor_status};
+use super::{Context, Error, FIELD_MANAGER, RETIRE_FINALIZER, contact, scoped};
 use crate::crd::{Executor, ExecutorStatus};
 use crate::queue::validate::{AgentSpec, validate_agent};
-use crate::queue::{Agent, AgentHealth, NewAgent, QueueError};
+use crate::queue::{Agent, NewAgent, QueueError};
+
+/// Backstop resync of an Executor: refreshes `lastSeenAt` and `activeClaims`. Changes of the
+/// agent's health do not wait for it (see contact.rs).
+const RESYNC: Duration = Duration::from_secs(30);
 
 pub(super) async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     let api: Api<Executor> = scoped(&ctx.client, &ctx.config.namespace);
     let secrets: Api<Secret> = scoped(&ctx.client, &ctx.config.namespace);
     let deployments: Api<Deployment> = scoped(&ctx.client, &ctx.config.namespace);
     let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=pullman");
-    Controller::new(api, watcher::Config::default())
+    let controller = Controller::new(api, watcher::Config::default());
+    let contact = contact::changes(ctx.queue.clone(), controller.store());
+    controller
         .owns(secrets, owned.clone())
         .owns(deployments, owned)
+        .reconcile_on(contact)
         .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -148,66 +156,131 @@ fn differs(agent: &Agent, spec: &AgentSpec) -> bool {
         || (spec.lease_seconds.is_some() && agent.lease_seconds != spec.lease_seconds)
 }
 
+/// `<namespace>/<name>`: how messages name an Executor (and the name of its agent).
+fn full_name(ex: &Executor) -> String {
+    format!("{}/{}", ex.namespace().unwrap_or_default(), ex.name_any())
+}
+
+/// Whether the Secret of the token's name may be written by this Executor: it does not exist, or
+/// this Executor owns it. Pullman never overwrites a Secret someone else put there.
+fn secret_is_ours(secret: Option<&Secret>, ex: &Executor) -> bool {
+    let uid = ex.uid();
+    secret.is_none_or(|s| {
+        s.owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == uid.as_ref() && o.kind == "Executor")
+    })
+}
+
 async fn apply(ex: Arc<Executor>, ctx: &Context) -> Result<Action, Error> {
+    match register_and_deploy(&ex, ctx).await {
+        // A status on the very first reconcile even when it fails (the queue unreachable, say):
+        // kstatus reads an object without conditions as Current.
+        Err(error) if ex.status.is_none() => {
+            let waiting = Progress::Waiting {
+                reason: "Registering",
+                message: format!(
+                    "Executor {} is not registered yet; will retry: {error}",
+                    full_name(&ex)
+                ),
+            };
+            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            if let Err(e) = write_status(&ex, None, None, &waiting, &now, ctx).await {
+                tracing::debug!(error = %e, "could not write the first status");
+            }
+            Err(error)
+        }
+        result => result,
+    }
+}
+
+/// Registers the agent, keeps its token Secret and Deployment, and writes the status.
+async fn register_and_deploy(ex: &Executor, ctx: &Context) -> Result<Action, Error> {
     let ns = ex.namespace().unwrap_or_default();
+    let name = full_name(ex);
     let id = ex
         .uid()
         .and_then(|u| Uuid::parse_str(&u).ok())
-        .ok_or_else(|| Error::Invalid("Executor has no uid".into()))?;
+        .ok_or_else(|| Error::Invalid(format!("Executor {name} has no uid")))?;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let spec = match agent_spec(&ex) {
+    let spec = match agent_spec(ex) {
         Ok(s) => s,
         Err(e) => {
-            let status = status_with(&ex, None, false, "InvalidSpec", &e.to_string(), &now);
-            patch_status(&ex, &status, ctx).await?;
+            let stalled = Progress::Stalled {
+                reason: "InvalidSpec",
+                message: format!("Executor {name} has an invalid spec: {e}"),
+            };
+            write_status(ex, None, None, &stalled, &now, ctx).await?;
             return Ok(Action::await_change());
         }
     };
     let secrets: Api<Secret> = ctx.api(&ns);
-    let agent = match ctx.queue.get_agent(id).await {
-        Err(QueueError::NotFound { .. }) => match ctx.queue.register_agent(&spec, Some(id)).await {
+    let secret_name = token_secret_name(ex);
+    let secret = secrets.get_opt(&secret_name).await?;
+    let registered = match ctx.queue.get_agent(id).await {
+        Ok(agent) => Some(agent),
+        Err(QueueError::NotFound { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    if !secret_is_ours(secret.as_ref(), ex) {
+        let stalled = Progress::Stalled {
+            reason: "SecretNotOwned",
+            message: format!(
+                "Executor {name} cannot write its agent token: Secret {ns}/{secret_name} exists \
+                 and is not owned by this Executor; delete or rename that Secret."
+            ),
+        };
+        write_status(ex, registered.as_ref(), None, &stalled, &now, ctx).await?;
+        // Unowned Secrets are not watched: look again now and then.
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let agent = match registered {
+        None => match ctx.queue.register_agent(&spec, Some(id)).await {
             Ok(created) => {
-                write_token(&ex, &created.token, ctx).await?;
+                write_token(ex, &created.token, ctx).await?;
                 event(
-                    &ex,
+                    ex,
                     ctx,
                     EventType::Normal,
                     "Registered",
                     format!(
-                        "agent {} registered; token in Secret {}",
-                        spec.name,
-                        token_secret_name(&ex)
+                        "Agent {} registered; its token is in Secret {secret_name}.",
+                        spec.name
                     ),
                 )
                 .await;
                 created.agent
             }
             Err(QueueError::Conflict { message, .. }) => {
-                let status = status_with(&ex, None, false, "NameTaken", &message, &now);
-                patch_status(&ex, &status, ctx).await?;
+                let stalled = Progress::Stalled {
+                    reason: "AgentNameTaken",
+                    message: format!(
+                        "Executor {name} cannot register agent {}: {message}",
+                        spec.name
+                    ),
+                };
+                write_status(ex, None, None, &stalled, &now, ctx).await?;
                 return Ok(Action::requeue(Duration::from_secs(60)));
             }
             Err(e) => return Err(e.into()),
         },
-        Err(e) => return Err(e.into()),
-        Ok(agent) => {
+        Some(agent) => {
             let agent = if differs(&agent, &spec) {
                 ctx.queue.update_agent(id, &spec).await?
             } else {
                 agent
             };
-            if secrets.get_opt(&token_secret_name(&ex)).await?.is_none() {
+            if secret.is_none() {
                 // The Secret is gone: issue a new token and revoke the old one.
                 let rotated = ctx.queue.rotate_agent_token(id).await?;
-                write_token(&ex, &rotated.token, ctx).await?;
+                write_token(ex, &rotated.token, ctx).await?;
                 event(
-                    &ex,
+                    ex,
                     ctx,
                     EventType::Normal,
                     "TokenRotated",
                     format!(
-                        "Secret {} was missing; issued a new token and revoked the old one",
-                        token_secret_name(&ex)
+                        "Secret {secret_name} was missing; issued a new token and revoked the old one."
                     ),
                 )
                 .await;
@@ -217,61 +290,35 @@ async fn apply(ex: Arc<Executor>, ctx: &Context) -> Result<Action, Error> {
             }
         }
     };
-    let deployment_note = reconcile_deployment(&ex, ctx).await?;
-    let (ready, reason, message) = match &deployment_note {
-        Some(problem) => (false, "DeploymentNotConfigured", problem.as_str()),
-        None => (true, "Registered", "agent registered; token in its Secret"),
-    };
-    let status = status_with(&ex, Some(&agent), ready, reason, message, &now);
-    if ex.status.as_ref() != Some(&status) {
-        patch_status(&ex, &status, ctx).await?;
-    }
-    Ok(Action::requeue(Duration::from_secs(30)))
+    let progress = reconcile_deployment(ex, ctx).await?;
+    write_status(ex, Some(&agent), Some(secret_name), &progress, &now, ctx).await?;
+    // Changes of health are noticed within seconds by the contact watcher (contact.rs); this
+    // resync refreshes lastSeenAt and activeClaims.
+    Ok(Action::requeue(RESYNC))
 }
 
-fn health_str(h: AgentHealth) -> &'static str {
-    match h {
-        AgentHealth::NeverSeen => "never_seen",
-        AgentHealth::Active => "active",
-        AgentHealth::Stale => "stale",
-        AgentHealth::Retired => "retired",
-    }
-}
-
-fn status_with(
+/// Writes the Executor's status when it changed; returns it.
+async fn write_status(
     ex: &Executor,
     agent: Option<&Agent>,
-    ready: bool,
-    reason: &str,
-    message: &str,
+    token_secret: Option<String>,
+    progress: &Progress,
     now: &Time,
-) -> ExecutorStatus {
-    let status = if ready { "True" } else { "False" };
-    let last = ex
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-        .filter(|c| c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or_else(|| now.clone());
-    ExecutorStatus {
-        agent_id: agent.map(|a| a.id.to_string()),
-        health: agent.map(|a| health_str(a.health).to_string()),
-        last_seen_at: agent
-            .and_then(|a| a.last_seen_at)
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-        active_claims: agent.map(|a| a.active_claims),
-        token_secret_name: agent.map(|_| token_secret_name(ex)),
-        observed_generation: ex.metadata.generation,
-        conditions: vec![Condition {
-            type_: "Ready".into(),
-            status: status.into(),
-            reason: reason.into(),
-            message: message.into(),
-            last_transition_time: last,
-            observed_generation: ex.metadata.generation,
-        }],
+    ctx: &Context,
+) -> Result<ExecutorStatus, Error> {
+    let status = executor_status(
+        &full_name(ex),
+        agent,
+        token_secret,
+        progress,
+        ex.status.as_ref(),
+        ex.metadata.generation,
+        now,
+    );
+    if ex.status.as_ref() != Some(&status) {
+        patch_status(ex, &status, ctx).await?;
     }
+    Ok(status)
 }
 
 async fn patch_status(ex: &Executor, status: &ExecutorStatus, ctx: &Context) -> Result<(), Error> {
@@ -290,8 +337,8 @@ fn deployment_name(ex: &Executor) -> String {
     format!("{}-executor", ex.name_any())
 }
 
-/// Applies (or removes) the executor Deployment; returns a problem to report, if any.
-async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Option<String>, Error> {
+/// Applies (or removes) the executor Deployment; returns how far the Executor got towards Ready.
+async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, Error> {
     let ns = ex.namespace().unwrap_or_default();
     let api: Api<Deployment> = ctx.api(&ns);
     let Some(d) = &ex.spec.deployment else {
@@ -299,12 +346,17 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Option<Str
             api.delete(&deployment_name(ex), &DeleteParams::background())
                 .await?;
         }
-        return Ok(None);
+        return Ok(Progress::Ready);
     };
     let Some(server) = &ctx.config.executor_server_url else {
-        return Ok(Some(
-            "spec.deployment is set but the controller has no --executor-server-url to give the executor".into(),
-        ));
+        return Ok(Progress::Stalled {
+            reason: "DeploymentNotConfigured",
+            message: format!(
+                "Executor {} sets spec.deployment, but the controller was started without \
+                 --executor-server-url, so it has no server address to give the executor.",
+                full_name(ex)
+            ),
+        });
     };
     let mut labels = managed_labels(ex);
     labels.insert("app.kubernetes.io/name".into(), "pullman-executor".into());
@@ -354,13 +406,21 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Option<Str
             },
         },
     });
-    api.patch(
-        &deployment_name(ex),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&deployment),
-    )
-    .await?;
-    Ok(None)
+    let applied = api
+        .patch(
+            &deployment_name(ex),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&deployment),
+        )
+        .await?;
+    // The Deployment is owned, so each change of its status reconciles the Executor again.
+    Ok(match deployment_waiting(&applied) {
+        None => Progress::Ready,
+        Some(message) => Progress::Waiting {
+            reason: "DeploymentProgressing",
+            message,
+        },
+    })
 }
 
 async fn cleanup(ex: Arc<Executor>, ctx: &Context) -> Result<Action, Error> {

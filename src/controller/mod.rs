@@ -2,6 +2,8 @@
 //! Kubernetes API is reachable; with leader election on a `coordination.k8s.io` Lease, every
 //! replica serves the API while exactly one reconciles.
 
+pub mod contact;
+pub mod executor_status;
 mod executors;
 pub mod status;
 mod workorders;

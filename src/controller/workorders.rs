@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event, finalizer};
@@ -90,37 +90,50 @@ fn uid_of(wo: &WorkOrder) -> Result<Uuid, Error> {
 
 async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
     let id = uid_of(&wo)?;
+    let name = wo.name_any();
     let prev = wo.status.as_ref();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = wo.metadata.generation;
-    let new_status = match ctx.queue.lookup(id, false).await? {
+    let found = match ctx.queue.lookup(id, false).await {
+        Ok(found) => found,
+        Err(e) => return Err(first_status_then(e.into(), &wo, ctx, &now).await),
+    };
+    let new_status = match found {
         Lookup::Unknown => match validate_work_order_off_thread(wo.spec.to_create_body()).await {
-            Err(e) => status::rejected(&e.to_string(), prev, generation, &now),
+            Err(e) => status::rejected(&name, &e.to_string(), prev, generation, &now),
             Ok(spec) => {
-                let created = ctx
+                match ctx
                     .queue
                     .create_work_order(&spec, Some(id), crate::queue::SOURCE_KUBERNETES)
-                    .await?;
-                tracing::info!(workorder = %wo.name_any(), work_order = %id, "queued");
-                status::from_queue(&created, prev, generation, &now)
+                    .await
+                {
+                    Ok(created) => {
+                        tracing::info!(workorder = %name, work_order = %id, "queued");
+                        status::from_queue(&name, &created, prev, generation, &now)
+                    }
+                    Err(e) if is_refusal(&e) => {
+                        status::rejected(&name, &e.to_string(), prev, generation, &now)
+                    }
+                    Err(e) => return Err(first_status_then(e.into(), &wo, ctx, &now).await),
+                }
             }
         },
-        found => status::from_queue(&found, prev, generation, &now),
+        found => status::from_queue(&name, &found, prev, generation, &now),
     };
     if prev != Some(&new_status) {
         publish_transition(&wo, prev, &new_status, ctx).await;
-        let api: Api<WorkOrder> = ctx.api(&wo.namespace().unwrap_or_default());
-        let patch = json!({
-            "apiVersion": "pullman.dev/v1alpha1",
-            "kind": "WorkOrder",
-            "status": new_status,
-        });
-        api.patch_status(
-            &wo.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        patch_status(&wo, &new_status, ctx).await?;
+    }
+    if let Some(at) = status::delete_at(wo.spec.ttl_seconds_after_finished, &new_status) {
+        let left = at.duration_since(now.0);
+        if left.is_positive() {
+            // Wake up when the TTL ends (a whole second later, so the deadline has surely passed).
+            return Ok(Action::requeue(Duration::from_secs(
+                left.as_secs().unsigned_abs() + 1,
+            )));
+        }
+        delete_expired(&wo, ctx).await?;
+        return Ok(Action::await_change());
     }
     let finished = matches!(
         new_status.phase,
@@ -131,6 +144,79 @@ async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
     } else {
         Action::requeue(ctx.config.resync)
     })
+}
+
+/// Errors from the queue that are a verdict on the spec, not a passing failure: the order is
+/// `Rejected` instead of retried forever.
+fn is_refusal(e: &QueueError) -> bool {
+    matches!(
+        e,
+        QueueError::Invalid { .. }
+            | QueueError::UnknownWorkType { .. }
+            | QueueError::TooLarge { .. }
+    )
+}
+
+/// A WorkOrder that has no status yet gets the not-yet-queued one before `error` is retried, so
+/// no tool reads it as done meanwhile (DESIGN.md §6: a status on the very first reconcile).
+async fn first_status_then(error: Error, wo: &WorkOrder, ctx: &Context, now: &Time) -> Error {
+    if wo.status.is_none() {
+        let why = error.to_string();
+        let s = status::not_queued(
+            &wo.name_any(),
+            Some(&why),
+            None,
+            wo.metadata.generation,
+            now,
+        );
+        if let Err(e) = patch_status(wo, &s, ctx).await {
+            tracing::debug!(error = %e, "could not write the not-yet-queued status");
+        }
+    }
+    error
+}
+
+async fn patch_status(
+    wo: &WorkOrder,
+    status: &WorkOrderStatus,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let api: Api<WorkOrder> = ctx.api(&wo.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": "pullman.dev/v1alpha1",
+        "kind": "WorkOrder",
+        "status": status,
+    });
+    api.patch_status(
+        &wo.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletes a WorkOrder whose `ttlSecondsAfterFinished` has passed. The uid precondition keeps a
+/// new WorkOrder of the same name safe; the finalizer then finds the order already in the log,
+/// which keeps its record.
+async fn delete_expired(wo: &WorkOrder, ctx: &Context) -> Result<(), Error> {
+    let api: Api<WorkOrder> = ctx.api(&wo.namespace().unwrap_or_default());
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: wo.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(&wo.name_any(), &params).await {
+        Ok(_) => {
+            tracing::info!(workorder = %wo.name_any(), "deleted: ttlSecondsAfterFinished passed");
+            Ok(())
+        }
+        // Already gone, or replaced by a new WorkOrder of that name.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Records an Event on the resource when its phase changes (claims, completions, failures).
@@ -144,7 +230,7 @@ async fn publish_transition(
     if old_phase == new.phase {
         return;
     }
-    let rejected = new.conditions.iter().any(|c| c.reason == "Rejected");
+    let rejected = new.conditions.iter().any(|c| c.reason == status::REJECTED);
     let (type_, reason, note) = match new.phase {
         Some(WorkOrderPhase::Claimed) => (
             EventType::Normal,

@@ -123,14 +123,19 @@ impl Applier {
             }),
             Err(e) => Err(ApplyError {
                 message: format!(
-                    "the cluster does not serve kind {} in {}: {}",
+                    "the cluster does not serve kind {} in {}{}",
                     gvk.kind,
                     if gvk.group.is_empty() {
                         gvk.version.clone()
                     } else {
                         format!("{}/{}", gvk.group, gvk.version)
                     },
-                    api_message(&e)
+                    match &e {
+                        // kube's discovery errors carry Rust debug text of the kind; the
+                        // sentence above already says everything they do.
+                        kube::Error::Discovery(_) => String::new(),
+                        other => format!(": {}", api_message(other)),
+                    }
                 ),
                 retryable: false,
             }),
