@@ -220,6 +220,11 @@ helm template weak "$CHART" -n pullman-mon -f "$WORK/monitoring.yaml" --set crds
 grep -q 'would violate PodSecurity "restricted' "$WORK/weak.log" \
   || fail "a pod template allowing privilege escalation was not reported as violating restricted"
 ok "a weakened pod template is reported as violating restricted (the check above can fail)"
+# Executors are rendered only when their kind is served (first install: see the chart README).
+n_without="$(helm template pullman-cw "$CHART" -n pullman-cw -f "$WORK/cw.yaml" | grep -c '^kind: Executor$' || true)"
+[[ "$n_without" == 0 && "$(grep -c '^kind: Executor$' "$WORK/pullman-cw.rendered.yaml")" == 1 ]] \
+  || fail "Executors rendered without their kind being served (or not rendered with it)"
+ok "Executors rendered only when pullman.dev/v1alpha1/Executor is served"
 grep -q "kind: ClusterRole$" "$WORK/pullman-ns.rendered.yaml" && fail "namespaced mode renders a ClusterRole"
 grep -q -- "--watch-namespace=team-ns,pullman-ns" "$WORK/pullman-ns.rendered.yaml" || fail "namespaced mode does not pass --watch-namespace"
 ok "namespaced mode: Roles only, --watch-namespace passed"
