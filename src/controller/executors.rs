@@ -36,7 +36,11 @@ pub(super) async fn run(ctx: Arc<Context>, stop: CancellationToken) {
         .owns(secrets, owned.clone())
         .owns(deployments, owned)
         .graceful_shutdown_on(stop.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |o, c| super::measured("executor", reconcile(o, c)),
+            error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "Executor reconcile failed");

@@ -27,7 +27,7 @@ use uuid::Uuid;
 pub use agents::TokenCheck;
 pub use claims::{ClaimRequest, Heartbeat};
 pub use cursor::CursorError;
-pub use maintenance::{MaintenanceReport, run_maintenance};
+pub use maintenance::{AgentHealthCounts, MaintenanceReport, run_maintenance};
 pub use model::*;
 pub use notify::{Notifications, spawn_listener};
 pub use orders::{LogFilter, OrderFilter};
