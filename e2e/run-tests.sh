@@ -2,9 +2,11 @@
 # Runs the whole test suite: unit tests, the queue and API tests against a throwaway PostgreSQL
 # (started by the tests themselves), and the Kubernetes tests against the test control plane
 # (e2e/testenv: etcd, kube-apiserver, controller-manager, scheduler, kwok), which this script
-# builds on first use (cached under ~/.cache/pullman-testenv), starts, and stops again.
+# builds on first use (cached under ~/.cache/pullman-testenv), starts, and stops again; then the
+# Helm chart's tests (e2e/chart/test.sh) on the same control plane, in their own namespaces.
 #
 # Usage: e2e/run-tests.sh [extra cargo test arguments]
+# PULLMAN_SKIP_CHART_TESTS=1 skips the chart tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,9 +20,18 @@ e2e/testenv/build.sh >/dev/null
 echo "==> building the health helper (kstatus and Argo CD Lua verdicts; cached)"
 PULLMAN_HEALTH_TOOL="$(e2e/testenv/tools/health/build.sh | tail -n1)"
 export PULLMAN_HEALTH_TOOL
+if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
+  echo "==> building the chart tests' tools: helm, actionlint, promrules (cached after the first time)"
+  e2e/chart/tools.sh >/dev/null
+fi
 echo "==> starting the test control plane in $PULLMAN_TESTENV_STATE"
 eval "$(e2e/testenv/up.sh)"
 echo "==> KUBECONFIG=$KUBECONFIG"
 
 echo "==> cargo test (all targets, Kubernetes tests included)"
 cargo test --locked --all-targets --features k8s-tests "$@"
+
+if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
+  echo "==> Helm chart tests (e2e/chart/test.sh)"
+  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/chart/test.sh
+fi

@@ -148,7 +148,7 @@ pub struct ControllerArgs {
     )]
     pub mode: ControllerMode,
 
-    /// Reconcile only this namespace (default: all namespaces).
+    /// Reconcile only these namespaces, separated by commas (default: all namespaces).
     #[arg(long, env = "PULLMAN_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
 

@@ -1,6 +1,8 @@
 //! Logging and Prometheus metrics (`GET /metrics`, DESIGN.md §5).
 
-use std::sync::atomic::AtomicI64;
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -59,6 +61,95 @@ pub struct RouteLabel {
     pub route: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HealthLabel {
+    /// `never_seen`, `active` or `stale` (DESIGN.md §5); retired agents are not counted.
+    pub health: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    /// `workorder` or `executor`.
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerErrorLabels {
+    /// `workorder` or `executor`.
+    pub controller: String,
+    /// `controller::Error::metric_label()`: `kube`, `queue`, `finalizer`, `invalid`, …
+    pub error: String,
+}
+
+/// The controller's metrics: reconciles, their errors by kind, and their durations.
+///
+/// Process-wide (see [`controller_metrics`]) rather than carried in the controller's `Context`:
+/// the controller may run in a process without the HTTP server, and every `Metrics` registry of
+/// the process exports these same series.
+#[derive(Clone)]
+pub struct ControllerMetrics {
+    /// `pullman_controller_reconciles_total{controller}`: reconciles run, whatever their result.
+    pub reconciles: Family<ControllerLabel, Counter>,
+    /// `pullman_controller_reconcile_errors_total{controller,error}`: reconciles that failed.
+    pub errors: Family<ControllerErrorLabels, Counter>,
+    /// `pullman_controller_reconcile_duration_seconds{controller}`: time of one reconcile.
+    pub duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
+}
+
+impl ControllerMetrics {
+    fn new() -> Self {
+        let m = ControllerMetrics {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            duration: Family::new_with_constructor(
+                (|| Histogram::new(exponential_buckets(0.001, 2.0, 16))) as fn() -> Histogram,
+            ),
+        };
+        // Exported from the start, so rates and alerts work before the first reconcile.
+        for controller in ["workorder", "executor"] {
+            let label = ControllerLabel {
+                controller: controller.into(),
+            };
+            let _ = m.reconciles.get_or_create(&label);
+            let _ = m.duration.get_or_create(&label);
+            for error in crate::controller::Error::METRIC_LABELS {
+                let _ = m.errors.get_or_create(&ControllerErrorLabels {
+                    controller: controller.into(),
+                    error: (*error).into(),
+                });
+            }
+        }
+        m
+    }
+
+    /// Records one reconcile of `controller` that took `elapsed`, and its error label if it
+    /// failed.
+    pub fn observe(&self, controller: &str, elapsed: Duration, error: Option<&str>) {
+        let label = ControllerLabel {
+            controller: controller.to_string(),
+        };
+        self.reconciles.get_or_create(&label).inc();
+        self.duration
+            .get_or_create(&label)
+            .observe(elapsed.as_secs_f64());
+        if let Some(error) = error {
+            self.errors
+                .get_or_create(&ControllerErrorLabels {
+                    controller: controller.to_string(),
+                    error: error.to_string(),
+                })
+                .inc();
+        }
+    }
+}
+
+static CONTROLLER_METRICS: LazyLock<ControllerMetrics> = LazyLock::new(ControllerMetrics::new);
+
+/// The process's controller metrics (recorded by `controller::measured`).
+pub fn controller_metrics() -> &'static ControllerMetrics {
+    &CONTROLLER_METRICS
+}
+
 /// The server's metrics. Counters are updated where things happen; the per-state gauge is
 /// refreshed from the database at scrape time.
 pub struct Metrics {
@@ -80,6 +171,11 @@ pub struct Metrics {
     pub claim_duration: Histogram,
     /// `pullman_queue_wait_seconds`: from creation to claim.
     pub queue_wait: Histogram,
+    /// `pullman_queue_lag_seconds`: age of the oldest claimable order (0 when none), refreshed
+    /// from the database at scrape time (`Queue::oldest_claimable_age`).
+    pub queue_lag: Gauge<f64, AtomicU64>,
+    /// `pullman_agents{health}`: live agents by health, refreshed at scrape time.
+    pub agents: Family<HealthLabel, Gauge>,
     /// `pullman_long_polls`: claim-next requests waiting now.
     pub long_polls: Gauge<i64, AtomicI64>,
     /// `pullman_http_requests_total{method,route,status}`.
@@ -148,6 +244,30 @@ impl Metrics {
             "Time from creation to claim",
             queue_wait.clone(),
         );
+        let queue_lag = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "queue_lag_seconds",
+            "Age of the oldest claimable work order (0 when none)",
+            queue_lag.clone(),
+        );
+        let agents = Family::<HealthLabel, Gauge>::default();
+        registry.register("agents", "Live agents by health", agents.clone());
+        let controller = controller_metrics();
+        registry.register(
+            "controller_reconciles",
+            "WorkOrder and Executor reconciles run",
+            controller.reconciles.clone(),
+        );
+        registry.register(
+            "controller_reconcile_errors",
+            "Reconciles that failed, by error kind",
+            controller.errors.clone(),
+        );
+        registry.register(
+            "controller_reconcile_duration_seconds",
+            "Time of one reconcile",
+            controller.duration.clone(),
+        );
         let long_polls = Gauge::<i64, AtomicI64>::default();
         registry.register(
             "long_polls",
@@ -179,6 +299,8 @@ impl Metrics {
             retries_promoted,
             claim_duration,
             queue_wait,
+            queue_lag,
+            agents,
             long_polls,
             http_requests,
             http_duration,

@@ -1,39 +1,60 @@
 #!/usr/bin/env bash
-# End-to-end on kind (for machines with Docker): builds the image, creates a cluster, installs
-# Pullman from config/, registers an Executor running in the cluster, applies the pi WorkOrder and
-# waits until its status is Succeeded. The same scenario runs without Docker in
-# tests/k8s_executor.rs (end_to_end_kubectl_apply_to_succeeded_with_the_binaries) against
-# e2e/testenv.
+# End-to-end on kind (machines with Docker, and the GitHub Actions workflow): the README's "On
+# Kubernetes" recipe, top to bottom. Builds the image, creates a cluster, installs CloudNativePG and
+# a PostgreSQL cluster, installs Pullman with the chart (CRDs, server, an Executor with its
+# ServiceAccount and Role), runs `helm test`, applies the pi WorkOrder and waits until it is
+# Succeeded. The same flow runs without Docker in e2e/chart/test.sh against e2e/testenv.
+#
+# Environment: CLUSTER (kind cluster name, default pullman), IMAGE (default
+# ghcr.io/pullman-dev/pullman:e2e), SKIP_BUILD=1 to use an image already built, CNPG_CHART_VERSION
+# to pin the CloudNativePG chart.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CLUSTER=${CLUSTER:-pullman}
-IMAGE=ghcr.io/pullman-dev/pullman:latest
+IMAGE=${IMAGE:-ghcr.io/pullman-dev/pullman:e2e}
+CNPG_VERSION_ARGS=(); [[ -n "${CNPG_CHART_VERSION:-}" ]] && CNPG_VERSION_ARGS=(--version "$CNPG_CHART_VERSION")
 
-kind get clusters | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER"
-docker build -t "$IMAGE" .
+kind get clusters | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER" --wait 120s
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then docker build -t "$IMAGE" .; fi
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 
-kubectl apply -f e2e/kind/postgres.yaml
-kubectl apply -k config/
-kubectl -n pullman-system rollout status deploy/pullman-postgres --timeout=180s
-kubectl -n pullman-system rollout status deploy/pullman --timeout=180s
-
-# An executor in its own namespace, allowed to manage Jobs there.
-kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f -
-kubectl -n demo create serviceaccount pullman-executor --dry-run=client -o yaml | kubectl apply -f -
-kubectl -n demo create role job-runner --verb=get,list,watch,create,patch,delete --resource=jobs,configmaps \
-  --dry-run=client -o yaml | kubectl apply -f -
-kubectl -n demo create rolebinding job-runner --role=job-runner --serviceaccount=demo:pullman-executor \
-  --dry-run=client -o yaml | kubectl apply -f -
-cat <<YAML | kubectl -n demo apply -f -
-apiVersion: pullman.dev/v1alpha1
-kind: Executor
-metadata: {name: demo}
+# PostgreSQL: CloudNativePG, whose `<cluster>-app` Secret (key `uri`) the chart reads as is.
+helm repo add cnpg https://cloudnative-pg.github.io/charts --force-update >/dev/null
+helm upgrade --install cnpg cnpg/cloudnative-pg "${CNPG_VERSION_ARGS[@]}" \
+  --namespace cnpg-system --create-namespace --wait --timeout 5m
+kubectl create namespace pullman-system --dry-run=client -o yaml | kubectl apply -f -
+kubectl label --overwrite namespace pullman-system pod-security.kubernetes.io/enforce=restricted
+kubectl apply -n pullman-system -f - <<'YAML'
+apiVersion: postgresql.cnpg.io/v1
+kind: Cluster
+metadata: {name: pullman-db}
 spec:
-  labels: [demo]
-  leaseSeconds: 60
-  deployment: {image: $IMAGE, serviceAccountName: pullman-executor}
+  instances: 1
+  storage: {size: 1Gi}
+  bootstrap: {initdb: {database: pullman, owner: pullman}}
 YAML
+kubectl -n pullman-system wait cluster/pullman-db --for=condition=Ready --timeout=600s
+
+# Pullman, with an Executor for the namespace `demo` allowed to run Jobs there.
+kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f -
+cat > /tmp/pullman-e2e-values.yaml <<YAML
+image: {repository: ${IMAGE%:*}, tag: ${IMAGE##*:}, pullPolicy: Never}
+database: {existingSecret: pullman-db-app}
+executors:
+  - name: demo
+    namespace: demo
+    labels: [demo]
+    workTypes: [custom]
+    rules:
+      - {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch, create, patch, delete, deletecollection]}
+YAML
+helm upgrade --install pullman charts/pullman -n pullman-system -f /tmp/pullman-e2e-values.yaml \
+  --wait --timeout 5m
+# The Executor kind is installed by the release above; its Executors come with the next render.
+helm upgrade pullman charts/pullman -n pullman-system -f /tmp/pullman-e2e-values.yaml --wait --timeout 5m
+helm test pullman -n pullman-system --timeout 3m
+kubectl -n demo wait executor/demo --for=condition=Ready --timeout=300s
+
 kubectl -n demo apply -f config/samples/workorder-pi-job.yaml
 kubectl -n demo wait workorder/pi --for=jsonpath='{.status.phase}'=Succeeded --timeout=600s
 kubectl -n demo get workorder pi -o jsonpath='{.status.message}{"\n"}'

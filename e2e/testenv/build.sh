@@ -34,7 +34,9 @@ complete() {
   local b
   for b in "${BINARIES[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
 }
-satisfied() { complete && { [[ "$WANT_HELM" != 1 ]] || [[ -x "$BIN/helm" ]]; }; }
+# helm counts only with its stamp: older builds lacked the Kubernetes version (see build_helm).
+helm_built() { [[ -x "$BIN/helm" && -f "$BIN/.helm-$HELM_VERSION" ]]; }
+satisfied() { complete && { [[ "$WANT_HELM" != 1 ]] || helm_built; }; }
 
 if [[ "$FORCE" != 1 ]] && satisfied; then
   log "using cached binaries in $BIN"
@@ -61,9 +63,16 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
 build_helm() { # build_helm <dest-file>
   log "building helm $HELM_VERSION"
-  (cd "$HERE/tools/helm" && go build -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
-    -o "$1" helm.sh/helm/v3/cmd/helm)
+  # As helm's Makefile does: the Kubernetes version `helm template` and `helm lint` assume is
+  # 1.<minor of client-go> (otherwise 1.20, which fails charts that require a newer kubeVersion).
+  local minor ld
+  minor="$(cd "$HERE/tools/helm" && go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)"
+  ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
+  done
+  (cd "$HERE/tools/helm" && go build -trimpath -ldflags "$ld" -o "$1" helm.sh/helm/v3/cmd/helm)
+  touch "$(dirname "$1")/.helm-$HELM_VERSION"
 }
 
 start=$(date +%s)

@@ -215,8 +215,19 @@ start kube-scheduler \
   --leader-elect=false \
   --v=1
 
+# kwok's own stages come from the kwok module in the Go module cache (the build downloaded it;
+# `go mod download` fetches it again if the cache was cleaned); kwok/ holds only the stages
+# Pullman defines (a failing pod, the changed completion).
+KWOK_MOD="$(cd "$HERE/tools/kwok" && GOFLAGS=-mod=readonly GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
+  go mod download -json sigs.k8s.io/kwok | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+[[ -n "$KWOK_MOD" && -d "$KWOK_MOD/kustomize/stage" ]] || die "cannot find the sigs.k8s.io/kwok module (go mod download)"
 kwok_configs=()
-for f in node-initialize node-heartbeat-with-lease pod-ready pod-complete pod-fail pod-delete; do
+for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+         pod/fast/pod-ready pod/fast/pod-delete; do
+  [[ -f "$KWOK_MOD/kustomize/stage/$f.yaml" ]] || die "kwok module has no kustomize/stage/$f.yaml"
+  kwok_configs+=("--config=$KWOK_MOD/kustomize/stage/$f.yaml")
+done
+for f in pod-complete pod-fail; do
   kwok_configs+=("--config=$HERE/kwok/$f.yaml")
 done
 start kwok \

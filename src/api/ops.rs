@@ -8,7 +8,7 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use super::{ApiError, AppState, agents, claims, work_orders};
-use crate::telemetry::StatusLabel;
+use crate::telemetry::{HealthLabel, StatusLabel};
 
 /// The OpenAPI 3.1 description of every route, generated from the handlers' annotations.
 #[derive(OpenApi)]
@@ -152,6 +152,30 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             }
         }
         Err(error) => tracing::warn!(%error, "could not count work orders for /metrics"),
+    }
+    match state.queue.oldest_claimable_age().await {
+        Ok(age) => {
+            state.metrics.queue_lag.set(age);
+        }
+        Err(error) => tracing::warn!(%error, "could not read the queue lag for /metrics"),
+    }
+    match state.queue.count_agents_by_health().await {
+        Ok(c) => {
+            for (health, n) in [
+                ("never_seen", c.never_seen),
+                ("active", c.active),
+                ("stale", c.stale),
+            ] {
+                state
+                    .metrics
+                    .agents
+                    .get_or_create(&HealthLabel {
+                        health: health.to_string(),
+                    })
+                    .set(n);
+            }
+        }
+        Err(error) => tracing::warn!(%error, "could not count agents for /metrics"),
     }
     (
         [(

@@ -44,7 +44,11 @@ pub(super) async fn run(ctx: Arc<Context>, stop: CancellationToken) {
         .owns(deployments, owned)
         .reconcile_on(contact)
         .graceful_shutdown_on(stop.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |o, c| super::measured("executor", reconcile(o, c)),
+            error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "Executor reconcile failed");

@@ -29,7 +29,8 @@ pub const RETIRE_FINALIZER: &str = "pullman.dev/retire";
 /// Controller settings.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
-    /// Reconcile only this namespace (`None`: all namespaces).
+    /// Reconcile only these namespaces: one name, or several separated by commas (`None`: all
+    /// namespaces). See [`watched_namespaces`].
     pub namespace: Option<String>,
     /// Namespace of the leader-election Lease.
     pub lease_namespace: String,
@@ -57,6 +58,10 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every value [`Error::metric_label`] returns, so the error counters exist (at zero) before
+    /// the first error. A new variant adds its label here.
+    pub const METRIC_LABELS: &'static [&'static str] = &["kube", "queue", "finalizer", "invalid"];
+
     /// Short label for logs and metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -95,17 +100,67 @@ where
     }
 }
 
-/// Runs both controllers until `stop` fires.
+/// The namespaces `--watch-namespace` names: `[None]` (every namespace) when unset, else each
+/// comma-separated name once, in order (empty names ignored). A Kubernetes watch covers one
+/// namespace or all, so several namespaces get one pair of controllers each; that is what lets
+/// the Helm chart's `watchNamespaces` mode grant Roles only.
+pub fn watched_namespaces(namespace: &Option<String>) -> Vec<Option<String>> {
+    let Some(list) = namespace else {
+        return vec![None];
+    };
+    let mut names: Vec<Option<String>> = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if !names.iter().any(|n| n.as_deref() == Some(name)) {
+            names.push(Some(name.to_string()));
+        }
+    }
+    if names.is_empty() { vec![None] } else { names }
+}
+
+/// Runs a reconcile and records it in the controller metrics (`pullman_controller_*`): count,
+/// duration, and on failure the error's `metric_label()`.
+pub(crate) async fn measured(
+    controller: &'static str,
+    reconcile: impl std::future::Future<Output = Result<kube::runtime::controller::Action, Error>>,
+) -> Result<kube::runtime::controller::Action, Error> {
+    let started = std::time::Instant::now();
+    let result = reconcile.await;
+    crate::telemetry::controller_metrics().observe(
+        controller,
+        started.elapsed(),
+        result.as_ref().err().map(Error::metric_label),
+    );
+    result
+}
+
+/// Runs both controllers, for each watched namespace, until `stop` fires.
 pub async fn run_controllers(
     ctx: Arc<Context>,
     notifications: Notifications,
     stop: CancellationToken,
 ) {
-    tracing::info!(namespace = ?ctx.config.namespace, "controllers starting");
-    tokio::join!(
-        workorders::run(ctx.clone(), notifications, stop.clone()),
-        executors::run(ctx.clone(), stop.clone()),
-    );
+    let namespaces = watched_namespaces(&ctx.config.namespace);
+    tracing::info!(?namespaces, "controllers starting");
+    let runs = namespaces.into_iter().map(|namespace| {
+        let ctx = Arc::new(Context {
+            client: ctx.client.clone(),
+            queue: ctx.queue.clone(),
+            recorder: ctx.recorder.clone(),
+            config: ControllerConfig {
+                namespace,
+                ..ctx.config.clone()
+            },
+        });
+        let notifications = notifications.clone();
+        let stop = stop.clone();
+        async move {
+            tokio::join!(
+                workorders::run(ctx.clone(), notifications, stop.clone()),
+                executors::run(ctx, stop),
+            );
+        }
+    });
+    futures::future::join_all(runs).await;
     tracing::info!("controllers stopped");
 }
 
@@ -198,5 +253,43 @@ pub async fn run_with_leader_election(
             return;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watched_namespaces;
+
+    fn some(names: &[&str]) -> Vec<Option<String>> {
+        names.iter().map(|n| Some(n.to_string())).collect()
+    }
+
+    #[test]
+    fn error_labels_are_all_listed() {
+        use super::Error;
+        let samples = [
+            Error::Invalid("x".into()),
+            Error::Finalizer("x".into()),
+            Error::Queue(crate::queue::QueueError::Database(sqlx::Error::PoolClosed)),
+        ];
+        for e in samples {
+            assert!(Error::METRIC_LABELS.contains(&e.metric_label()), "{e}");
+        }
+        assert!(Error::METRIC_LABELS.contains(&"kube"));
+    }
+
+    #[test]
+    fn unset_means_every_namespace() {
+        assert_eq!(watched_namespaces(&None), vec![None]);
+        assert_eq!(watched_namespaces(&Some(" , ".into())), vec![None]);
+    }
+
+    #[test]
+    fn a_comma_separated_list_names_each_namespace_once() {
+        assert_eq!(
+            watched_namespaces(&Some("team-a, team-b,team-a,".into())),
+            some(&["team-a", "team-b"])
+        );
+        assert_eq!(watched_namespaces(&Some("solo".into())), some(&["solo"]));
     }
 }

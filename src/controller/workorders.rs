@@ -55,7 +55,11 @@ pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: C
     controller
         .reconcile_on(changes)
         .graceful_shutdown_on(stop.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |o, c| super::measured("workorder", reconcile(o, c)),
+            error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "WorkOrder reconcile failed");

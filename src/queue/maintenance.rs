@@ -8,10 +8,21 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::orders::{EndedBy, FinalClaim, finish};
-use super::{IDEMPOTENCY_KEY_RETENTION, Outcome, Queue, QueueError};
+use super::{AgentHealth, IDEMPOTENCY_KEY_RETENTION, Outcome, Queue, QueueError};
 
 /// Rows handled per statement; a larger backlog is worked through in several batches.
 const BATCH: i64 = 1000;
+
+/// Live agents by health (retired agents are not counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AgentHealthCounts {
+    /// Registered, never contacted the server.
+    pub never_seen: i64,
+    /// Contacted the server recently.
+    pub active: i64,
+    /// No contact for 3 × its lease or 5 minutes.
+    pub stale: i64,
+}
 
 /// What one maintenance pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -179,6 +190,47 @@ impl Queue {
             }
         }
         Ok(deleted)
+    }
+
+    /// Age in seconds of the oldest claimable order, for the `pullman_queue_lag_seconds` gauge:
+    /// a `PENDING` order counts from `created_at`, a due `RETRY_PENDING` one from
+    /// `next_retry_after` (claimable once that passed, DESIGN.md §3 rule 5). Zero when nothing is
+    /// claimable. Both halves walk an index of claimable rows (`work_orders_claimable`,
+    /// `work_orders_retry_due`) and stop at the first row.
+    pub async fn oldest_claimable_age(&self) -> Result<f64, QueueError> {
+        const OLDEST_CLAIMABLE: &str = "SELECT EXTRACT(EPOCH FROM (now() - min(since)))::float8 FROM ( \
+               (SELECT created_at AS since FROM work_orders WHERE status = 'PENDING' \
+                ORDER BY created_at, id LIMIT 1) \
+               UNION ALL \
+               (SELECT next_retry_after FROM work_orders \
+                WHERE status = 'RETRY_PENDING' AND next_retry_after <= now() \
+                ORDER BY next_retry_after LIMIT 1)) AS oldest";
+        let (secs,): (Option<f64>,) = sqlx::query_as(OLDEST_CLAIMABLE)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(secs.unwrap_or(0.0).max(0.0))
+    }
+
+    /// Live (not retired) agents by derived health (`rules::agent_health`, DESIGN.md §5), for the
+    /// `pullman_agents{health}` gauge.
+    pub async fn count_agents_by_health(&self) -> Result<AgentHealthCounts, QueueError> {
+        /// `last_seen_at`, `lease_seconds`, and the database's `now()`.
+        type ContactRow = (Option<DateTime<Utc>>, Option<i32>, DateTime<Utc>);
+        let rows: Vec<ContactRow> = sqlx::query_as(
+            "SELECT last_seen_at, lease_seconds, now() FROM agents WHERE retired_at IS NULL",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut counts = AgentHealthCounts::default();
+        for (last_seen_at, lease_seconds, now) in rows {
+            match super::rules::agent_health(false, last_seen_at, lease_seconds, now) {
+                AgentHealth::NeverSeen => counts.never_seen += 1,
+                AgentHealth::Active => counts.active += 1,
+                AgentHealth::Stale => counts.stale += 1,
+                AgentHealth::Retired => {}
+            }
+        }
+        Ok(counts)
     }
 
     /// One maintenance pass: reap, then promote.

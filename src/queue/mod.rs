@@ -30,7 +30,7 @@ pub use agents::TokenCheck;
 pub use availability::spawn_availability_probe;
 pub use claims::{ClaimRequest, Heartbeat};
 pub use cursor::CursorError;
-pub use maintenance::{MaintenanceReport, run_maintenance};
+pub use maintenance::{AgentHealthCounts, MaintenanceReport, run_maintenance};
 pub use model::*;
 pub use notify::{Notifications, spawn_listener};
 pub use orders::{Created, IDEMPOTENCY_KEY_RETENTION, IdempotencyKey, LogFilter, OrderFilter};
