@@ -602,16 +602,18 @@ async fn end_to_end_kubectl_apply_to_succeeded_with_the_binaries() {
             .contains("Jobs succeeded: pi"),
         "{st:?}"
     );
+    // The executor's verdict may come from `SuccessCriteriaMet`, which the Job controller sets
+    // just before `Complete`: wait for `Complete` rather than expect it at once.
     let jobs: Api<Job> = Api::namespaced(k.clone(), &ns);
-    let pi = jobs.get("pi").await.unwrap();
-    assert!(
-        pi.status
-            .unwrap()
-            .conditions
-            .unwrap()
+    eventually(30, "the pi Job to be Complete", || async {
+        let pi = jobs.get("pi").await.ok()?;
+        pi.status?
+            .conditions?
             .iter()
             .any(|c| c.type_ == "Complete" && c.status == "True")
-    );
+            .then_some(())
+    })
+    .await;
     let (ok, out, _) = kubectl(&["get", "-n", &ns, "wo", "pi"], None);
     assert!(ok && out.contains("Succeeded"), "{out}");
     drop_namespace(&k, &ns).await;

@@ -398,12 +398,15 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, 
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": d.service_account_name,
+                    // The restricted Pod Security Standard, so executors run in namespaces
+                    // that enforce it (the image's user is 65532).
+                    "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{
                         "name": "executor",
                         "image": d.image,
                         "args": args,
                         "volumeMounts": [{"name": "token", "mountPath": "/var/run/pullman", "readOnly": true}],
-                        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true},
+                        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}},
                     }],
                     "volumes": [{"name": "token", "secret": {"secretName": token_secret_name(ex)}}],
                 },
