@@ -63,7 +63,7 @@ pub struct Checks {
     /// Invariant violations: each fails the run.
     pub violations: Vec<String>,
     /// Markers created more than once after a create whose answer was lost: fails the run only
-    /// under `--strict-idempotency`.
+    /// unless `--lenient-retry-safety`.
     pub duplicates: Vec<String>,
     pub created: usize,
     pub gave_up: usize,
