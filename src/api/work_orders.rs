@@ -13,8 +13,8 @@ use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
 use super::{ApiError, AppState, Caller, ErrorBody};
 use crate::queue::validate::{parse_work_type, validate_work_order_off_thread};
 use crate::queue::{
-    Created, IdempotencyKey, LogEntry, LogFilter, Lookup, NewWorkOrder, OrderFilter, OrderStatus,
-    Page, WorkOrder, WorkType,
+    Created, IdempotencyKey, LogEntry, LogFilter, NewWorkOrder, OrderFilter, OrderStatus, Page,
+    WorkOrder, WorkType,
 };
 
 /// Query of `GET /api/v1/work-orders`.
@@ -87,17 +87,12 @@ pub async fn create(
     let spec = validate_work_order_off_thread(body).await?;
     let created = match &key {
         Some(key) => state.queue.create_work_order_once(&spec, key).await?,
-        None => match state
-            .queue
-            .create_work_order(&spec, None, crate::queue::SOURCE_API)
-            .await?
-        {
-            Lookup::Active(order) => Created {
-                order: *order,
-                replayed: false,
-            },
-            // A fresh random id cannot exist already; the insert answers with what it wrote.
-            _ => unreachable!("a work order with a fresh random id existed"),
+        None => Created {
+            order: state
+                .queue
+                .create_new_work_order(&spec, crate::queue::SOURCE_API)
+                .await?,
+            replayed: false,
         },
     };
     let order = created.order;

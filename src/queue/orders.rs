@@ -71,12 +71,9 @@ impl Queue {
         source: &str,
     ) -> Result<Lookup, QueueError> {
         let Some(id) = id else {
-            // A fresh random id cannot collide: one statement, one commit.
-            let row = insert_order(&self.pool, Uuid::new_v4(), spec, source).await?;
-            return match row {
-                Some(row) => Ok(Lookup::Active(Box::new(row.into()))),
-                None => Err(QueueError::Database(sqlx::Error::RowNotFound)),
-            };
+            return Ok(Lookup::Active(Box::new(
+                self.create_new_work_order(spec, source).await?,
+            )));
         };
         let mut tx = self.pool.begin().await?;
         let Some(row) = insert_order(&mut *tx, id, spec, source).await? else {
@@ -97,6 +94,20 @@ impl Queue {
         }
         tx.commit().await?;
         Ok(Lookup::Active(Box::new(row.into())))
+    }
+
+    /// Creates a work order with a fresh random id (the API without `Idempotency-Key`): one
+    /// statement, one commit, answered with the row as inserted.
+    pub async fn create_new_work_order(
+        &self,
+        spec: &WorkOrderSpec,
+        source: &str,
+    ) -> Result<WorkOrder, QueueError> {
+        // A random id that collided would be an `ON CONFLICT` no-op: say so rather than panic.
+        insert_order(&self.pool, Uuid::new_v4(), spec, source)
+            .await?
+            .map(Into::into)
+            .ok_or(QueueError::Database(sqlx::Error::RowNotFound))
     }
 
     /// Creates a work order under an `Idempotency-Key` (DESIGN.md §5 "Retry safety"): the first
