@@ -155,8 +155,8 @@ async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
     // graceful shutdown for up to their 30 s wait.
     let result = match served {
         Some(ended) => ended
-            .context("the HTTP server task failed")?
-            .context("serving HTTP"),
+            .context("the HTTP server task failed")
+            .and_then(|served| served.context("serving HTTP")),
         None => {
             tracing::info!(
                 held_long_polls = metrics.long_polls.get(),
@@ -171,8 +171,8 @@ async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
                 Ok(ended) => {
                     tracing::info!("shutdown: in-flight requests finished");
                     ended
-                        .context("the HTTP server task failed")?
-                        .context("serving HTTP")
+                        .context("the HTTP server task failed")
+                        .and_then(|served| served.context("serving HTTP"))
                 }
                 Err(_) => {
                     tracing::warn!(
