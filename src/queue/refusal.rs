@@ -67,7 +67,7 @@ impl Queue {
             return Err(QueueError::conflict(
                 ConflictCode::AlreadyCompleted,
                 format!(
-                    "agent {agent_id} already completed its claim on work order {order_id} as                      {before}; a {asked} cannot replace it"
+                    "agent {agent_id} already completed its claim on work order {order_id} as {before}; a {asked} cannot replace it"
                 ),
             ));
         }
