@@ -167,9 +167,10 @@ k wait --for=condition=Established -f e2e/chart/monitoring-crds.yaml --timeout=6
 for ns in pullman-cw team-cw pullman-ns team-ns pullman-agent pullman-mon; do
   restricted_ns "$ns"
 done
-# Executor pods the controller creates pass `restricted` too: the API server judges them there.
-restricted_ns team-cw
-restricted_ns team-ns
+# The teams' namespaces also run the work's own pods (the sample pi Job sets no restricted
+# securityContext), so they enforce `baseline` and warn on `restricted`.
+restricted_ns team-cw baseline
+restricted_ns team-ns baseline
 
 cat > "$WORK/cw.yaml" <<'YAML'
 database: {url: "postgres://pullman:secret@db.example:5432/pullman"}
