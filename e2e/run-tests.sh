@@ -2,7 +2,8 @@
 # Runs the whole test suite: unit tests, the queue and API tests against a throwaway PostgreSQL
 # (started by the tests themselves), and the Kubernetes tests against the test control plane
 # (e2e/testenv: etcd, kube-apiserver, controller-manager, scheduler, kwok), which this script
-# builds on first use (cached under ~/.cache/pullman-testenv), starts, and stops again.
+# builds on first use (cached under ~/.cache/pullman-testenv), starts, and stops again; then
+# schemathesis against a real `pullman serve` (e2e/schemathesis/run.sh).
 #
 # Usage: e2e/run-tests.sh [extra cargo test arguments]
 set -euo pipefail
@@ -21,3 +22,6 @@ echo "==> KUBECONFIG=$KUBECONFIG"
 
 echo "==> cargo test (all targets, Kubernetes tests included)"
 cargo test --locked --all-targets --features k8s-tests "$@"
+
+echo "==> schemathesis against the served OpenAPI (uses target/debug/pullman, built by cargo test)"
+e2e/schemathesis/run.sh
