@@ -80,7 +80,8 @@ export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 
 echo "==> schemathesis $ST_VERSION: every phase, every check"
 status=0
-(cd "$here" && "$venv/bin/st" --config-file "$here/schemathesis.toml" run "$base/api/v1/openapi.json" \
+# From $work, so that schemathesis and hypothesis leave nothing in the source tree.
+(cd "$work" && "$venv/bin/st" --config-file "$here/schemathesis.toml" run "$base/api/v1/openapi.json" \
   --phases examples,coverage,fuzzing,stateful \
   --checks all \
   --max-examples "${ST_MAX_EXAMPLES:-50}" \
