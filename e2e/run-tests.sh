@@ -3,7 +3,8 @@
 # (started by the tests themselves), and the Kubernetes tests against the test control plane
 # (e2e/testenv: etcd, kube-apiserver, controller-manager, scheduler, kwok), which this script
 # builds on first use (cached under ~/.cache/pullman-testenv), starts, and stops again; then the
-# Helm chart's tests (e2e/chart/test.sh) on the same control plane, in their own namespaces.
+# Helm chart's tests (e2e/chart/test.sh) on the same control plane, in their own namespaces, and
+# schemathesis against a real `pullman serve` (e2e/schemathesis/run.sh).
 #
 # Usage: e2e/run-tests.sh [extra cargo test arguments]
 # PULLMAN_SKIP_CHART_TESTS=1 skips the chart tests.
@@ -35,3 +36,6 @@ if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
   echo "==> Helm chart tests (e2e/chart/test.sh)"
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/chart/test.sh
 fi
+
+echo "==> schemathesis against the served OpenAPI (uses target/debug/pullman, built by cargo test)"
+e2e/schemathesis/run.sh

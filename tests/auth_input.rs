@@ -474,3 +474,70 @@ async fn openapi_describes_every_route_and_ops_endpoints_answer() {
         assert!(text.contains(m), "{m} missing from /metrics:\n{text}");
     }
 }
+
+/// Schemathesis (e2e/schemathesis) found these: a JSON array passed for a body object (serde
+/// reads a struct from an array field by field), and integral floats such as `60.0`, which
+/// JSON Schema counts as integers, refused as a type error.
+#[tokio::test]
+async fn bodies_are_objects_and_integral_floats_are_integers() {
+    let s = TestServer::start().await;
+    let (a, a_tok) = s.agent(json!({"name": "a", "labels": ["m"]})).await;
+    let claim_next = format!("/api/v1/agents/{a}/claim");
+    for body in [
+        json!([null, null]),
+        json!([]),
+        json!(5),
+        json!("x"),
+        json!(null),
+    ] {
+        let (st, v) = s
+            .call(Method::POST, &claim_next, Some(&a_tok), Some(body.clone()))
+            .await;
+        assert_eq!(st, 422, "claim-next with {body}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_body");
+    }
+    let o = s.order(configmap_order("m")).await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{o}/claim"),
+            Some(&a_tok),
+            Some(json!([a.to_string()])),
+        )
+        .await;
+    assert_eq!(st, 422, "claim with an array: {v}");
+
+    let mut order = configmap_order("m");
+    order["backoff_seconds"] = json!(582.0);
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/api/v1/work-orders",
+            Some(ADMIN_TOKEN),
+            Some(order),
+        )
+        .await;
+    assert_eq!(st, 201, "integral float: {v}");
+    assert_eq!(v["backoff_seconds"], 582);
+    let mut order = configmap_order("m");
+    order["backoff_seconds"] = json!(582.5);
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/api/v1/work-orders",
+            Some(ADMIN_TOKEN),
+            Some(order),
+        )
+        .await;
+    assert_eq!(st, 422, "fractional number: {v}");
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &claim_next,
+            Some(&a_tok),
+            Some(json!({"lease_seconds": 60.0})),
+        )
+        .await;
+    assert_eq!(st, 200, "claim-next with lease_seconds 60.0: {v}");
+    assert_eq!(v["lease_seconds"], 60);
+}

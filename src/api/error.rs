@@ -169,8 +169,48 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let Json(value) = Json::<T>::from_request(req, state).await?;
-        Ok(ApiJson(value))
+        let Json(value) = Json::<serde_json::Value>::from_request(req, state).await?;
+        Ok(ApiJson(from_json_object(value)?))
+    }
+}
+
+/// Every request body is a JSON object (serde would otherwise read a struct from an array,
+/// field by field, so `[null, null]` passed for `{}`). Numbers with a zero fraction (`60.0`)
+/// are integers as JSON Schema counts them, so integer fields take them; `60.5` stays a type
+/// error. Wrong types, missing and unknown fields are `422 invalid_body`.
+fn from_json_object<T: DeserializeOwned>(mut value: serde_json::Value) -> Result<T, ApiError> {
+    if !value.is_object() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+            "invalid request body: expected a JSON object",
+        ));
+    }
+    integral_floats_to_integers(&mut value);
+    serde_json::from_value(value).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+            format!("invalid request body: {e}"),
+        )
+    })
+}
+
+fn integral_floats_to_integers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+                && f >= i64::MIN as f64
+                && f < i64::MAX as f64
+            {
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_to_integers),
+        _ => {}
     }
 }
 
@@ -205,20 +245,13 @@ pub fn parse_optional_json<T: DeserializeOwned + Default>(bytes: &[u8]) -> Resul
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(bytes).map_err(|e| {
-        if e.is_data() {
-            ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_body",
-                format!("invalid request body: {e}"),
-            )
-        } else {
-            ApiError::bad_request(
-                "malformed_json",
-                format!("request body is not valid JSON: {e}"),
-            )
-        }
-    })
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(
+            "malformed_json",
+            format!("request body is not valid JSON: {e}"),
+        )
+    })?;
+    from_json_object(value)
 }
 
 /// `limit` of list routes: 1–1000, default 100 (DESIGN.md §5).

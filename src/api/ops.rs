@@ -55,6 +55,11 @@ impl utoipa::Modify for CommonAnswers {
                 .flatten()
             {
                 let has_body = op.request_body.is_some();
+                let has_query = op.parameters.as_ref().is_some_and(|ps| {
+                    ps.iter().any(|p| {
+                        matches!(p.parameter_in, utoipa::openapi::path::ParameterIn::Query)
+                    })
+                });
                 let authenticated = op.security.as_ref().is_some_and(|s| !s.is_empty());
                 let answers = &mut op.responses.responses;
                 let mut add = |status: &str, description: &str| {
@@ -62,10 +67,10 @@ impl utoipa::Modify for CommonAnswers {
                         .entry(status.to_string())
                         .or_insert_with(|| error(description).into());
                 };
-                if has_id || has_body {
+                if has_id || has_body || has_query {
                     add(
                         "400",
-                        "`invalid_path` (an id is not a UUID), `malformed_json`, or a field out of bounds",
+                        "`invalid_path` (an id is not a UUID), `invalid_query` (unknown or malformed query parameter), `invalid_cursor`, `malformed_json`, or a field out of bounds",
                     );
                 }
                 if has_id {
@@ -94,6 +99,95 @@ impl utoipa::Modify for CommonAnswers {
             }
         }
     }
+}
+
+/// Bounds the server enforces on input text and lists that the derived schemas cannot state
+/// (crate::queue::validate): labels, agent names and annotation keys are non-empty (after
+/// U+0000 is removed) and at most 4096 characters, annotation keys have no `=`, lists have at most
+/// 256 entries, a create needs at least one targeting criterion, and a `build` at least 120 s
+/// of claim timeout (its Build is watched, DESIGN.md §4). Clients and schemathesis generate
+/// from these. Applied to the JSON document: utoipa's typed model lacks some of the keywords
+/// (`if`/`then`, `anyOf` beside `allOf`).
+fn input_bounds(doc: &mut serde_json::Value) {
+    use crate::queue::validate::{MAX_LIST_ENTRIES, MAX_STRING_CHARS};
+    use serde_json::{Value, json};
+    // Non-empty once U+0000 is removed, at most MAX_STRING_CHARS.
+    let text = json!({"type": "string", "minLength": 1, "maxLength": MAX_STRING_CHARS, "pattern": "[^\\u0000]"});
+    let key = json!({"type": "string", "minLength": 1, "maxLength": MAX_STRING_CHARS, "pattern": "^[^=]*[^=\\u0000][^=]*$"});
+    let value = json!({"type": "string", "maxLength": MAX_STRING_CHARS});
+    let list = |items: Value| json!({"maxItems": MAX_LIST_ENTRIES, "items": items});
+    let annotations = json!({"maxProperties": MAX_LIST_ENTRIES, "propertyNames": key, "additionalProperties": value});
+    // DESIGN.md §5: claim-next's body is all optional fields, and no body at all is `{}`.
+    if let Some(body) = doc.pointer_mut("/paths/~1api~1v1~1agents~1{id}~1claim/post/requestBody") {
+        body["required"] = json!(false);
+    }
+    // The server takes 1–255 visible ASCII characters (`400 invalid_header` otherwise).
+    if let Some(params) = doc
+        .pointer_mut("/paths/~1api~1v1~1work-orders/post/parameters")
+        .and_then(Value::as_array_mut)
+    {
+        for p in params.iter_mut().filter(|p| p["name"] == "Idempotency-Key") {
+            p["schema"] =
+                json!({"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"});
+        }
+    }
+    let mut patch = |name: &str, f: &dyn Fn(&mut Value)| {
+        if let Some(schema) = doc.pointer_mut(&format!("/components/schemas/{name}")) {
+            f(schema);
+        }
+    };
+    let merge = |v: &mut Value, field: &str, extra: &Value| {
+        if let (Some(target), Some(extra)) = (
+            v.pointer_mut(&format!("/properties/{field}"))
+                .and_then(Value::as_object_mut),
+            extra.as_object(),
+        ) {
+            for (k, x) in extra {
+                target.insert(k.clone(), x.clone());
+            }
+        }
+    };
+    patch("Targeting", &|v| {
+        merge(v, "agent_ids", &json!({"maxItems": MAX_LIST_ENTRIES}));
+        merge(v, "agent_names", &list(text.clone()));
+        merge(v, "labels", &list(text.clone()));
+        merge(v, "annotations", &annotations);
+    });
+    patch("NewAgent", &|v| {
+        merge(v, "labels", &list(text.clone()));
+        merge(v, "annotations", &annotations);
+        merge(v, "work_types", &json!({"maxItems": MAX_LIST_ENTRIES}));
+        merge(v, "name", &json!({"pattern": "[^\\u0000]"}));
+        merge(v, "tenant", &json!({"pattern": "[^\\u0000]"}));
+    });
+    patch("NewWorkOrder", &|v| {
+        merge(v, "tenant", &json!({"pattern": "[^\\u0000]"}));
+        // At least one criterion, and a criterion counts when it is non-empty.
+        let criterion = |field: &str, nonempty: Value| json!({"required": [field], "properties": {field: nonempty}});
+        let targeting = json!({
+            "allOf": [{"$ref": "#/components/schemas/Targeting"}],
+            "anyOf": [
+                criterion("agent_ids", json!({"minItems": 1})),
+                criterion("agent_names", json!({"minItems": 1})),
+                criterion("labels", json!({"minItems": 1})),
+                criterion("annotations", json!({"minProperties": 1})),
+            ],
+            "description": "Which agents may claim; at least one non-empty criterion."
+        });
+        if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
+            props.insert("targeting".into(), targeting);
+        }
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert(
+                "if".into(),
+                json!({"required": ["work_type"], "properties": {"work_type": {"const": "build"}}}),
+            );
+            obj.insert(
+                "then".into(),
+                json!({"properties": {"claim_timeout_seconds": {"minimum": 120}}}),
+            );
+        }
+    });
 }
 
 struct BearerAuth;
@@ -188,8 +282,19 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 
 /// This document.
 #[utoipa::path(get, path = "/api/v1/openapi.json", tag = "operations", responses((status = 200, description = "OpenAPI 3.1 JSON")))]
-pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+pub async fn openapi() -> Json<serde_json::Value> {
+    Json(ApiDoc::document())
+}
+
+impl ApiDoc {
+    /// The document served at `/api/v1/openapi.json`: [`ApiDoc::openapi`] with the input bounds
+    /// of [`input_bounds`].
+    pub fn document() -> serde_json::Value {
+        let mut doc =
+            serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serializes");
+        input_bounds(&mut doc);
+        doc
+    }
 }
 
 /// Unknown routes answer in the API's error body.

@@ -168,7 +168,7 @@ pub struct NewWorkOrder {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 100)]
     pub max_reclaims: Option<i64>,
-    /// Only agents of this tenant (or instance-wide agents) may claim. 1–4096 bytes.
+    /// Only agents of this tenant (or instance-wide agents) may claim. 1–4096 characters.
     #[serde(default)]
     #[schema(min_length = 1, max_length = 4096)]
     pub tenant: Option<String>,
@@ -251,7 +251,7 @@ pub enum AgentHealth {
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewAgent {
-    /// Unique among live agents; 1–253 bytes.
+    /// Unique among live agents; 1–253 characters.
     #[schema(min_length = 1, max_length = 253)]
     pub name: String,
     #[serde(default)]
@@ -262,7 +262,7 @@ pub struct NewAgent {
     #[serde(default)]
     #[schema(value_type = Vec<WorkType>)]
     pub work_types: Vec<String>,
-    /// Tenant this agent serves; absent means instance-wide. 1–4096 bytes.
+    /// Tenant this agent serves; absent means instance-wide. 1–4096 characters.
     #[serde(default)]
     #[schema(min_length = 1, max_length = 4096)]
     pub tenant: Option<String>,

@@ -11,8 +11,11 @@ use crate::manifest;
 
 /// Largest `yaml_content`, in bytes (DESIGN.md §5): 1 MiB. Larger bodies get `413`.
 pub const MAX_YAML_BYTES: usize = 1024 * 1024;
-/// Longest name, tenant, label or annotation key/value accepted, in bytes.
-pub const MAX_STRING_BYTES: usize = 4096;
+/// Longest tenant, label, agent name in targeting, or annotation key/value accepted, in
+/// characters (as JSON Schema's `maxLength` counts them, so the OpenAPI bound is the server's).
+pub const MAX_STRING_CHARS: usize = 4096;
+/// Longest agent name, in characters.
+pub const MAX_AGENT_NAME_CHARS: usize = 253;
 /// Most entries in any one list or map of a request.
 pub const MAX_LIST_ENTRIES: usize = 256;
 
@@ -69,10 +72,10 @@ fn check_string(field: &str, value: &str) -> Result<(), QueueError> {
     if value.is_empty() {
         return Err(invalid(field, format!("{field} must not be empty")));
     }
-    if value.len() > MAX_STRING_BYTES {
+    if value.chars().count() > MAX_STRING_CHARS {
         return Err(invalid(
             field,
-            format!("{field} is longer than {MAX_STRING_BYTES} bytes"),
+            format!("{field} is longer than {MAX_STRING_CHARS} characters"),
         ));
     }
     Ok(())
@@ -103,10 +106,10 @@ fn check_annotations(field: &str, map: &BTreeMap<String, String>) -> Result<(), 
                 format!("{field} key {k:?} must not contain '='"),
             ));
         }
-        if v.len() > MAX_STRING_BYTES {
+        if v.chars().count() > MAX_STRING_CHARS {
             return Err(invalid(
                 field,
-                format!("{field}[{k:?}] is longer than {MAX_STRING_BYTES} bytes"),
+                format!("{field}[{k:?}] is longer than {MAX_STRING_CHARS} characters"),
             ));
         }
     }
@@ -244,7 +247,7 @@ pub fn validate_agent(mut body: NewAgent) -> Result<AgentSpec, QueueError> {
         strip_nul(tenant);
     }
     check_string("name", &body.name)?;
-    if body.name.len() > 253 {
+    if body.name.chars().count() > MAX_AGENT_NAME_CHARS {
         return Err(invalid("name", "name is longer than 253 characters"));
     }
     check_list("labels", &body.labels)?;

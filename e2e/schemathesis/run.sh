@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Runs schemathesis (every phase, stateful included, every check) against the OpenAPI document a
+# real `pullman serve` serves, on an embedded PostgreSQL, and fails on any failure (issue #14:
+# "The OpenAPI must describe the server").
+#
+# Builds nothing: uses ${PULLMAN_BIN:-target/debug/pullman}. Installs schemathesis (pinned) into a
+# venv under ${XDG_CACHE_HOME:-$HOME/.cache}/pullman-schemathesis on first use (needs python3 with
+# venv support and PyPI). Registers an agent and lets hooks.py aim the agent routes (claim,
+# heartbeat, complete, claim-next, pending) at that agent and at real orders; prints, per
+# operation, how many answers of each status schemathesis got.
+#
+# Usage: e2e/schemathesis/run.sh [extra `st run` arguments, e.g. --max-time 60 or --seed 1]
+# Env: ST_MAX_TIME (seconds for the whole run, default 180), ST_MAX_EXAMPLES (default 50),
+# ST_WORKERS (default 1: with 2, hypothesis' lambda descriptions raced in CPython 3.11's
+# `ast.parse` and errored with "AST constructor recursion depth mismatch").
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cd "$root"
+
+ST_VERSION=4.32.5
+bin="${PULLMAN_BIN:-target/debug/pullman}"
+[ -x "$bin" ] || { echo "no pullman binary at $bin (cargo build first, or set PULLMAN_BIN)" >&2; exit 1; }
+bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/pullman-schemathesis"
+if [ "$("$venv/bin/st" --version 2>/dev/null | grep -o '[0-9][0-9.]*' | head -1)" != "$ST_VERSION" ]; then
+  echo "==> installing schemathesis $ST_VERSION into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
+fi
+
+work="$(mktemp -d /tmp/pullman-schemathesis.XXXXXX)"
+# As root, serve runs the embedded PostgreSQL as the `postgres` user, which must reach the data dir.
+chmod 0755 "$work"
+serve_pid=""
+cleanup() {
+  if [ -n "$serve_pid" ] && kill -0 "$serve_pid" 2>/dev/null; then
+    kill -TERM "$serve_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$serve_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+base="http://127.0.0.1:$port"
+export PULLMAN_ADMIN_TOKEN="st-admin-$(python3 -c 'import secrets; print(secrets.token_hex(24))')"
+
+echo "==> pullman serve on $base (data in $work/data, log in $work/serve.log)"
+"$bin" serve --controller off --data-dir "$work/data" --listen "127.0.0.1:$port" \
+  --maintenance-interval-seconds 1 >"$work/serve.log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 120); do
+  curl -sf "$base/readyz" >/dev/null 2>&1 && break
+  kill -0 "$serve_pid" 2>/dev/null || { cat "$work/serve.log" >&2; echo "serve exited" >&2; exit 1; }
+  sleep 0.5
+done
+curl -sf "$base/readyz" >/dev/null || { tail -50 "$work/serve.log" >&2; echo "serve not ready" >&2; exit 1; }
+
+echo "==> registering the agent schemathesis claims as"
+agent_json="$(curl -sf -X POST "$base/api/v1/agents" -H "Authorization: Bearer $PULLMAN_ADMIN_TOKEN" \
+  -H 'Content-Type: application/json' -d '{"name":"schemathesis","labels":["schemathesis"]}')"
+export PULLMAN_ST_AGENT_ID="$(printf '%s' "$agent_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["agent"]["id"])')"
+export PULLMAN_ST_AGENT_TOKEN="$(printf '%s' "$agent_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')"
+echo "    agent $PULLMAN_ST_AGENT_ID"
+echo "==> creating 20 orders targeted at it"
+for i in $(seq 20); do
+  curl -sf -o /dev/null -X POST "$base/api/v1/work-orders" -H "Authorization: Bearer $PULLMAN_ADMIN_TOKEN" \
+    -H 'Content-Type: application/json' \
+    -d "{\"work_type\":\"custom\",\"targeting\":{\"agent_ids\":[\"$PULLMAN_ST_AGENT_ID\"]},\"yaml_content\":\"apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: seed-$i\\n\"}"
+done
+
+export PULLMAN_ST_BASE="$base/api/v1"
+export PULLMAN_ST_COUNTS="$work/counts.json"
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+
+echo "==> schemathesis $ST_VERSION: every phase, every check"
+status=0
+# From $work, so that schemathesis and hypothesis leave nothing in the source tree.
+(cd "$work" && "$venv/bin/st" --config-file "$here/schemathesis.toml" run "$base/api/v1/openapi.json" \
+  --phases examples,coverage,fuzzing,stateful \
+  --checks all \
+  --max-examples "${ST_MAX_EXAMPLES:-50}" \
+  --max-time "${ST_MAX_TIME:-180}" \
+  --workers "${ST_WORKERS:-1}" \
+  --request-timeout 40 \
+  --report junit --report-dir "$work/report" \
+  "$@") || status=$?
+
+echo "==> answers per operation (status: count), as schemathesis got them"
+python3 - "$PULLMAN_ST_COUNTS" <<'PY'
+import json, sys
+try:
+    counts = json.load(open(sys.argv[1]))
+except FileNotFoundError:
+    counts = {}
+for op in sorted(counts, key=lambda k: (k.split(" ", 1)[1], k)):
+    by = counts[op]
+    if set(by) == {"405"}:
+        continue  # unsupported_method probes of undeclared methods
+    ok = sum(n for s, n in by.items() if s.startswith("2"))
+    print(f"  {op:48} 2xx={ok:<5} " + " ".join(f"{s}:{by[s]}" for s in sorted(by)))
+missing = [op for op in ("POST /work-orders/{id}/claim", "POST /work-orders/{id}/heartbeat",
+                         "POST /work-orders/{id}/complete", "POST /agents/{id}/claim")
+           if not any(s.startswith("2") for s in counts.get(op, {}))]
+if missing:
+    print("no 2xx answer on: " + ", ".join(missing), file=sys.stderr)
+    sys.exit(1)
+PY
+[ "$status" = 0 ] || { echo "schemathesis found failures (exit $status); serve log tail:" >&2; tail -20 "$work/serve.log" >&2; }
+exit "$status"
