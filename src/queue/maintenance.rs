@@ -155,41 +155,38 @@ impl Queue {
     /// first, taken with `SKIP LOCKED`: several replicas can run it together, and a large backlog
     /// never becomes one long transaction. Returns the number of log entries deleted.
     pub async fn expire_history(&self, log_retention: Duration) -> Result<u64, QueueError> {
+        /// $1 retention in seconds, $2 batch size.
+        const EXPIRE_LOG: &str = "DELETE FROM work_order_log WHERE id IN ( \
+               SELECT id FROM work_order_log \
+               WHERE completed_at < now() - make_interval(secs => $1) \
+               ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
+        /// $1 retention in seconds, $2 batch size.
+        const EXPIRE_IDEMPOTENCY_KEYS: &str = "DELETE FROM idempotency_keys WHERE key IN ( \
+               SELECT key FROM idempotency_keys \
+               WHERE created_at < now() - make_interval(secs => $1) \
+               ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
+        let deleted = self.delete_in_batches(EXPIRE_LOG, log_retention).await?;
+        self.delete_in_batches(EXPIRE_IDEMPOTENCY_KEYS, IDEMPOTENCY_KEY_RETENTION)
+            .await?;
+        Ok(deleted)
+    }
+
+    /// Runs a `DELETE` taking `$1` (retention, seconds) and `$2` ([`BATCH`]) until a batch comes
+    /// back short; returns the rows deleted.
+    async fn delete_in_batches(&self, sql: &str, retention: Duration) -> Result<u64, QueueError> {
         let mut deleted = 0;
         loop {
-            let n = sqlx::query(
-                "DELETE FROM work_order_log WHERE id IN ( \
-                   SELECT id FROM work_order_log \
-                   WHERE completed_at < now() - make_interval(secs => $1) \
-                   ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-            )
-            .bind(log_retention.as_secs_f64())
-            .bind(BATCH)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+            let n = sqlx::query(sql)
+                .bind(retention.as_secs_f64())
+                .bind(BATCH)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
             deleted += n;
             if (n as i64) < BATCH {
-                break;
+                return Ok(deleted);
             }
         }
-        loop {
-            let n = sqlx::query(
-                "DELETE FROM idempotency_keys WHERE key IN ( \
-                   SELECT key FROM idempotency_keys \
-                   WHERE created_at < now() - make_interval(secs => $1) \
-                   ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-            )
-            .bind(IDEMPOTENCY_KEY_RETENTION.as_secs_f64())
-            .bind(BATCH)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-            if (n as i64) < BATCH {
-                break;
-            }
-        }
-        Ok(deleted)
     }
 
     /// Age in seconds of the oldest claimable order, for the `pullman_queue_lag_seconds` gauge:
