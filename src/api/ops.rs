@@ -221,15 +221,23 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 /// Prometheus metrics (text exposition format).
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    // While the database is known down, serve the counters without waiting on it.
-    let counts = if state.queue.database_known_down() {
-        Err(crate::queue::QueueError::Unavailable(
-            sqlx::Error::PoolTimedOut,
-        ))
-    } else {
-        state.queue.count_by_status().await
-    };
-    match counts {
+    // While the database is known down, serve the counters as they are instead of waiting out
+    // the pool's timeout on each gauge (a scrape would time out).
+    if !state.queue.database_known_down() {
+        refresh_database_gauges(&state).await;
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}
+
+/// Reads the gauges that come from the database: orders by status, queue lag, agents by health.
+async fn refresh_database_gauges(state: &AppState) {
+    match state.queue.count_by_status().await {
         Ok(counts) => {
             for status in ["PENDING", "CLAIMED", "RETRY_PENDING"] {
                 let n = counts
@@ -271,13 +279,6 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         }
         Err(error) => tracing::warn!(%error, "could not count agents for /metrics"),
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
 }
 
 /// This document.
