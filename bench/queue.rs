@@ -325,10 +325,7 @@ impl Bench {
             let id = uuid::Uuid::new_v4();
             // Commit time is taken when the insert's transaction has committed.
             let before = Instant::now();
-            queue
-                .create_work_order(&spec, Some(id), "bench")
-                .await
-                .unwrap();
+            queue.create_work_order(&spec, id, "bench").await.unwrap();
             let _ = before;
             committed
                 .lock()

@@ -326,7 +326,7 @@ async fn api_orders_send_no_change_notifications_but_resource_orders_do() {
     .unwrap();
     let marker = uuid::Uuid::new_v4();
     s.queue
-        .create_work_order(&spec, Some(marker), pullman::queue::SOURCE_KUBERNETES)
+        .create_work_order(&spec, marker, pullman::queue::SOURCE_KUBERNETES)
         .await
         .unwrap();
     let first = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())

@@ -108,7 +108,7 @@ async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
             Ok(spec) => {
                 match ctx
                     .queue
-                    .create_work_order(&spec, Some(id), crate::queue::SOURCE_KUBERNETES)
+                    .create_work_order(&spec, id, crate::queue::SOURCE_KUBERNETES)
                     .await
                 {
                     Ok(created) => {

@@ -58,23 +58,15 @@ pub(crate) struct FinalClaim {
 }
 
 impl Queue {
-    /// Creates a work order (DESIGN.md §5 `POST /work-orders`) and returns it as the insert
-    /// wrote it: `PENDING`, whatever an agent does with it a moment later (reading it back could
-    /// find it claimed or already finished).
-    ///
-    /// With `id` given (the WorkOrder resource's uid) creation is idempotent: an id already
-    /// active or in the log is returned as it is, never duplicated or brought back to life.
+    /// Creates the work order of id `id` (a WorkOrder resource's uid, DESIGN.md §6) and returns
+    /// it as the insert wrote it (`PENDING`), or, idempotently, the order of that id as it is
+    /// when it is already active or in the log: never duplicated, never brought back to life.
     pub async fn create_work_order(
         &self,
         spec: &WorkOrderSpec,
-        id: Option<Uuid>,
+        id: Uuid,
         source: &str,
     ) -> Result<Lookup, QueueError> {
-        let Some(id) = id else {
-            return Ok(Lookup::Active(Box::new(
-                self.create_new_work_order(spec, source).await?,
-            )));
-        };
         let mut tx = self.pool.begin().await?;
         let Some(row) = insert_order(&mut *tx, id, spec, source).await? else {
             drop(tx);
@@ -96,8 +88,9 @@ impl Queue {
         Ok(Lookup::Active(Box::new(row.into())))
     }
 
-    /// Creates a work order with a fresh random id (the API without `Idempotency-Key`): one
-    /// statement, one commit, answered with the row as inserted.
+    /// Creates a work order with a fresh random id (DESIGN.md §5 `POST /work-orders` without
+    /// `Idempotency-Key`): one statement, one commit, answered with the row as inserted, so the
+    /// answer is `PENDING` whatever an agent does with it a moment later.
     pub async fn create_new_work_order(
         &self,
         spec: &WorkOrderSpec,
