@@ -1,7 +1,8 @@
 //! Pullman: a pull-based work-order queue on PostgreSQL, its HTTP pull API, and the Kubernetes side
 //! (custom resources, controller, in-cluster executor).
 //!
-//! The contract every module keeps is `DESIGN.md` (names, states, wire shapes, status codes, rules).
+//! The contract every module keeps is `docs/design.md`, cited as "DESIGN.md §N" (names, states,
+//! wire shapes, status codes, rules).
 //! Modules, one concern each:
 //! - [`queue`]: the work-order queue: SQL, state transitions, eligibility and retry rules.
 //! - [`api`]: the REST API (axum) over the queue.

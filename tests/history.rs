@@ -445,3 +445,19 @@ async fn expired_log_entries_take_their_attempts_with_them() {
         .unwrap();
     assert_eq!(left, 0);
 }
+
+#[tokio::test]
+async fn a_label_filter_with_nul_matches_as_the_label_was_stored() {
+    let s = TestServer::start().await;
+    let id = s.order(order("ab", 0)).await;
+    for path in [
+        "/api/v1/work-orders?label=a%00b",
+        "/api/v1/work-order-log?label=a%00b",
+    ] {
+        let (st, v) = s.admin(Method::GET, path, None).await;
+        assert_eq!(st, 200, "{path}: {v}");
+        if path.contains("work-orders") {
+            assert_eq!(ids(&v), vec![id.clone()]);
+        }
+    }
+}

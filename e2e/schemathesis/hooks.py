@@ -18,8 +18,8 @@ case, but only where the generated value is itself valid (a UUID), so that negat
 - list routes: a `cursor` becomes a `next_cursor` the server issued for that list (or is
   dropped when the list has one page): a cursor is opaque, only issued ones are valid
   (`400 invalid_cursor` otherwise), which a schema cannot state;
-- `POST /work-orders`: a valid `Idempotency-Key` becomes a fresh one: a key reused with another
-  body is `422 idempotency_key_reused` by design, and generated keys repeat (`0`, `null`);
+- `POST /work-orders` and `POST /work-orders/{id}/rerun`: a valid `Idempotency-Key` becomes a
+  fresh one: a key reused with another request is `422 idempotency_key_reused` by design, and generated keys repeat (`0`, `null`);
 - `DELETE /agents/{id}` and `POST /agents/{id}/token` never touch the agent of this run (the
   stateful phase finds its id in the lists): they get a throwaway agent instead.
 
@@ -154,7 +154,7 @@ def before_call(context, case, kwargs):
     if path in ("/agents/{id}", "/agents/{id}/token") and case.method.upper() in ("DELETE", "POST"):
         if params.get("id") == AGENT_ID:
             params["id"] = _throwaway_agent()
-    elif path == "/work-orders" and case.method.upper() == "POST":
+    elif path in ("/work-orders", "/work-orders/{id}/rerun") and case.method.upper() == "POST":
         headers = case.headers  # a case-insensitive mapping, not a dict
         key = headers.get("Idempotency-Key") if headers is not None else None
         # Positive cases only: editing a header revalidates the case, which would turn a
@@ -211,10 +211,14 @@ def filter_failure(context, failure, case, response):
     that a *retire* (token revoked, claims back to PENDING), and a retired agent stays readable
     (`GET /agents/{id}` is `200` with `health: retired`; rotating its token is
     `409 agent_retired`; its revoked token gets `401`). The check stays on for work orders,
-    where a cancelled order is `404`."""
+    where a cancelled order is `404`, except for its attempts, which stay readable."""
     if getattr(failure, "code", None) != "ST301":
         return True
     free = getattr(failure, "free", "")
+    # A cancelled order keeps its history: its attempts stay readable (DESIGN.md §5 serves the
+    # attempts of active and finished orders), while the order itself is `404 finished`.
+    if re.fullmatch(r"DELETE /api/v1/work-orders/[0-9a-fA-F-]{36}", free):
+        return not (_op(case) == "/work-orders/{id}/attempts" and response.status_code == 200)
     if not re.fullmatch(r"DELETE /api/v1/agents/[0-9a-fA-F-]{36}", free):
         return True
     try:

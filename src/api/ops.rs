@@ -122,13 +122,15 @@ fn input_bounds(doc: &mut serde_json::Value) {
         body["required"] = json!(false);
     }
     // The server takes 1–255 visible ASCII characters (`400 invalid_header` otherwise).
-    if let Some(params) = doc
-        .pointer_mut("/paths/~1api~1v1~1work-orders/post/parameters")
-        .and_then(Value::as_array_mut)
-    {
-        for p in params.iter_mut().filter(|p| p["name"] == "Idempotency-Key") {
-            p["schema"] =
-                json!({"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"});
+    for route in ["work-orders", "work-orders~1{id}~1rerun"] {
+        if let Some(params) = doc
+            .pointer_mut(&format!("/paths/~1api~1v1~1{route}/post/parameters"))
+            .and_then(Value::as_array_mut)
+        {
+            for p in params.iter_mut().filter(|p| p["name"] == "Idempotency-Key") {
+                p["schema"] = json!({"type": "string", "minLength": 1, "maxLength": 255,
+                    "pattern": "^[!-~]+$"});
+            }
         }
     }
     let mut patch = |name: &str, f: &dyn Fn(&mut Value)| {

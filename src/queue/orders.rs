@@ -5,6 +5,7 @@ use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use super::history::IdPrefix;
+use super::text;
 use super::validate::WorkOrderSpec;
 use super::{
     ConflictCode, LogEntry, LogRow, Lookup, OrderRow, OrderStatus, Outcome, Page, Queue,
@@ -16,7 +17,7 @@ use super::{
 pub struct OrderFilter {
     pub status: Option<OrderStatus>,
     pub work_type: Option<WorkType>,
-    /// Orders targeting this label.
+    /// Orders targeting this label (U+0000 removed, as it was from stored labels).
     pub label: Option<String>,
     /// Orders this agent holds a claim on now.
     pub agent_id: Option<Uuid>,
@@ -266,7 +267,7 @@ impl Queue {
             .bind(after.map(|a| a.0))
             .bind(after.map(|a| a.1))
             .bind(f.limit)
-            .bind(&f.label)
+            .bind(f.label.as_deref().map(text::without_nul))
             .bind(f.agent_id)
             .bind(f.since)
             .bind(f.id_prefix.map(|p| p.low))
@@ -355,7 +356,7 @@ impl Queue {
             .bind(after.map(|a| a.1))
             .bind(f.limit)
             .bind(f.outcome.map(Outcome::as_str))
-            .bind(&f.label)
+            .bind(f.label.as_deref().map(text::without_nul))
             .bind(f.since)
             .bind(f.id_prefix.map(|p| p.low))
             .bind(f.id_prefix.map(|p| p.high))
