@@ -8,13 +8,13 @@ use uuid::Uuid;
 
 use super::args::{AgentsCommand, Connection, Output};
 use super::render::{opt, print_document, print_table, relative, when};
-use super::{collect_pages, query};
+use super::{MAX_PAGE, collect_pages, query};
 use crate::client::Client;
 use crate::queue::{Agent, NewAgent};
 
 /// Every agent (all pages), for name look-ups and the AGENT column of order tables.
 pub async fn all_agents(client: &Client) -> anyhow::Result<Vec<Agent>> {
-    let (agents, _) = collect_pages(usize::MAX, true, |size, cursor| {
+    let (agents, _) = collect_pages(usize::MAX, true, MAX_PAGE, |size, cursor| {
         let q = query(&[("limit", Some(size.to_string())), ("cursor", cursor)]);
         async move { client.list_agents(&q).await }
     })
@@ -190,7 +190,7 @@ pub async fn agents(conn: &Connection, cmd: AgentsCommand) -> anyhow::Result<()>
             }
         }
         AgentsCommand::List { limit } => {
-            let (agents, more) = collect_pages(limit, false, |size, cursor| {
+            let (agents, more) = collect_pages(limit, false, MAX_PAGE, |size, cursor| {
                 let q = query(&[("limit", Some(size.to_string())), ("cursor", cursor)]);
                 let client = &client;
                 async move { client.list_agents(&q).await }

@@ -128,6 +128,10 @@ pub enum WorkOrdersCommand {
         /// Show every matching order, following the pages to the end (ignores --limit).
         #[arg(long)]
         all: bool,
+        /// Items fetched per request, 1-1000 (the API's page size); lists longer than this are
+        /// fetched page by page, following next_cursor.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        chunk_size: u16,
         /// Keep polling (every 2 s) and print orders that appear, change or leave; Ctrl-C stops.
         #[arg(short = 'w', long)]
         watch: bool,
@@ -245,6 +249,10 @@ pub enum LogCommand {
         /// Show every matching entry, following the pages to the end (ignores --limit).
         #[arg(long)]
         all: bool,
+        /// Items fetched per request, 1-1000 (the API's page size); lists longer than this are
+        /// fetched page by page, following next_cursor.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        chunk_size: u16,
     },
     /// Show one finished work order with its whole result message.
     Get {

@@ -134,23 +134,25 @@ pub async fn log(conn: &Connection, cmd: LogCommand) -> anyhow::Result<()> {
             agent,
             limit,
             all,
+            chunk_size,
         } => {
             let agent_id = match agent {
                 Some(a) => Some(resolve_agent(&client, &a).await?.to_string()),
                 None => None,
             };
-            let (entries, more) = collect_pages(limit, all, |size, cursor| {
-                let q = query(&[
-                    ("work_type", work_type.clone()),
-                    ("success", success.map(|s| s.to_string())),
-                    ("agent_id", agent_id.clone()),
-                    ("limit", Some(size.to_string())),
-                    ("cursor", cursor),
-                ]);
-                let client = &client;
-                async move { client.list_log(&q).await }
-            })
-            .await?;
+            let (entries, more) =
+                collect_pages(limit, all, usize::from(chunk_size), |size, cursor| {
+                    let q = query(&[
+                        ("work_type", work_type.clone()),
+                        ("success", success.map(|s| s.to_string())),
+                        ("agent_id", agent_id.clone()),
+                        ("limit", Some(size.to_string())),
+                        ("cursor", cursor),
+                    ]);
+                    let client = &client;
+                    async move { client.list_log(&q).await }
+                })
+                .await?;
             let names = if tables {
                 agent_names(&client).await?
             } else {

@@ -121,7 +121,7 @@ async fn matching<T: HasId + DeserializeOwned>(
         Err(ClientError::Api { status, code, .. })
             if status == StatusCode::BAD_REQUEST && code == "invalid_query" =>
         {
-            let (all, _) = collect_pages(usize::MAX, true, |size, cursor| {
+            let (all, _) = collect_pages(usize::MAX, true, super::MAX_PAGE, |size, cursor| {
                 let q = query(&[("limit", Some(size.to_string())), ("cursor", cursor)]);
                 async move { client.list_page::<T>(path, &q).await }
             })

@@ -47,13 +47,15 @@ impl Connection {
 }
 
 /// Largest page the API serves (DESIGN.md §5: `limit` ≤ 1000).
-const MAX_PAGE: usize = 1000;
+pub const MAX_PAGE: usize = 1000;
 
-/// Fetches pages through `fetch(page_size, cursor)` following `next_cursor`, until `limit` items
-/// (or, with `all`, the last page). Returns the items and whether more were left behind.
+/// Fetches pages of at most `chunk` items through `fetch(page_size, cursor)` following
+/// `next_cursor`, until `limit` items (or, with `all`, the last page). Returns the items and
+/// whether more were left behind.
 pub async fn collect_pages<T, F, Fut>(
     limit: usize,
     all: bool,
+    chunk: usize,
     mut fetch: F,
 ) -> anyhow::Result<(Vec<T>, bool)>
 where
@@ -63,10 +65,11 @@ where
     let mut items = Vec::new();
     let mut cursor = None;
     loop {
+        let chunk = chunk.clamp(1, MAX_PAGE);
         let want = if all {
-            MAX_PAGE
+            chunk
         } else {
-            (limit - items.len()).min(MAX_PAGE)
+            (limit - items.len()).min(chunk)
         };
         if want == 0 {
             return Ok((items, cursor.is_some()));

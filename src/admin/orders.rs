@@ -240,8 +240,9 @@ pub async fn list_orders(
     filter: &OrderListFilter,
     limit: usize,
     all: bool,
+    chunk: usize,
 ) -> anyhow::Result<(Vec<WorkOrder>, bool)> {
-    collect_pages(limit, all, |size, cursor| {
+    collect_pages(limit, all, chunk, |size, cursor| {
         let q = query(&[
             ("status", filter.status.clone()),
             ("work_type", filter.work_type.clone()),
@@ -310,13 +311,15 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
             filter,
             limit,
             all,
+            chunk_size,
             watch,
         } => {
             if watch {
                 wait::watch_list(&client, &filter, output).await?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let (orders, more) = list_orders(&client, &filter, limit, all).await?;
+            let (orders, more) =
+                list_orders(&client, &filter, limit, all, usize::from(chunk_size)).await?;
             let names = if matches!(output, Output::Table | Output::Wide) {
                 agent_names(&client).await?
             } else {

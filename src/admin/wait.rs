@@ -240,7 +240,7 @@ pub async fn watch_list(
     let mut known: HashMap<Uuid, WorkOrder> = HashMap::new();
     let mut first = true;
     loop {
-        let orders = match list_orders(client, filter, usize::MAX, true).await {
+        let orders = match list_orders(client, filter, usize::MAX, true, super::MAX_PAGE).await {
             Ok((orders, _)) => orders,
             Err(e) => {
                 eprintln!("{e:#}; retrying");
