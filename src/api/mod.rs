@@ -98,6 +98,8 @@ pub fn router(state: AppState) -> Router {
         .route("/work-orders/{id}/claim", post(claims::claim))
         .route("/work-orders/{id}/heartbeat", post(claims::heartbeat))
         .route("/work-orders/{id}/complete", post(claims::complete))
+        .route("/work-orders/{id}/attempts", get(work_orders::attempts))
+        .route("/work-orders/{id}/rerun", post(work_orders::rerun))
         .route("/work-order-log", get(work_orders::list_log))
         .route("/work-order-log/{id}", get(work_orders::get_log))
         .route("/agents", post(agents::register).get(agents::list))

@@ -16,7 +16,7 @@ use crate::telemetry::{HealthLabel, StatusLabel};
     info(title = "Pullman", description = "Pull-based work-order queue (DESIGN.md §5)"),
     paths(
         work_orders::create, work_orders::list, work_orders::get_one, work_orders::cancel,
-        work_orders::list_log, work_orders::get_log,
+        work_orders::attempts, work_orders::rerun, work_orders::list_log, work_orders::get_log,
         agents::register, agents::list, agents::get_one, agents::rotate_token, agents::retire,
         agents::pending, agents::whoami,
         claims::claim, claims::claim_next, claims::heartbeat, claims::complete,

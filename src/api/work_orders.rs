@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use utoipa::IntoParams;
@@ -13,8 +14,8 @@ use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
 use super::{ApiError, AppState, Caller, ErrorBody};
 use crate::queue::validate::{parse_work_type, validate_work_order_off_thread};
 use crate::queue::{
-    Created, IdempotencyKey, LogEntry, LogFilter, NewWorkOrder, OrderFilter, OrderStatus, Page,
-    WorkOrder, WorkType,
+    Attempt, Created, IdPrefix, IdempotencyKey, LogEntry, LogFilter, NewWorkOrder, OrderFilter,
+    OrderStatus, Outcome, Page, WorkOrder, WorkType,
 };
 
 /// Query of `GET /api/v1/work-orders`.
@@ -28,6 +29,16 @@ pub struct ListQuery {
     /// `build` or `custom`.
     #[param(value_type = Option<WorkType>)]
     work_type: Option<String>,
+    /// Only orders targeting this label.
+    label: Option<String>,
+    /// Only orders this agent holds a claim on now.
+    agent_id: Option<Uuid>,
+    /// Only orders created at or after this time (RFC 3339, e.g. `2026-12-01T08:00:00Z`).
+    since: Option<DateTime<Utc>>,
+    /// Only orders whose id starts with these hex digits (dashes ignored), as git and docker
+    /// take id prefixes: 1–32 digits.
+    #[param(pattern = "^-*[0-9a-fA-F](-*[0-9a-fA-F]){0,31}-*$")]
+    id_prefix: Option<String>,
     /// Page size, 1–1000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
@@ -45,8 +56,18 @@ pub struct LogQuery {
     work_type: Option<String>,
     /// `true`: succeeded only; `false`: failed or cancelled.
     success: Option<bool>,
+    /// `succeeded`, `failed` or `cancelled`.
+    #[param(value_type = Option<Outcome>)]
+    outcome: Option<String>,
     /// Agent of the last claim.
     agent_id: Option<Uuid>,
+    /// Only orders that targeted this label.
+    label: Option<String>,
+    /// Only orders finished at or after this time (RFC 3339).
+    since: Option<DateTime<Utc>>,
+    /// Only orders whose id starts with these hex digits (dashes ignored): 1–32 digits.
+    #[param(pattern = "^-*[0-9a-fA-F](-*[0-9a-fA-F]){0,31}-*$")]
+    id_prefix: Option<String>,
     /// Page size, 1–1000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
@@ -95,26 +116,20 @@ pub async fn create(
             replayed: false,
         },
     };
-    let order = created.order;
+    let order = &created.order;
     if created.replayed {
         tracing::info!(work_order = %order.id, "create repeated with its Idempotency-Key; same order returned");
     } else {
         tracing::info!(work_order = %order.id, work_type = %order.work_type, "work order created");
     }
-    let mut response = (StatusCode::CREATED, Json(order)).into_response();
-    if created.replayed {
-        response
-            .headers_mut()
-            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-    }
-    Ok(response)
+    Ok(created_response(created))
 }
 
 /// The `Idempotency-Key` header, checked (1–255 visible ASCII characters), with the SHA-256 of
 /// the request as parsed.
 fn idempotency_key(
     headers: &HeaderMap,
-    body: &NewWorkOrder,
+    body: &impl serde::Serialize,
 ) -> Result<Option<IdempotencyKey>, ApiError> {
     let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
         return Ok(None);
@@ -165,6 +180,10 @@ pub async fn list(
     let filter = OrderFilter {
         status,
         work_type,
+        label: q.label,
+        agent_id: q.agent_id,
+        since: q.since,
+        id_prefix: q.id_prefix.as_deref().map(IdPrefix::parse).transpose()?,
         limit: page_limit(q.limit)?,
         cursor: q.cursor,
     };
@@ -184,7 +203,9 @@ pub async fn get_one(
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<WorkOrder>, ApiError> {
     caller.require_admin()?;
-    Ok(Json(state.queue.get_work_order(id).await?))
+    let mut order = state.queue.get_work_order(id).await?;
+    order.attempts = Some(state.queue.attempts(id).await?);
+    Ok(Json(order))
 }
 
 /// Cancel a work order: it moves to the log as `cancelled`.
@@ -227,7 +248,11 @@ pub async fn list_log(
             .map(|t| parse_work_type("work_type", &t))
             .transpose()?,
         success: q.success,
+        outcome: q.outcome.as_deref().map(parse_outcome).transpose()?,
         agent_id: q.agent_id,
+        label: q.label,
+        since: q.since,
+        id_prefix: q.id_prefix.as_deref().map(IdPrefix::parse).transpose()?,
         limit: page_limit(q.limit)?,
         cursor: q.cursor,
     };
@@ -246,5 +271,76 @@ pub async fn get_log(
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<LogEntry>, ApiError> {
     caller.require_admin()?;
-    Ok(Json(state.queue.get_log_entry(id).await?))
+    let mut entry = state.queue.get_log_entry(id).await?;
+    entry.attempts = Some(state.queue.attempts(id).await?);
+    Ok(Json(entry))
+}
+
+/// Every attempt (claim) of an active or finished order, oldest first: agent, `claim_id`, when
+/// it started and ended, and how it ended (`running`, `succeeded`, `failed`, `retry_scheduled`,
+/// `reclaimed`, `released`, `cancelled`) with the message. Empty for an order never claimed.
+#[utoipa::path(get, path = "/api/v1/work-orders/{id}/attempts", tag = "work orders",
+    params(("id" = Uuid, Path, description = "Work order id (active or finished)")),
+    responses((status = 200, body = Vec<Attempt>), (status = 404, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn attempts(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Vec<Attempt>>, ApiError> {
+    caller.require_admin()?;
+    Ok(Json(state.queue.attempts(id).await?))
+}
+
+/// Re-run a finished order: a new `PENDING` order with the same work, settings and targeting,
+/// whose `rerun_of` names the original. Honours `Idempotency-Key` as create does.
+#[utoipa::path(post, path = "/api/v1/work-orders/{id}/rerun", tag = "work orders",
+    params(("id" = Uuid, Path, description = "Id of a finished work order"),
+        ("Idempotency-Key" = Option<String>, Header,
+        description = "1–255 visible ASCII characters; a retry with the same key returns the same new order")),
+    responses(
+        (status = 201, description = "The new order (with `Idempotent-Replayed: true`: made by an earlier call with this key)", body = WorkOrder),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The order has not finished (`not_finished`)", body = ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn rerun(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    headers: HeaderMap,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    let key = idempotency_key(&headers, &serde_json::json!({ "rerun_of": id }))?;
+    let created = state.queue.rerun(id, key.as_ref()).await?;
+    if !created.replayed {
+        tracing::info!(work_order = %created.order.id, rerun_of = %id, "work order re-run");
+    }
+    Ok(created_response(created))
+}
+
+/// `201` with the order; `Idempotent-Replayed: true` when it is an earlier call's answer.
+fn created_response(created: Created) -> Response {
+    let mut response = (StatusCode::CREATED, Json(created.order)).into_response();
+    if created.replayed {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// `succeeded`, `failed` or `cancelled`; the error names the `outcome` query parameter.
+fn parse_outcome(value: &str) -> Result<Outcome, ApiError> {
+    match value {
+        "succeeded" => Ok(Outcome::Succeeded),
+        "failed" => Ok(Outcome::Failed),
+        "cancelled" => Ok(Outcome::Cancelled),
+        other => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("outcome must be succeeded, failed or cancelled, got {other:?}"),
+        )),
+    }
 }

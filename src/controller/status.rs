@@ -292,6 +292,8 @@ mod tests {
             claim_id: None,
             lease_seconds: None,
             lease_expires_at: None,
+            rerun_of: None,
+            attempts: None,
             created_at: t,
             updated_at: t,
         }
@@ -319,6 +321,8 @@ mod tests {
             claimed_by: o.claimed_by,
             claim_id: None,
             claimed_at: o.claimed_at,
+            rerun_of: None,
+            attempts: None,
             created_at: o.created_at,
             completed_at: o.created_at,
         }))

@@ -73,9 +73,16 @@ impl Queue {
                 .into_iter()
                 .partition(|s| s.reclaim_count < s.max_reclaims);
             let ids: Vec<Uuid> = requeue.iter().map(|s| s.work_order_id).collect();
+            // Each released claim is remembered (a late heartbeat is told `reclaimed`) and kept as
+            // an attempt saying which limit ran out.
             sqlx::query(
                 "WITH released AS (DELETE FROM work_order_claims WHERE work_order_id = ANY($1) \
-                   RETURNING claim_id, work_order_id, agent_id) \
+                   RETURNING claim_id, work_order_id, agent_id, claimed_at, deadline), \
+                 attempt AS (INSERT INTO work_order_attempts \
+                   (claim_id, work_order_id, agent_id, started_at, ended, message) \
+                   SELECT claim_id, work_order_id, agent_id, claimed_at, 'reclaimed', \
+                     CASE WHEN deadline <= now() THEN 'the claim timeout ran out' \
+                       ELSE 'the lease expired: no heartbeat in time' END FROM released) \
                  INSERT INTO released_claims (claim_id, work_order_id, agent_id) \
                  SELECT claim_id, work_order_id, agent_id FROM released",
             )
@@ -156,10 +163,13 @@ impl Queue {
     /// never becomes one long transaction. Returns the number of log entries deleted.
     pub async fn expire_history(&self, log_retention: Duration) -> Result<u64, QueueError> {
         /// $1 retention in seconds, $2 batch size.
-        const EXPIRE_LOG: &str = "DELETE FROM work_order_log WHERE id IN ( \
-               SELECT id FROM work_order_log \
+        /// An entry's attempts go with it.
+        const EXPIRE_LOG: &str = "WITH expired AS (SELECT id FROM work_order_log \
                WHERE completed_at < now() - make_interval(secs => $1) \
-               ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
+               ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
+             attempts AS (DELETE FROM work_order_attempts \
+               WHERE work_order_id IN (SELECT id FROM expired)) \
+             DELETE FROM work_order_log WHERE id IN (SELECT id FROM expired)";
         /// $1 retention in seconds, $2 batch size.
         const EXPIRE_IDEMPOTENCY_KEYS: &str = "DELETE FROM idempotency_keys WHERE key IN ( \
                SELECT key FROM idempotency_keys \

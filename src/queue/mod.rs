@@ -9,6 +9,7 @@ mod agents;
 mod availability;
 mod claims;
 mod cursor;
+mod history;
 mod maintenance;
 pub mod model;
 mod notify;
@@ -30,6 +31,7 @@ pub use agents::TokenCheck;
 pub use availability::spawn_availability_probe;
 pub use claims::{ClaimRequest, Heartbeat};
 pub use cursor::CursorError;
+pub use history::IdPrefix;
 pub use maintenance::{AgentHealthCounts, MaintenanceReport, run_maintenance};
 pub use model::*;
 pub use notify::{Notifications, spawn_listener};
@@ -69,6 +71,8 @@ pub enum ConflictCode {
     AlreadyCompleted,
     /// Create: the `Idempotency-Key` was used before with a different request body.
     IdempotencyKeyReused,
+    /// Re-run of an order that has not finished.
+    NotFinished,
 }
 
 impl ConflictCode {
@@ -86,6 +90,7 @@ impl ConflictCode {
             ConflictCode::AgentRetired => "agent_retired",
             ConflictCode::AlreadyCompleted => "already_completed",
             ConflictCode::IdempotencyKeyReused => "idempotency_key_reused",
+            ConflictCode::NotFinished => "not_finished",
         }
     }
 }
@@ -222,7 +227,7 @@ const ORDER_COLUMNS: &str = "w.id, w.work_type, {yaml} AS yaml_content, w.status
     w.backoff_seconds, w.claim_timeout_seconds, w.max_reclaims, w.tenant, w.target_agent_ids, \
     w.target_agent_names, w.target_labels, w.target_annotations, w.retry_count, w.reclaim_count, \
     w.last_error, w.last_error_at, w.next_retry_after, c.agent_id AS claimed_by, c.claimed_at, \
-    c.claim_id, c.lease_seconds, c.lease_expires_at, w.created_at, w.updated_at";
+    c.claim_id, c.lease_seconds, c.lease_expires_at, w.rerun_of, w.created_at, w.updated_at";
 
 pub(crate) fn order_columns(with_yaml: bool) -> String {
     ORDER_COLUMNS.replace(
@@ -260,6 +265,7 @@ pub(crate) struct OrderRow {
     claim_id: Option<Uuid>,
     lease_seconds: Option<i32>,
     lease_expires_at: Option<DateTime<Utc>>,
+    rerun_of: Option<Uuid>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -292,6 +298,8 @@ impl From<OrderRow> for WorkOrder {
             claim_id: r.claim_id,
             lease_seconds: r.lease_seconds,
             lease_expires_at: r.lease_expires_at,
+            rerun_of: r.rerun_of,
+            attempts: None,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
@@ -301,8 +309,8 @@ impl From<OrderRow> for WorkOrder {
 /// Column list of a log entry; `{yaml}` as for [`ORDER_COLUMNS`].
 const LOG_COLUMNS: &str = "id, work_type, {yaml} AS yaml_content, outcome, message, max_retries, \
     backoff_seconds, claim_timeout_seconds, max_reclaims, tenant, targeting, retry_count, \
-    reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, created_at, \
-    completed_at";
+    reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, rerun_of, \
+    created_at, completed_at";
 
 pub(crate) fn log_columns(with_yaml: bool) -> String {
     LOG_COLUMNS.replace(
@@ -335,6 +343,7 @@ pub(crate) struct LogRow {
     claimed_by: Option<Uuid>,
     claim_id: Option<Uuid>,
     claimed_at: Option<DateTime<Utc>>,
+    rerun_of: Option<Uuid>,
     created_at: DateTime<Utc>,
     completed_at: DateTime<Utc>,
 }
@@ -362,6 +371,8 @@ impl From<LogRow> for LogEntry {
             claimed_by: r.claimed_by,
             claim_id: r.claim_id,
             claimed_at: r.claimed_at,
+            rerun_of: r.rerun_of,
+            attempts: None,
             created_at: r.created_at,
             completed_at: r.completed_at,
         }

@@ -204,6 +204,13 @@ pub struct WorkOrder {
     /// Lease length in seconds, when the claim was made with one.
     pub lease_seconds: Option<i32>,
     pub lease_expires_at: Option<DateTime<Utc>>,
+    /// The finished order this one re-runs (`POST /work-orders/{id}/rerun`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<Uuid>,
+    /// Every claim of the order so far, oldest first; present where one order is returned in
+    /// full by `GET /work-orders/{id}` (not in lists or claim answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<Attempt>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -233,8 +240,69 @@ pub struct LogEntry {
     pub claimed_by: Option<Uuid>,
     pub claim_id: Option<Uuid>,
     pub claimed_at: Option<DateTime<Utc>>,
+    /// The finished order this one re-ran, if it was a re-run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<Uuid>,
+    /// Every claim of the order, oldest first; present in `GET /work-order-log/{id}` (not in
+    /// lists or complete answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<Attempt>>,
     pub created_at: DateTime<Utc>,
     pub completed_at: DateTime<Utc>,
+}
+
+/// How one attempt (one claim) of a work order ended, or `running` while its claim is live
+/// (DESIGN.md §5 `GET /work-orders/{id}/attempts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptResult {
+    /// The claim is live.
+    Running,
+    /// The agent reported success; the order went to the log as `succeeded`.
+    Succeeded,
+    /// The agent reported a failure that ended the order (retries used up, or not retryable).
+    Failed,
+    /// The agent reported a failure and a retry was scheduled.
+    RetryScheduled,
+    /// The reaper released the claim: its lease or claim timeout ran out. The order went back to
+    /// `PENDING`, or to the log as `failed` once `max_reclaims` was used up.
+    Reclaimed,
+    /// The agent was retired while it held the claim; the order went back to `PENDING`.
+    Released,
+    /// The order was cancelled while this claim was live.
+    Cancelled,
+}
+
+impl AttemptResult {
+    /// The wire spelling, e.g. `retry_scheduled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptResult::Running => "running",
+            AttemptResult::Succeeded => "succeeded",
+            AttemptResult::Failed => "failed",
+            AttemptResult::RetryScheduled => "retry_scheduled",
+            AttemptResult::Reclaimed => "reclaimed",
+            AttemptResult::Released => "released",
+            AttemptResult::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One claim of a work order (DESIGN.md §5 `GET /work-orders/{id}/attempts`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Attempt {
+    /// The agent that held the claim.
+    pub agent_id: Uuid,
+    /// The claim's fencing token.
+    pub claim_id: Uuid,
+    /// When the claim was made.
+    pub started_at: DateTime<Utc>,
+    /// When the claim ended; absent while it is live.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// How it ended.
+    pub result: AttemptResult,
+    /// The agent's message (a failure's error, a success's result) or why the claim was released.
+    pub message: Option<String>,
 }
 
 /// Derived health of an agent (DESIGN.md §5).

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
+use super::history::IdPrefix;
 use super::validate::WorkOrderSpec;
 use super::{
     ConflictCode, LogEntry, LogRow, Lookup, OrderRow, OrderStatus, Outcome, Page, Queue,
@@ -15,6 +16,14 @@ use super::{
 pub struct OrderFilter {
     pub status: Option<OrderStatus>,
     pub work_type: Option<WorkType>,
+    /// Orders targeting this label.
+    pub label: Option<String>,
+    /// Orders this agent holds a claim on now.
+    pub agent_id: Option<Uuid>,
+    /// Orders created at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Orders whose id starts with this prefix.
+    pub id_prefix: Option<IdPrefix>,
     /// 1–1000.
     pub limit: i64,
     pub cursor: Option<String>,
@@ -26,7 +35,15 @@ pub struct LogFilter {
     pub work_type: Option<WorkType>,
     /// `true` = succeeded; `false` = failed or cancelled.
     pub success: Option<bool>,
+    pub outcome: Option<Outcome>,
+    /// Agent of the last claim.
     pub agent_id: Option<Uuid>,
+    /// Orders that targeted this label.
+    pub label: Option<String>,
+    /// Orders finished at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Orders whose id starts with this prefix.
+    pub id_prefix: Option<IdPrefix>,
     /// 1–1000.
     pub limit: i64,
     pub cursor: Option<String>,
@@ -68,7 +85,7 @@ impl Queue {
         source: &str,
     ) -> Result<Lookup, QueueError> {
         let mut tx = self.pool.begin().await?;
-        let Some(row) = insert_order(&mut *tx, id, spec, source).await? else {
+        let Some(row) = insert_order(&mut *tx, id, spec, source, None).await? else {
             drop(tx);
             return self.lookup(id, true).await;
         };
@@ -97,7 +114,7 @@ impl Queue {
         source: &str,
     ) -> Result<WorkOrder, QueueError> {
         // A random id that collided would be an `ON CONFLICT` no-op: say so rather than panic.
-        insert_order(&self.pool, Uuid::new_v4(), spec, source)
+        insert_order(&self.pool, Uuid::new_v4(), spec, source, None)
             .await?
             .map(Into::into)
             .ok_or(QueueError::Database(sqlx::Error::RowNotFound))
@@ -114,6 +131,16 @@ impl Queue {
         spec: &WorkOrderSpec,
         key: &IdempotencyKey,
     ) -> Result<Created, QueueError> {
+        self.create_once(spec, key, None).await
+    }
+
+    /// [`Queue::create_work_order_once`], recording the order as a re-run of `rerun_of`.
+    pub(super) async fn create_once(
+        &self,
+        spec: &WorkOrderSpec,
+        key: &IdempotencyKey,
+        rerun_of: Option<Uuid>,
+    ) -> Result<Created, QueueError> {
         let mut tx = self.pool.begin().await?;
         let id = Uuid::new_v4();
         let fresh: Option<(Uuid,)> = sqlx::query_as(
@@ -129,7 +156,7 @@ impl Queue {
             drop(tx);
             return self.replay_creation(key).await;
         }
-        let order: WorkOrder = insert_order(&mut *tx, id, spec, SOURCE_API)
+        let order: WorkOrder = insert_order(&mut *tx, id, spec, SOURCE_API, rerun_of)
             .await?
             .ok_or(QueueError::Database(sqlx::Error::RowNotFound))?
             .into();
@@ -226,6 +253,10 @@ impl Queue {
             "SELECT {} FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
              WHERE ($1::text IS NULL OR w.status = $1) AND ($2::text IS NULL OR w.work_type = $2) \
                AND ($3::timestamptz IS NULL OR (w.created_at, w.id) > ($3, $4)) \
+               AND ($6::text IS NULL OR $6 = ANY (w.target_labels)) \
+               AND ($7::uuid IS NULL OR c.agent_id = $7) \
+               AND ($8::timestamptz IS NULL OR w.created_at >= $8) \
+               AND ($9::uuid IS NULL OR w.id BETWEEN $9 AND $10) \
              ORDER BY w.created_at, w.id LIMIT $5",
             order_columns(false)
         );
@@ -235,6 +266,11 @@ impl Queue {
             .bind(after.map(|a| a.0))
             .bind(after.map(|a| a.1))
             .bind(f.limit)
+            .bind(&f.label)
+            .bind(f.agent_id)
+            .bind(f.since)
+            .bind(f.id_prefix.map(|p| p.low))
+            .bind(f.id_prefix.map(|p| p.high))
             .fetch_all(&self.pool)
             .await?;
         let items: Vec<WorkOrder> = rows.into_iter().map(Into::into).collect();
@@ -304,6 +340,10 @@ impl Queue {
                AND ($2::bool IS NULL OR (outcome = 'succeeded') = $2) \
                AND ($3::uuid IS NULL OR claimed_by = $3) \
                AND ($4::timestamptz IS NULL OR (completed_at, id) < ($4, $5)) \
+               AND ($7::text IS NULL OR outcome = $7) \
+               AND ($8::text IS NULL OR targeting -> 'labels' ? $8) \
+               AND ($9::timestamptz IS NULL OR completed_at >= $9) \
+               AND ($10::uuid IS NULL OR id BETWEEN $10 AND $11) \
              ORDER BY completed_at DESC, id DESC LIMIT $6",
             log_columns(false)
         );
@@ -314,6 +354,11 @@ impl Queue {
             .bind(after.map(|a| a.0))
             .bind(after.map(|a| a.1))
             .bind(f.limit)
+            .bind(f.outcome.map(Outcome::as_str))
+            .bind(&f.label)
+            .bind(f.since)
+            .bind(f.id_prefix.map(|p| p.low))
+            .bind(f.id_prefix.map(|p| p.high))
             .fetch_all(&self.pool)
             .await?;
         let items: Vec<LogEntry> = rows.into_iter().map(Into::into).collect();
@@ -370,7 +415,7 @@ pub(crate) fn log_insert(from: &str, v: &LogValues<'_>) -> String {
         "INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds, \
            claim_timeout_seconds, max_reclaims, tenant, targeting, outcome, message, retry_count, \
            reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, source, \
-           ended_by, created_at, completed_at) \
+           ended_by, rerun_of, created_at, completed_at) \
          SELECT w.id, w.work_type, w.yaml_content, w.max_retries, w.backoff_seconds, \
            w.claim_timeout_seconds, w.max_reclaims, w.tenant, \
            jsonb_build_object('agent_ids', to_jsonb(w.target_agent_ids), \
@@ -378,7 +423,8 @@ pub(crate) fn log_insert(from: &str, v: &LogValues<'_>) -> String {
              'annotations', w.target_annotations), \
            {outcome}, {message}, w.retry_count, w.reclaim_count, COALESCE({last_error}, w.last_error), \
            CASE WHEN {last_error}::text IS NULL THEN w.last_error_at ELSE now() END, \
-           {claimed_by}, {claim_id}, {claimed_at}, w.source, {ended_by}, w.created_at, now() \
+           {claimed_by}, {claim_id}, {claimed_at}, w.source, {ended_by}, w.rerun_of, w.created_at, \
+           now() \
          FROM {from} RETURNING {columns}",
         outcome = v.outcome,
         message = v.message,
@@ -457,20 +503,21 @@ pub struct Created {
 /// Inserts a new `PENDING` order and returns it as written (no claim). Nothing is inserted, and
 /// `None` returned, when the id is active already or finished (in the log).
 /// $1 id, $2 work type, $3 YAML, $4–$7 retry and timeout settings, $8 tenant, $9–$13 targeting,
-/// $14 source.
-async fn insert_order(
+/// $14 source, $15 the order re-run (or NULL).
+pub(super) async fn insert_order(
     exec: impl sqlx::PgExecutor<'_>,
     id: Uuid,
     spec: &WorkOrderSpec,
     source: &str,
+    rerun_of: Option<Uuid>,
 ) -> Result<Option<OrderRow>, QueueError> {
     static INSERT_ORDER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
             "WITH w AS (INSERT INTO work_orders (id, work_type, yaml_content, max_retries, \
                backoff_seconds, claim_timeout_seconds, max_reclaims, tenant, target_agent_ids, \
                target_agent_names, target_labels, target_annotations, target_annotation_pairs, \
-               status, source) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'PENDING', $14 \
+               status, source, rerun_of) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'PENDING', $14, $15 \
              WHERE NOT EXISTS (SELECT 1 FROM work_order_log WHERE id = $1) \
              ON CONFLICT (id) DO NOTHING RETURNING *) \
              SELECT {} FROM w LEFT JOIN work_order_claims c ON false",
@@ -493,6 +540,7 @@ async fn insert_order(
         .bind(sqlx::types::Json(&spec.targeting.annotations))
         .bind(&pairs)
         .bind(source)
+        .bind(rerun_of)
         .fetch_optional(exec)
         .await?)
 }

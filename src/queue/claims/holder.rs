@@ -126,8 +126,12 @@ impl Queue {
                 retry_count,
                 delay_seconds,
             } => {
+                // The claim ends here without finishing the order: it is kept as an attempt.
                 let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(
-                    "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = $2, \
+                    "WITH attempt AS (INSERT INTO work_order_attempts \
+                       (claim_id, work_order_id, agent_id, started_at, ended, message) \
+                       VALUES ($5, $1, $6, $7, 'retry_scheduled', $4)) \
+                     UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = $2, \
                      next_retry_after = now() + make_interval(secs => $3), last_error = $4, \
                      last_error_at = now(), updated_at = now() WHERE id = $1 \
                      RETURNING next_retry_after",
@@ -136,6 +140,9 @@ impl Queue {
                 .bind(retry_count)
                 .bind(delay_seconds as f64)
                 .bind(error)
+                .bind(final_claim.claim_id)
+                .bind(agent_id)
+                .bind(final_claim.claimed_at)
                 .fetch_one(&mut *tx)
                 .await?;
                 CompletionResult::RetryScheduled { next_retry_after }

@@ -1,0 +1,191 @@
+//! An order's history: its attempts (every claim, DESIGN.md §5 `GET /work-orders/{id}/attempts`),
+//! re-runs (`POST /work-orders/{id}/rerun`), and finding orders by a prefix of their id.
+//!
+//! Where attempts are recorded (migration `20261203000001`): the live claim is its
+//! `work_order_claims` row; a claim that ended without finishing the order is a
+//! `work_order_attempts` row written by the statement that ended it (retry scheduled, reaper,
+//! retirement); the claim that finished the order is the log entry's own claim columns.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::orders::insert_order;
+use super::validate::WorkOrderSpec;
+use super::{
+    Attempt, AttemptResult, ConflictCode, Created, IdempotencyKey, Lookup, Queue, QueueError,
+    SOURCE_API,
+};
+
+/// Every claim of order `$1`, oldest first: ended attempts, the live claim, and the claim that
+/// finished the order. One statement, so one snapshot: a claim ending meanwhile is not seen twice.
+const ATTEMPTS: &str = "\
+    SELECT agent_id, claim_id, started_at, ended_at, ended AS result, message \
+      FROM work_order_attempts WHERE work_order_id = $1 \
+    UNION ALL \
+    SELECT agent_id, claim_id, claimed_at, NULL, 'running', NULL \
+      FROM work_order_claims WHERE work_order_id = $1 \
+    UNION ALL \
+    SELECT claimed_by, claim_id, claimed_at, completed_at, \
+        CASE ended_by WHEN 'cancel' THEN 'cancelled' WHEN 'reaper' THEN 'reclaimed' \
+          ELSE outcome END, \
+        message \
+      FROM work_order_log WHERE id = $1 AND claimed_at IS NOT NULL \
+    ORDER BY started_at, claim_id";
+
+#[derive(sqlx::FromRow)]
+struct AttemptRow {
+    agent_id: Uuid,
+    claim_id: Uuid,
+    started_at: DateTime<Utc>,
+    ended_at: Option<DateTime<Utc>>,
+    result: String,
+    message: Option<String>,
+}
+
+impl From<AttemptRow> for Attempt {
+    fn from(r: AttemptRow) -> Self {
+        let result = match r.result.as_str() {
+            "running" => AttemptResult::Running,
+            "succeeded" => AttemptResult::Succeeded,
+            "retry_scheduled" => AttemptResult::RetryScheduled,
+            "reclaimed" => AttemptResult::Reclaimed,
+            "released" => AttemptResult::Released,
+            "cancelled" => AttemptResult::Cancelled,
+            // `failed`, and nothing else: the CHECK constraints allow no other spelling.
+            _ => AttemptResult::Failed,
+        };
+        Attempt {
+            agent_id: r.agent_id,
+            claim_id: r.claim_id,
+            started_at: r.started_at,
+            ended_at: r.ended_at,
+            result,
+            message: r.message,
+        }
+    }
+}
+
+/// A prefix of a work order id as git and docker take them: 1–32 hex digits, dashes anywhere
+/// ignored, any case. Matches the ids in `[low, high]`, a range the primary key index serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdPrefix {
+    pub low: Uuid,
+    pub high: Uuid,
+}
+
+impl IdPrefix {
+    /// Parses `text`; the error names the `id_prefix` query parameter.
+    pub fn parse(text: &str) -> Result<Self, QueueError> {
+        let hex: String = text.chars().filter(|c| *c != '-').collect();
+        if hex.is_empty() || hex.len() > 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(QueueError::Invalid {
+                field: "id_prefix".into(),
+                message: format!(
+                    "id_prefix must be 1 to 32 hexadecimal digits (dashes allowed), got {text:?}"
+                ),
+            });
+        }
+        let padded = |fill: char| {
+            let full: String = hex
+                .chars()
+                .chain(std::iter::repeat(fill))
+                .take(32)
+                .collect();
+            Uuid::from_u128(u128::from_str_radix(&full, 16).expect("32 hex digits"))
+        };
+        Ok(IdPrefix {
+            low: padded('0'),
+            high: padded('f'),
+        })
+    }
+}
+
+impl Queue {
+    /// Every attempt (claim) of an active or finished order, oldest first; `404` for an unknown
+    /// id. An order never claimed has none.
+    pub async fn attempts(&self, id: Uuid) -> Result<Vec<Attempt>, QueueError> {
+        let rows: Vec<AttemptRow> = sqlx::query_as(ATTEMPTS)
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?;
+        if rows.is_empty() && matches!(self.lookup(id, false).await?, Lookup::Unknown) {
+            return Err(QueueError::NotFound {
+                what: "work order",
+                id: id.to_string(),
+            });
+        }
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    /// Queues a new order with the work, settings and targeting of the finished order `id`
+    /// (DESIGN.md §5 `rerun`); the new order's `rerun_of` names `id`. `409 not_finished` while
+    /// `id` is active, `404` when unknown. With `key`, a repeated call returns the order the
+    /// first one made, as for create. A re-run is an API order whatever its original's source.
+    pub async fn rerun(
+        &self,
+        id: Uuid,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Created, QueueError> {
+        let entry = match self.lookup(id, true).await? {
+            Lookup::Finished(entry) => entry,
+            Lookup::Active(order) => {
+                return Err(QueueError::conflict(
+                    ConflictCode::NotFinished,
+                    format!(
+                        "work order {id} has not finished (it is {}); only finished orders can \
+                         be re-run",
+                        order.status.as_str()
+                    ),
+                ));
+            }
+            Lookup::Unknown => {
+                return Err(QueueError::NotFound {
+                    what: "work order",
+                    id: id.to_string(),
+                });
+            }
+        };
+        let spec = WorkOrderSpec {
+            work_type: entry.work_type,
+            yaml_content: entry.yaml_content.unwrap_or_default(),
+            max_retries: entry.max_retries,
+            backoff_seconds: entry.backoff_seconds,
+            claim_timeout_seconds: entry.claim_timeout_seconds,
+            max_reclaims: entry.max_reclaims,
+            tenant: entry.tenant,
+            targeting: entry.targeting,
+        };
+        if let Some(key) = key {
+            return self.create_once(&spec, key, Some(id)).await;
+        }
+        let order = insert_order(&self.pool, Uuid::new_v4(), &spec, SOURCE_API, Some(id))
+            .await?
+            .ok_or(QueueError::Database(sqlx::Error::RowNotFound))?
+            .into();
+        Ok(Created {
+            order,
+            replayed: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_become_ranges() {
+        let p = IdPrefix::parse("0A1b-").unwrap();
+        assert_eq!(p.low.to_string(), "0a1b0000-0000-0000-0000-000000000000");
+        assert_eq!(p.high.to_string(), "0a1bffff-ffff-ffff-ffff-ffffffffffff");
+        let whole = "6f1c2a90-1b2c-4d3e-8f00-0123456789ab";
+        let p = IdPrefix::parse(whole).unwrap();
+        assert_eq!(
+            (p.low.to_string(), p.high.to_string()),
+            (whole.into(), whole.into())
+        );
+        for bad in ["", "-", "xyz", "0123456789abcdef0123456789abcdef0"] {
+            assert!(IdPrefix::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}
