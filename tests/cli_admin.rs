@@ -346,3 +346,181 @@ async fn log_pages_with_limit_and_all() {
     ids.sort();
     assert_eq!(listed, ids);
 }
+
+/// Attempts shown by `work-orders get` and `log get`, `rerun` by prefix, and the list filters
+/// (label, agent, outcome, since) reaching the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_rerun_and_list_filters() {
+    let server = TestServer::start_maintained().await;
+    let (agent, token) = server.agent(json!({"name": "hist", "labels": ["h"]})).await;
+    let mut body = configmap_order("h");
+    body["backoff_seconds"] = json!(1);
+    let id = server.order(body).await;
+    server.order(configmap_order("other-label")).await;
+
+    // First attempt fails (retry scheduled); the second is held while we look.
+    let (_, c) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(&token),
+            Some(json!({"max_wait_seconds": 5})),
+        )
+        .await;
+    let (st, _) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{id}/complete"),
+            Some(&token),
+            Some(
+                json!({"agent_id": agent, "claim_id": c["claim_id"], "success": false,
+                        "message": "first try broke"}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 202);
+    let out = cli(&server, &["work-orders", "get", &id[..8]]).await;
+    let text = stdout(&out);
+    assert!(
+        text.contains("RETRY_PENDING") && text.contains("Next retry:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("retry_scheduled") && text.contains("first try broke"),
+        "{text}"
+    );
+    let (st, c2) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(&token),
+            Some(json!({"max_wait_seconds": 10})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(c2["id"], id.as_str());
+
+    // Filters: by agent (name), by label, since.
+    let by_agent = json_of(
+        &cli(
+            &server,
+            &["work-orders", "list", "--agent", "hist", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(by_agent.as_array().unwrap().len(), 1);
+    assert_eq!(by_agent[0]["id"], id.as_str());
+    let by_label = json_of(
+        &cli(
+            &server,
+            &[
+                "work-orders",
+                "list",
+                "--label",
+                "other-label",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(by_label.as_array().unwrap().len(), 1);
+    assert_ne!(by_label[0]["id"], id.as_str());
+    let future = json_of(
+        &cli(
+            &server,
+            &[
+                "work-orders",
+                "list",
+                "--since",
+                "2999-01-01T00:00:00Z",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(future, json!([]));
+    let recent = json_of(
+        &cli(
+            &server,
+            &["work-orders", "list", "--since", "1h", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(recent.as_array().unwrap().len(), 2);
+    let out = cli(&server, &["work-orders", "get", &id]).await;
+    let text = stdout(&out);
+    assert!(
+        text.contains("running") && text.contains("Lease expires:")
+            || text.contains("Claim times out:"),
+        "{text}"
+    );
+
+    let (st, _) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{id}/complete"),
+            Some(&token),
+            Some(
+                json!({"agent_id": agent, "claim_id": c2["claim_id"], "success": true,
+                        "message": "second try ok"}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let out = cli(&server, &["log", "get", &id[..8]]).await;
+    let text = stdout(&out);
+    let attempt_lines: Vec<&str> = text.lines().filter(|l| l.contains("hist  ")).collect();
+    assert_eq!(attempt_lines.len(), 2, "{text}");
+    assert!(
+        attempt_lines[0].contains("retry_scheduled") && attempt_lines[1].contains("succeeded"),
+        "{text}"
+    );
+    let logged = json_of(&cli(&server, &["log", "get", &id, "-o", "json"]).await);
+    assert_eq!(logged["attempts"].as_array().unwrap().len(), 2);
+
+    let ok = json_of(
+        &cli(
+            &server,
+            &[
+                "log",
+                "list",
+                "--outcome",
+                "succeeded",
+                "--label",
+                "h",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(ok.as_array().unwrap().len(), 1);
+    let failed = json_of(
+        &cli(
+            &server,
+            &["log", "list", "--outcome", "failed", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(failed, json!([]));
+
+    // Rerun by prefix: a new pending order linked to the original.
+    let rerun = json_of(&cli(&server, &["work-orders", "rerun", &id[..8], "-o", "json"]).await);
+    assert_eq!(rerun["rerun_of"], id.as_str());
+    assert_eq!(rerun["status"], "PENDING");
+    let out = cli(
+        &server,
+        &["work-orders", "get", rerun["id"].as_str().unwrap()],
+    )
+    .await;
+    assert!(stdout(&out).contains("Rerun of:") && stdout(&out).contains(&id));
+    // Rerun of an active order is refused by the server: the CLI says so and exits 1.
+    let out = cli(
+        &server,
+        &["work-orders", "rerun", rerun["id"].as_str().unwrap()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+}

@@ -174,6 +174,16 @@ pub struct OrderListFilter {
     /// Only this work type: build or custom. Default: both.
     #[arg(long)]
     pub work_type: Option<String>,
+    /// Only orders targeting this label. Default: any.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Only orders this agent holds a claim on now (name, id or unique id prefix).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only orders created since this time: RFC 3339 (2026-12-01T08:00:00Z) or an age (90s, 5m,
+    /// 2h, 1d). Default: any time.
+    #[arg(long, value_parser = parse_since)]
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// `--wait` / `--timeout` of `wait` and `create`.
@@ -240,6 +250,16 @@ pub enum LogCommand {
         /// true: succeeded only; false: failed or cancelled. Default: all.
         #[arg(long)]
         success: Option<bool>,
+        /// Only this outcome. Default: all.
+        #[arg(long, value_parser = ["succeeded", "failed", "cancelled"])]
+        outcome: Option<String>,
+        /// Only orders that targeted this label. Default: any.
+        #[arg(long)]
+        label: Option<String>,
+        /// Only orders finished since this time: RFC 3339 (2026-12-01T08:00:00Z) or an age (90s,
+        /// 5m, 2h, 1d). Default: any time.
+        #[arg(long, value_parser = parse_since)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
         /// Only orders whose last claim was this agent's (name, id or unique id prefix).
         #[arg(long = "agent")]
         agent: Option<String>,
@@ -285,6 +305,17 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs(n.saturating_mul(factor)))
 }
 
+/// An RFC 3339 time, or an age (`2h`: two hours ago).
+pub fn parse_since(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    let age = parse_duration(s)
+        .map_err(|_| format!("expected an RFC 3339 time or an age like 2h, got {s:?}"))?;
+    let age = chrono::Duration::from_std(age).map_err(|e| e.to_string())?;
+    Ok(chrono::Utc::now() - age)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +327,9 @@ mod tests {
         assert_eq!(parse_duration("2h").unwrap().as_secs(), 7200);
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("m").is_err());
+        let t = parse_since("2026-12-01T08:00:00Z").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-12-01T08:00:00+00:00");
+        let ago = chrono::Utc::now() - parse_since("2h").unwrap();
+        assert!((7199..=7201).contains(&ago.num_seconds()));
     }
 }

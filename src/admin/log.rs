@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::agents::{agent_names, resolve_agent};
 use super::args::{Connection, LogCommand, Output};
+use super::history::print_attempts;
 use super::lookup::{Scope, resolve_order};
 use super::render::{
     CUT_NOTE, message_parts, one_line, opt, print_document, print_fields, print_table, relative,
@@ -96,13 +97,13 @@ fn print_entries(
     Ok(())
 }
 
-fn describe(e: &LogEntry, names: &HashMap<Uuid, String>) {
+fn describe(e: &LogEntry, names: &HashMap<Uuid, String>, wide: bool) {
     let now = Utc::now();
     let agent = e
         .claimed_by
         .map(|a| format!("{} ({a})", names.get(&a).map(String::as_str).unwrap_or("?")))
         .unwrap_or_else(|| "-".into());
-    print_fields(&[
+    let mut fields = vec![
         ("ID", e.id.to_string()),
         ("Type", e.work_type.to_string()),
         ("Outcome", e.outcome.as_str().to_string()),
@@ -113,9 +114,14 @@ fn describe(e: &LogEntry, names: &HashMap<Uuid, String>) {
             format!("{} of {}", e.reclaim_count, e.max_reclaims),
         ),
         ("Last agent", agent),
-        ("Created", relative_and_exact(e.created_at, now)),
-        ("Completed", relative_and_exact(e.completed_at, now)),
-    ]);
+    ];
+    if let Some(original) = e.rerun_of {
+        fields.push(("Rerun of", original.to_string()));
+    }
+    fields.push(("Created", relative_and_exact(e.created_at, now)));
+    fields.push(("Completed", relative_and_exact(e.completed_at, now)));
+    print_fields(&fields);
+    print_attempts(e.attempts.as_deref(), names, wide);
     if let Some(m) = &e.message {
         println!("\nMessage:");
         print_message(m);
@@ -131,6 +137,9 @@ pub async fn log(conn: &Connection, cmd: LogCommand) -> anyhow::Result<()> {
         LogCommand::List {
             work_type,
             success,
+            outcome,
+            label,
+            since,
             agent,
             limit,
             all,
@@ -145,6 +154,9 @@ pub async fn log(conn: &Connection, cmd: LogCommand) -> anyhow::Result<()> {
                     let q = query(&[
                         ("work_type", work_type.clone()),
                         ("success", success.map(|s| s.to_string())),
+                        ("outcome", outcome.clone()),
+                        ("label", label.clone()),
+                        ("since", since.map(|t| t.to_rfc3339())),
                         ("agent_id", agent_id.clone()),
                         ("limit", Some(size.to_string())),
                         ("cursor", cursor),
@@ -169,7 +181,7 @@ pub async fn log(conn: &Connection, cmd: LogCommand) -> anyhow::Result<()> {
             if !print_document(output, &entry)? {
                 match output {
                     Output::Name => println!("{}", entry.id),
-                    _ => describe(&entry, &agent_names(&client).await?),
+                    _ => describe(&entry, &agent_names(&client).await?, output == Output::Wide),
                 }
             }
         }

@@ -6,10 +6,8 @@
 use anyhow::bail;
 use uuid::Uuid;
 
-use reqwest::StatusCode;
-
-use super::{collect_pages, query};
-use crate::client::{Client, ClientError};
+use super::query;
+use crate::client::Client;
 use crate::queue::{LogEntry, WorkOrder};
 use serde::de::DeserializeOwned;
 
@@ -100,14 +98,13 @@ async fn candidates(client: &Client, prefix: &str, scope: Scope) -> anyhow::Resu
     // An order moving to the log between the two calls shows up in both.
     found.sort_by_key(|c| c.id);
     found.dedup_by_key(|c| c.id);
-    // Only true matches count, whatever the server did with `id_prefix`.
+    // Only true matches count, should a server ignore `id_prefix`.
     found.retain(|c| c.id.simple().to_string().starts_with(prefix));
     Ok(found)
 }
 
-/// Items of one list whose id starts with `prefix`: the server filters with `id_prefix`; a server
-/// that predates it (it refuses unknown query parameters with 400) is scanned page by page.
-async fn matching<T: HasId + DeserializeOwned>(
+/// Items of one list whose id starts with `prefix` (the server filters with `id_prefix`).
+async fn matching<T: DeserializeOwned>(
     client: &Client,
     path: &str,
     prefix: &str,
@@ -116,40 +113,7 @@ async fn matching<T: HasId + DeserializeOwned>(
         ("id_prefix", Some(prefix.to_string())),
         ("limit", Some(CANDIDATES.to_string())),
     ]);
-    match client.list_page::<T>(path, &q).await {
-        Ok(page) => Ok(page.items),
-        Err(ClientError::Api { status, code, .. })
-            if status == StatusCode::BAD_REQUEST && code == "invalid_query" =>
-        {
-            let (all, _) = collect_pages(usize::MAX, true, super::MAX_PAGE, |size, cursor| {
-                let q = query(&[("limit", Some(size.to_string())), ("cursor", cursor)]);
-                async move { client.list_page::<T>(path, &q).await }
-            })
-            .await?;
-            Ok(all
-                .into_iter()
-                .filter(|i| i.id().simple().to_string().starts_with(prefix))
-                .collect())
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Orders and log entries alike have an id.
-trait HasId {
-    fn id(&self) -> Uuid;
-}
-
-impl HasId for WorkOrder {
-    fn id(&self) -> Uuid {
-        self.id
-    }
-}
-
-impl HasId for LogEntry {
-    fn id(&self) -> Uuid {
-        self.id
-    }
+    Ok(client.list_page::<T>(path, &q).await?.items)
 }
 
 #[cfg(test)]

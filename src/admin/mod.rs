@@ -1,10 +1,11 @@
 //! Admin commands over the REST API (DESIGN.md §5): `pullman agents …`, `pullman work-orders …`,
 //! `pullman log …`. One concern per file: [`args`] the flags, [`render`] the output formats,
-//! [`agents`], [`orders`] and [`log`] the commands, [`lookup`] names and id prefixes, [`wait`]
+//! [`agents`], [`orders`] and [`log`] the commands, [`history`] the attempts, [`lookup`] names and id prefixes, [`wait`]
 //! waiting and watching.
 
 pub mod agents;
 pub mod args;
+pub mod history;
 pub mod log;
 pub mod lookup;
 pub mod orders;

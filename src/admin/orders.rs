@@ -11,11 +11,12 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::agents::agent_names;
+use super::agents::{agent_names, resolve_agent};
 use super::args::{Connection, CreateWorkOrder, OrderListFilter, Output, WorkOrdersCommand};
+use super::history::print_attempts;
 use super::lookup::{Scope, resolve_order};
 use super::render::{
-    one_line, opt, print_document, print_fields, print_table, relative, relative_and_exact,
+    one_line, opt, print_document, print_fields, print_table, relative, relative_and_exact, when,
 };
 use super::{collect_pages, query, wait};
 use crate::client::Client;
@@ -157,8 +158,8 @@ pub fn print_orders(
     Ok(())
 }
 
-/// The `get` view of one active order (as `kubectl describe`), YAML last.
-fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>) {
+/// The `get` view of one active order (as `kubectl describe`): fields, attempts, YAML last.
+fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>, wide: bool) {
     let now = Utc::now();
     let mut fields = vec![
         ("ID", o.id.to_string()),
@@ -212,13 +213,17 @@ fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>) {
     if let Some(e) = &o.last_error {
         let at = o
             .last_error_at
-            .map(|t| format!(" ({})", relative_and_exact(t, now)))
+            .map(|t| format!(" ({}, {})", relative(t, now), when(t)))
             .unwrap_or_default();
         fields.push(("Last error", format!("{}{at}", one_line(e, 200))));
+    }
+    if let Some(original) = o.rerun_of {
+        fields.push(("Rerun of", original.to_string()));
     }
     fields.push(("Created", relative_and_exact(o.created_at, now)));
     fields.push(("Updated", relative_and_exact(o.updated_at, now)));
     print_fields(&fields);
+    print_attempts(o.attempts.as_deref(), names, wide);
     if let Some(yaml) = &o.yaml_content {
         println!("\nYAML:\n{yaml}");
     }
@@ -242,10 +247,17 @@ pub async fn list_orders(
     all: bool,
     chunk: usize,
 ) -> anyhow::Result<(Vec<WorkOrder>, bool)> {
+    let agent_id = match &filter.agent {
+        Some(a) => Some(resolve_agent(client, a).await?.to_string()),
+        None => None,
+    };
     collect_pages(limit, all, chunk, |size, cursor| {
         let q = query(&[
             ("status", filter.status.clone()),
             ("work_type", filter.work_type.clone()),
+            ("label", filter.label.clone()),
+            ("agent_id", agent_id.clone()),
+            ("since", filter.since.map(|t| t.to_rfc3339())),
             ("limit", Some(size.to_string())),
             ("cursor", cursor),
         ]);
@@ -344,7 +356,7 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
             if !print_document(output, &order)? {
                 match output {
                     Output::Name => println!("{}", order.id),
-                    _ => describe(&order, &agent_names(&client).await?),
+                    _ => describe(&order, &agent_names(&client).await?, output == Output::Wide),
                 }
             }
         }
