@@ -8,14 +8,24 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::telemetry::LogFormat;
 
+/// `pullman --version`: the crate version and the git commit it was built from (`unknown`
+/// outside a git checkout; see build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PULLMAN_GIT_COMMIT"),
+    ")"
+);
+
 /// Pullman: a pull-based work-order queue and Kubernetes operator.
 ///
 /// Work orders are queued in PostgreSQL and pulled by agents over HTTP. Start the server with
 /// `pullman serve`; with no DATABASE_URL it runs its own PostgreSQL under --data-dir.
 #[derive(Debug, Parser)]
-#[command(name = "pullman", version, about, long_about)]
+#[command(name = "pullman", version = VERSION, about, long_about)]
 pub struct Cli {
-    /// Log format.
+    /// Log format of the server processes (serve, executor, worker): text for people, json for
+    /// log collectors.
     #[arg(
         long,
         global = true,
@@ -63,6 +73,16 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::admin::LogCommand,
     },
+    /// Print a shell completion script.
+    ///
+    /// bash: `source <(pullman completion bash)`; zsh: `pullman completion zsh >
+    /// "${fpath[1]}/_pullman"`; fish: `pullman completion fish >
+    /// ~/.config/fish/completions/pullman.fish`.
+    Completion {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Where the database is.
@@ -82,7 +102,7 @@ pub struct DatabaseArgs {
     #[arg(long, env = "PULLMAN_POSTGRES_BIN_DIR")]
     pub postgres_bin_dir: Option<PathBuf>,
 
-    /// Most database connections this process opens.
+    /// Most database connections this process opens (a pool; connections open as needed).
     #[arg(long, env = "PULLMAN_DB_MAX_CONNECTIONS", default_value_t = 32)]
     pub db_max_connections: u32,
 }
@@ -92,7 +112,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
-    /// Address the HTTP API listens on.
+    /// Address and port the HTTP API listens on (IP:PORT).
     #[arg(long, env = "PULLMAN_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
 
@@ -102,7 +122,8 @@ pub struct ServeArgs {
     #[arg(long, env = "PULLMAN_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
-    /// File holding the admin bearer token.
+    /// File holding the admin bearer token (surrounding whitespace ignored). Default:
+    /// <data-dir>/admin-token, generated on first start.
     #[arg(long, env = "PULLMAN_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
 
@@ -118,7 +139,8 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(0..=36_500))]
     pub log_retention_days: u32,
 
-    /// Most claim-next long-polls held at once; past it claims answer 503 with Retry-After.
+    /// Most claim-next long-polls held at once (each holds a connection for up to 30 s); past it
+    /// claims answer 503 with Retry-After.
     #[arg(long, env = "PULLMAN_MAX_LONG_POLLS", default_value_t = 1024)]
     pub max_long_polls: usize,
 
@@ -156,7 +178,7 @@ pub struct ControllerArgs {
     #[arg(long, env = "PULLMAN_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
 
-    /// Name of the leader-election Lease.
+    /// Name of the leader-election Lease (one controller per name and namespace leads).
     #[arg(
         long,
         env = "PULLMAN_LEADER_ELECTION_ID",
@@ -165,11 +187,13 @@ pub struct ControllerArgs {
     pub leader_election_id: String,
 
     /// Pull-API URL that executors deployed for `Executor.spec.deployment` connect to, e.g.
-    /// http://pullman.pullman-system.svc:8080.
+    /// http://pullman.pullman-system.svc:8080. Default: none; such Executors then stall with
+    /// reason DeploymentNotConfigured.
     #[arg(long, env = "PULLMAN_EXECUTOR_SERVER_URL")]
     pub executor_server_url: Option<String>,
 
-    /// Seconds between full resyncs of WorkOrders (changes arrive through LISTEN/NOTIFY sooner).
+    /// Seconds between full resyncs of WorkOrders (changes arrive through LISTEN/NOTIFY sooner);
+    /// values under 5 count as 5.
     #[arg(long, env = "PULLMAN_RESYNC_SECONDS", default_value_t = 60)]
     pub resync_seconds: u64,
 }

@@ -12,6 +12,17 @@ use uuid::Uuid;
 use crate::api::{ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, RetryScheduled, WhoAmI};
 use crate::queue::{Agent, AgentWithToken, Heartbeat, LogEntry, NewAgent, Page, WorkOrder};
 
+/// Reads a bearer token from a file (surrounding whitespace ignored), naming the file in errors.
+/// Errors: the file cannot be read, or holds only whitespace.
+pub fn read_token_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("reading token file {}", path.display()))?;
+    let token = token.trim().to_string();
+    anyhow::ensure!(!token.is_empty(), "token file {} is empty", path.display());
+    Ok(token)
+}
+
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -163,6 +174,16 @@ impl Client {
             .await
     }
 
+    /// `GET {path}?{query}` of any list route (`/work-orders`, `/work-order-log`, `/agents`).
+    pub async fn list_page<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &str,
+    ) -> Result<Page<T>, ClientError> {
+        self.json(Method::GET, &format!("{path}?{query}"), None::<&()>)
+            .await
+    }
+
     /// `GET /work-orders/{id}`.
     pub async fn get_work_order(&self, id: Uuid) -> Result<WorkOrder, ClientError> {
         self.json(Method::GET, &format!("/work-orders/{id}"), None::<&()>)
@@ -173,6 +194,16 @@ impl Client {
     pub async fn cancel_work_order(&self, id: Uuid) -> Result<LogEntry, ClientError> {
         self.json(Method::DELETE, &format!("/work-orders/{id}"), None::<&()>)
             .await
+    }
+
+    /// `POST /work-orders/{id}/rerun`: a new order from a finished one.
+    pub async fn rerun_work_order(&self, id: Uuid) -> Result<WorkOrder, ClientError> {
+        self.json(
+            Method::POST,
+            &format!("/work-orders/{id}/rerun"),
+            None::<&()>,
+        )
+        .await
     }
 
     /// `GET /work-order-log?…`.

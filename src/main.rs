@@ -1,29 +1,38 @@
-use clap::Parser;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
 
 use pullman::cli::{Cli, Command};
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
     pullman::telemetry::init_logging(cli.log_format);
+    let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     let result = match cli.command {
-        Command::Serve(args) => pullman::serve::serve(args).await,
-        Command::Migrate(args) => pullman::serve::migrate(args).await,
+        Command::Serve(args) => done(pullman::serve::serve(args).await),
+        Command::Migrate(args) => done(pullman::serve::migrate(args).await),
         Command::Crdgen => {
             print!("{}", pullman::crd::crds_yaml());
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Executor(args) => pullman::executor::run(args).await,
-        Command::Worker(args) => pullman::worker::run(args).await,
-        Command::Agents { conn, command } => pullman::admin::agents(&conn, command).await,
+        Command::Executor(args) => done(pullman::executor::run(args).await),
+        Command::Worker(args) => done(pullman::worker::run(args).await),
+        Command::Agents { conn, command } => done(pullman::admin::agents(&conn, command).await),
         Command::WorkOrders { conn, command } => pullman::admin::work_orders(&conn, command).await,
-        Command::Log { conn, command } => pullman::admin::log(&conn, command).await,
-    };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
+        Command::Log { conn, command } => done(pullman::admin::log(&conn, command).await),
+        Command::Completion { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "pullman",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
         }
-    }
+    };
+    result.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::FAILURE
+    })
 }

@@ -11,6 +11,10 @@ use serde_json::Value;
 use support::{eventually, free_port, pullman_bin};
 
 fn start_serve(data_dir: &Path, port: u16) -> Child {
+    start_serve_logging(data_dir, port, Stdio::inherit())
+}
+
+fn start_serve_logging(data_dir: &Path, port: u16, stderr: impl Into<Stdio>) -> Child {
     Command::new(pullman_bin())
         .args([
             "serve",
@@ -23,8 +27,9 @@ fn start_serve(data_dir: &Path, port: u16) -> Child {
         .args(["--controller", "off"])
         .env_remove("DATABASE_URL")
         .env_remove("PULLMAN_ADMIN_TOKEN")
+        .env("RUST_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .unwrap()
 }
@@ -374,4 +379,77 @@ async fn serve_answers_held_long_polls_and_stops_within_seconds_of_sigterm() {
             "the log does not say {step:?}:\n{said}"
         );
     }
+}
+
+/// Issue #15: a second `serve` on a data dir in use refuses with a clear message (it used to share
+/// the first one's embedded PostgreSQL, then stop it); the first keeps serving. A restart that
+/// finds the generated token file says it read it, not that it generated one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_on_a_data_dir_in_use_is_refused_and_a_restart_reads_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let data = dir.path().join("data");
+    let first_log = dir.path().join("first.log");
+    let port = free_port();
+    let first = start_serve_logging(&data, port, std::fs::File::create(&first_log).unwrap());
+    wait_ready(port).await;
+    let said = std::fs::read_to_string(&first_log).unwrap();
+    assert!(said.contains("admin token: generated"), "{said}");
+
+    let second = Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--data-dir",
+        ])
+        .arg(&data)
+        .args(["--controller", "off"])
+        .env_remove("DATABASE_URL")
+        .env_remove("PULLMAN_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains("is in use by another pullman process")
+            && err.contains(&format!("pid {}", first.id())),
+        "{err}"
+    );
+    // `migrate` on the same dir is refused the same way.
+    let migrate = Command::new(pullman_bin())
+        .args(["migrate", "--data-dir"])
+        .arg(&data)
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(!migrate.status.success());
+    assert!(String::from_utf8_lossy(&migrate.stderr).contains("in use"));
+
+    // The first still serves, with its database.
+    let token_file = data.join("admin-token");
+    let agents = cli(port, &token_file, &["agents", "list", "-o", "json"]);
+    assert!(
+        agents.status.success(),
+        "{}",
+        String::from_utf8_lossy(&agents.stderr)
+    );
+    let status = sigterm_and_wait(first);
+    assert!(status.success(), "{status}");
+    assert!(postgres_processes_for(&data).is_empty());
+
+    // Restart: the token is read from the file written by the first start.
+    let token_before = std::fs::read_to_string(&token_file).unwrap();
+    let again_log = dir.path().join("again.log");
+    let port = free_port();
+    let again = start_serve_logging(&data, port, std::fs::File::create(&again_log).unwrap());
+    wait_ready(port).await;
+    let said = std::fs::read_to_string(&again_log).unwrap();
+    assert!(said.contains("admin token: read from this file"), "{said}");
+    assert!(!said.contains("admin token: generated"), "{said}");
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap(), token_before);
+    assert!(sigterm_and_wait(again).success());
 }

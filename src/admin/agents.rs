@@ -1,0 +1,247 @@
+//! `pullman agents …`: agents by name, id or unique id prefix (issue #15).
+
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::args::{AgentsCommand, Connection, Output};
+use super::render::{opt, print_document, print_table, relative, when};
+use super::{MAX_PAGE, collect_pages, query};
+use crate::client::Client;
+use crate::queue::{Agent, NewAgent};
+
+/// Every agent (all pages), for name look-ups and the AGENT column of order tables.
+pub async fn all_agents(client: &Client) -> anyhow::Result<Vec<Agent>> {
+    let (agents, _) = collect_pages(usize::MAX, true, MAX_PAGE, |size, cursor| {
+        let q = query(&[("limit", Some(size.to_string())), ("cursor", cursor)]);
+        async move { client.list_agents(&q).await }
+    })
+    .await?;
+    Ok(agents)
+}
+
+/// Agent id → name, to show names where the API gives ids.
+pub async fn agent_names(client: &Client) -> anyhow::Result<HashMap<Uuid, String>> {
+    Ok(all_agents(client)
+        .await?
+        .into_iter()
+        .map(|a| (a.id, a.name))
+        .collect())
+}
+
+/// Resolves what the user typed to one agent id: a full id, an agent's name, or a unique prefix
+/// of an id (as git and docker take). Names win over prefixes: `cafe` is the agent named `cafe`
+/// if there is one. Errors: no agent matches; the prefix matches several (they are listed).
+pub async fn resolve_agent(client: &Client, given: &str) -> anyhow::Result<Uuid> {
+    if let Ok(id) = Uuid::parse_str(given) {
+        return Ok(id);
+    }
+    let agents = all_agents(client).await?;
+    if let Some(a) = agents.iter().find(|a| a.name == given) {
+        return Ok(a.id);
+    }
+    let prefix = given.replace('-', "").to_ascii_lowercase();
+    let matches: Vec<&Agent> =
+        if !prefix.is_empty() && prefix.chars().all(|c| c.is_ascii_hexdigit()) {
+            agents
+                .iter()
+                .filter(|a| a.id.simple().to_string().starts_with(&prefix))
+                .collect()
+        } else {
+            Vec::new()
+        };
+    match matches.as_slice() {
+        [] => bail!("no agent is named {given:?} or has an id starting with it"),
+        [one] => Ok(one.id),
+        many => bail!(
+            "{given:?} is ambiguous: {} agents' ids start with it:\n{}",
+            many.len(),
+            many.iter()
+                .map(|a| format!("  {}  {}", a.id, a.name))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    }
+}
+
+fn health(a: &Agent) -> String {
+    serde_json::to_value(a.health)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+fn agent_rows(agents: &[Agent], wide: bool) -> Vec<Vec<String>> {
+    let now = chrono::Utc::now();
+    agents
+        .iter()
+        .map(|a| {
+            let mut row = vec![
+                a.id.to_string(),
+                a.name.clone(),
+                health(a),
+                a.active_claims.to_string(),
+                a.labels.join(","),
+                a.last_seen_at
+                    .map(|t| relative(t, now))
+                    .unwrap_or_else(|| "never".into()),
+            ];
+            if wide {
+                row.extend([
+                    opt(&a.tenant),
+                    if a.work_types.is_empty() {
+                        "all".into()
+                    } else {
+                        a.work_types
+                            .iter()
+                            .map(|w| w.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    },
+                    a.max_concurrency
+                        .map(|m| m.to_string())
+                        .unwrap_or_else(|| "unlimited".into()),
+                    a.annotations
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    when(a.created_at),
+                ]);
+            }
+            row
+        })
+        .collect()
+}
+
+const AGENT_HEADERS: &[&str] = &["ID", "NAME", "HEALTH", "CLAIMS", "LABELS", "LAST SEEN"];
+const AGENT_WIDE_HEADERS: &[&str] = &[
+    "ID",
+    "NAME",
+    "HEALTH",
+    "CLAIMS",
+    "LABELS",
+    "LAST SEEN",
+    "TENANT",
+    "WORK TYPES",
+    "MAX CLAIMS",
+    "ANNOTATIONS",
+    "CREATED",
+];
+
+fn print_agents(output: Output, agents: &[Agent]) -> anyhow::Result<()> {
+    match output {
+        Output::Name => agents.iter().for_each(|a| println!("{}", a.name)),
+        Output::Wide => print_table(AGENT_WIDE_HEADERS, &agent_rows(agents, true), Some(2)),
+        _ => print_table(AGENT_HEADERS, &agent_rows(agents, false), Some(2)),
+    }
+    Ok(())
+}
+
+fn write_token(path: &std::path::Path, token: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(format!("{token}\n").as_bytes())?;
+    Ok(())
+}
+
+/// `pullman agents …`.
+pub async fn agents(conn: &Connection, cmd: AgentsCommand) -> anyhow::Result<()> {
+    let client = conn.client()?;
+    let output = conn.output;
+    match cmd {
+        AgentsCommand::Create(c) => {
+            let body = NewAgent {
+                name: c.name,
+                labels: c.labels,
+                annotations: c.annotations.into_iter().collect::<BTreeMap<_, _>>(),
+                work_types: c.work_types,
+                tenant: c.tenant,
+                max_concurrency: c.max_concurrency,
+                lease_seconds: None,
+            };
+            let created = client.register_agent(&body).await?;
+            if let Some(path) = &c.token_out {
+                write_token(path, &created.token)?;
+            }
+            let mut doc = serde_json::to_value(&created)?;
+            if c.token_out.is_some() {
+                doc["token"] = Value::Null;
+            }
+            if !print_document(output, &doc)? {
+                print_agents(output, std::slice::from_ref(&created.agent))?;
+                if output != Output::Name {
+                    match &c.token_out {
+                        Some(p) => {
+                            println!("\ntoken written to {} (shown nowhere else)", p.display())
+                        }
+                        None => println!("\ntoken (shown once): {}", created.token),
+                    }
+                }
+            }
+        }
+        AgentsCommand::List { limit } => {
+            let (agents, more) = collect_pages(limit, false, MAX_PAGE, |size, cursor| {
+                let q = query(&[("limit", Some(size.to_string())), ("cursor", cursor)]);
+                let client = &client;
+                async move { client.list_agents(&q).await }
+            })
+            .await?;
+            if !print_document(output, &agents)? {
+                print_agents(output, &agents)?;
+                if more && output != Output::Name {
+                    eprintln!("(more agents: raise --limit)");
+                }
+            }
+        }
+        AgentsCommand::Get { agent } => {
+            let id = resolve_agent(&client, &agent).await?;
+            let agent = client.get_agent(id).await?;
+            if !print_document(output, &agent)? {
+                print_agents(output, std::slice::from_ref(&agent))?;
+            }
+        }
+        AgentsCommand::Retire { agent } => {
+            let id = resolve_agent(&client, &agent).await?;
+            let agent = client.retire_agent(id).await?;
+            if !print_document(output, &agent)? {
+                match output {
+                    Output::Name => println!("{}", agent.name),
+                    _ => println!("agent {} ({id}) retired", agent.name),
+                }
+            }
+        }
+        AgentsCommand::RotateToken { agent, token_out } => {
+            let id = resolve_agent(&client, &agent).await?;
+            let rotated = client.rotate_token(id).await?;
+            match &token_out {
+                Some(p) => {
+                    write_token(p, &rotated.token)?;
+                    println!(
+                        "new token for {} written to {}; the old one is revoked",
+                        rotated.agent.name,
+                        p.display()
+                    );
+                }
+                None => {
+                    if !print_document(output, &rotated)? {
+                        println!(
+                            "new token for {} (shown once; the old one is revoked): {}",
+                            rotated.agent.name, rotated.token
+                        )
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! Admin commands over the REST API (DESIGN.md §5): `pullman agents …`, `pullman work-orders …`,
+//! `pullman log …`. One concern per file: [`args`] the flags, [`render`] the output formats,
+//! [`agents`], [`orders`] and [`log`] the commands, [`history`] the attempts, [`lookup`] names and id prefixes, [`wait`]
+//! waiting and watching.
+
+pub mod agents;
+pub mod args;
+pub mod history;
+pub mod log;
+pub mod lookup;
+pub mod orders;
+pub mod render;
+pub mod wait;
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+pub use agents::agents;
+pub use args::{AgentsCommand, Connection, LogCommand, Output, WorkOrdersCommand};
+pub use log::log;
+pub use orders::work_orders;
+
+use crate::client::{Client, ClientError, read_token_file};
+use crate::queue::Page;
+
+impl Connection {
+    /// A client with the admin token: `--token`, else `--token-file`, else the file `serve`
+    /// generates under the data dir.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        let token = match (&self.token, &self.token_file) {
+            (Some(t), _) => t.clone(),
+            (None, Some(f)) => read_token_file(f)?,
+            (None, None) => {
+                let dir = std::env::var_os("PULLMAN_DATA_DIR")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from("./.pullman"));
+                let path = dir.join("admin-token");
+                read_token_file(&path).with_context(|| {
+                    "no admin token: pass --token-file or set PULLMAN_ADMIN_TOKEN (the server \
+                     writes a generated one to <data-dir>/admin-token)"
+                })?
+            }
+        };
+        Ok(Client::new(&self.server, &token)?)
+    }
+}
+
+/// Largest page the API serves (DESIGN.md §5: `limit` ≤ 1000).
+pub const MAX_PAGE: usize = 1000;
+
+/// Fetches pages of at most `chunk` items through `fetch(page_size, cursor)` following
+/// `next_cursor`, until `limit` items (or, with `all`, the last page). Returns the items and
+/// whether more were left behind.
+pub async fn collect_pages<T, F, Fut>(
+    limit: usize,
+    all: bool,
+    chunk: usize,
+    mut fetch: F,
+) -> anyhow::Result<(Vec<T>, bool)>
+where
+    F: FnMut(usize, Option<String>) -> Fut,
+    Fut: Future<Output = Result<Page<T>, ClientError>>,
+{
+    let mut items = Vec::new();
+    let mut cursor = None;
+    loop {
+        let chunk = chunk.clamp(1, MAX_PAGE);
+        let want = if all {
+            chunk
+        } else {
+            (limit - items.len()).min(chunk)
+        };
+        if want == 0 {
+            return Ok((items, cursor.is_some()));
+        }
+        let page = fetch(want, cursor.take()).await?;
+        items.extend(page.items);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok((items, false)),
+        }
+    }
+}
+
+/// A query string from the pairs that have a value, percent-encoded.
+pub fn query(pairs: &[(&str, Option<String>)]) -> String {
+    pairs
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", urlencode(v))))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,392 @@
+//! `pullman work-orders …`: create (optionally waiting), list, get (optionally watching), wait,
+//! cancel, rerun. Tables show what a user asks next: when the retry comes, when the lease or
+//! claim runs out, how often it was reclaimed (issue #15).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::agents::{agent_names, resolve_agent};
+use super::args::{Connection, CreateWorkOrder, OrderListFilter, Output, WorkOrdersCommand};
+use super::history::print_attempts;
+use super::lookup::{Scope, resolve_order};
+use super::render::{
+    one_line, opt, print_document, print_fields, print_table, relative, relative_and_exact, when,
+};
+use super::{collect_pages, query, wait};
+use crate::client::Client;
+use crate::queue::{OrderStatus, WorkOrder};
+
+/// Columns of `work-orders list` and of `--watch` lines.
+pub const ORDER_HEADERS: &[&str] = &[
+    "ID", "TYPE", "STATUS", "RETRIES", "RECLAIMS", "AGENT", "NEXT", "CREATED",
+];
+const ORDER_WIDE_HEADERS: &[&str] = &[
+    "ID",
+    "TYPE",
+    "STATUS",
+    "RETRIES",
+    "RECLAIMS",
+    "AGENT",
+    "NEXT",
+    "CREATED",
+    "TENANT",
+    "TARGETING",
+    "CLAIM ID",
+    "LAST ERROR",
+];
+/// Column coloured by state.
+pub const STATE_COLUMN: usize = 2;
+/// Column of the next event (retry, lease end, claim timeout).
+pub const NEXT_COLUMN: usize = 6;
+
+/// What happens next to an order, and when: the retry of a RETRY_PENDING order, the end of a
+/// claim's lease, or the claim timeout after which the reaper hands it out again.
+pub fn next_event(o: &WorkOrder) -> Option<(&'static str, DateTime<Utc>)> {
+    match o.status {
+        OrderStatus::RetryPending => o.next_retry_after.map(|t| ("retry", t)),
+        OrderStatus::Claimed => {
+            let timeout = o
+                .claimed_at
+                .map(|c| c + chrono::Duration::seconds(i64::from(o.claim_timeout_seconds)));
+            match (o.lease_expires_at, timeout) {
+                (Some(lease), Some(t)) if lease < t => Some(("lease ends", lease)),
+                (Some(lease), None) => Some(("lease ends", lease)),
+                (_, Some(t)) => Some(("claim times out", t)),
+                (None, None) => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn agent_label(id: &Option<Uuid>, names: &HashMap<Uuid, String>) -> String {
+    match id {
+        Some(id) => names.get(id).cloned().unwrap_or_else(|| id.to_string()),
+        None => "-".into(),
+    }
+}
+
+/// One table row per order; `names` maps agent ids to names.
+pub fn order_rows(
+    orders: &[WorkOrder],
+    names: &HashMap<Uuid, String>,
+    wide: bool,
+) -> Vec<Vec<String>> {
+    let now = Utc::now();
+    orders
+        .iter()
+        .map(|o| {
+            let next = next_event(o)
+                .map(|(what, t)| format!("{what} {}", relative(t, now)))
+                .unwrap_or_else(|| "-".into());
+            let mut row = vec![
+                o.id.to_string(),
+                o.work_type.to_string(),
+                o.status.as_str().to_string(),
+                format!("{}/{}", o.retry_count, o.max_retries),
+                format!("{}/{}", o.reclaim_count, o.max_reclaims),
+                agent_label(&o.claimed_by, names),
+                next,
+                relative(o.created_at, now),
+            ];
+            if wide {
+                row.extend([
+                    opt(&o.tenant),
+                    targeting_text(o),
+                    opt(&o.claim_id),
+                    o.last_error
+                        .as_deref()
+                        .map(|e| one_line(e, 60))
+                        .unwrap_or_else(|| "-".into()),
+                ]);
+            }
+            row
+        })
+        .collect()
+}
+
+fn targeting_text(o: &WorkOrder) -> String {
+    let t = serde_json::to_value(&o.targeting).unwrap_or_default();
+    let mut parts = Vec::new();
+    for (key, label) in [
+        ("labels", "label"),
+        ("agent_names", "name"),
+        ("agent_ids", "id"),
+    ] {
+        for v in t[key].as_array().into_iter().flatten() {
+            parts.push(format!("{label}={}", v.as_str().unwrap_or_default()));
+        }
+    }
+    for (k, v) in t["annotations"].as_object().into_iter().flatten() {
+        parts.push(format!("{k}={}", v.as_str().unwrap_or_default()));
+    }
+    if parts.is_empty() {
+        "any agent".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// Prints orders in `output` (documents, names or a table).
+pub fn print_orders(
+    output: Output,
+    orders: &[WorkOrder],
+    names: &HashMap<Uuid, String>,
+) -> anyhow::Result<()> {
+    if print_document(output, &orders)? {
+        return Ok(());
+    }
+    match output {
+        Output::Name => orders.iter().for_each(|o| println!("{}", o.id)),
+        Output::Wide => print_table(
+            ORDER_WIDE_HEADERS,
+            &order_rows(orders, names, true),
+            Some(STATE_COLUMN),
+        ),
+        _ => print_table(
+            ORDER_HEADERS,
+            &order_rows(orders, names, false),
+            Some(STATE_COLUMN),
+        ),
+    }
+    Ok(())
+}
+
+/// The `get` view of one active order (as `kubectl describe`): fields, attempts, YAML last.
+fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>, wide: bool) {
+    let now = Utc::now();
+    let mut fields = vec![
+        ("ID", o.id.to_string()),
+        ("Type", o.work_type.to_string()),
+        ("Status", o.status.as_str().to_string()),
+        ("Tenant", opt(&o.tenant)),
+        ("Targeting", targeting_text(o)),
+        (
+            "Retries",
+            format!(
+                "{} of {} (backoff {} s, doubling)",
+                o.retry_count, o.max_retries, o.backoff_seconds
+            ),
+        ),
+        (
+            "Reclaims",
+            format!(
+                "{} of {} (claim timeout {} s)",
+                o.reclaim_count, o.max_reclaims, o.claim_timeout_seconds
+            ),
+        ),
+    ];
+    if let Some(t) = o.next_retry_after {
+        fields.push(("Next retry", relative_and_exact(t, now)));
+    }
+    if let Some(agent) = o.claimed_by {
+        let name = names.get(&agent).map(String::as_str).unwrap_or("?");
+        let since = o
+            .claimed_at
+            .map(|t| format!(" since {}", relative_and_exact(t, now)))
+            .unwrap_or_default();
+        fields.push(("Claimed by", format!("{name} ({agent}){since}")));
+        fields.push(("Claim ID", opt(&o.claim_id)));
+    }
+    if let Some(t) = o.lease_expires_at {
+        let secs = o
+            .lease_seconds
+            .map(|s| format!(", {s} s each"))
+            .unwrap_or_default();
+        fields.push((
+            "Lease expires",
+            format!("{}{secs}", relative_and_exact(t, now)),
+        ));
+    }
+    if let Some((what, t)) = next_event(o).filter(|(w, _)| *w == "claim times out") {
+        fields.push((
+            "Claim times out",
+            format!("{} ({what})", relative_and_exact(t, now)),
+        ));
+    }
+    if let Some(e) = &o.last_error {
+        let at = o
+            .last_error_at
+            .map(|t| format!(" ({}, {})", relative(t, now), when(t)))
+            .unwrap_or_default();
+        fields.push(("Last error", format!("{}{at}", one_line(e, 200))));
+    }
+    if let Some(original) = o.rerun_of {
+        fields.push(("Rerun of", original.to_string()));
+    }
+    fields.push(("Created", relative_and_exact(o.created_at, now)));
+    fields.push(("Updated", relative_and_exact(o.updated_at, now)));
+    print_fields(&fields);
+    print_attempts(o.attempts.as_deref(), names, wide);
+    if let Some(yaml) = &o.yaml_content {
+        println!("\nYAML:\n{yaml}");
+    }
+}
+
+/// Fetches an active order; a finished one is an error pointing at `pullman log get`.
+pub async fn get_active(client: &Client, id: Uuid) -> anyhow::Result<WorkOrder> {
+    match client.get_work_order(id).await {
+        Err(e) if e.code() == Some("finished") => {
+            bail!("work order {id} already finished; see `pullman log get {id}`")
+        }
+        other => Ok(other?),
+    }
+}
+
+/// Fetches one page (or, with `all`, every page) of active orders matching `filter`.
+pub async fn list_orders(
+    client: &Client,
+    filter: &OrderListFilter,
+    limit: usize,
+    all: bool,
+    chunk: usize,
+) -> anyhow::Result<(Vec<WorkOrder>, bool)> {
+    let agent_id = match &filter.agent {
+        Some(a) => Some(resolve_agent(client, a).await?.to_string()),
+        None => None,
+    };
+    collect_pages(limit, all, chunk, |size, cursor| {
+        let q = query(&[
+            ("status", filter.status.clone()),
+            ("work_type", filter.work_type.clone()),
+            ("label", filter.label.clone()),
+            ("agent_id", agent_id.clone()),
+            ("since", filter.since.map(|t| t.to_rfc3339())),
+            ("limit", Some(size.to_string())),
+            ("cursor", cursor),
+        ]);
+        async move { client.list_work_orders(&q).await }
+    })
+    .await
+}
+
+async fn create(client: &Client, c: CreateWorkOrder) -> anyhow::Result<WorkOrder> {
+    let yaml = if c.file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s
+    } else {
+        std::fs::read_to_string(&c.file).with_context(|| format!("reading {}", c.file.display()))?
+    };
+    let annotations: BTreeMap<String, String> = c.annotations.into_iter().collect();
+    let mut body = json!({
+        "work_type": c.work_type,
+        "yaml_content": yaml,
+        "targeting": {
+            "labels": c.labels, "agent_names": c.agent_names,
+            "agent_ids": c.agent_ids, "annotations": annotations,
+        },
+    });
+    for (k, v) in [
+        ("max_retries", c.max_retries),
+        ("backoff_seconds", c.backoff_seconds),
+        ("claim_timeout_seconds", c.claim_timeout_seconds),
+        ("max_reclaims", c.max_reclaims),
+    ] {
+        if let Some(v) = v {
+            body[k] = json!(v);
+        }
+    }
+    if let Some(t) = c.tenant {
+        body["tenant"] = json!(t);
+    }
+    Ok(client.create_work_order(&body).await?)
+}
+
+/// `pullman work-orders …`; the exit code is the order's outcome for `wait` and `create --wait`
+/// (see [`super::args::WAIT_EXIT_CODES`]), success otherwise.
+pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::Result<ExitCode> {
+    let client = conn.client()?;
+    let output = conn.output;
+    match cmd {
+        WorkOrdersCommand::Create(c) => {
+            let (then_wait, wait_args) = (c.wait, c.wait_args.clone());
+            let mut order = create(&client, c).await?;
+            if then_wait {
+                eprintln!("work order {} created; waiting for it to finish", order.id);
+                return wait::wait_for(&client, order.id, &wait_args, output).await;
+            }
+            if output == Output::Table || output == Output::Wide {
+                order.yaml_content = None;
+            }
+            if !print_document(output, &order)? {
+                print_orders(output, std::slice::from_ref(&order), &HashMap::new())?;
+            }
+        }
+        WorkOrdersCommand::List {
+            filter,
+            limit,
+            all,
+            chunk_size,
+            watch,
+        } => {
+            if watch {
+                wait::watch_list(&client, &filter, output).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let (orders, more) =
+                list_orders(&client, &filter, limit, all, usize::from(chunk_size)).await?;
+            let names = if matches!(output, Output::Table | Output::Wide) {
+                agent_names(&client).await?
+            } else {
+                HashMap::new()
+            };
+            print_orders(output, &orders, &names)?;
+            if matches!(output, Output::Table | Output::Wide) {
+                if orders.is_empty() {
+                    println!("(no active work orders; finished ones are in `pullman log list`)");
+                }
+                if more {
+                    eprintln!("(more orders: raise --limit or pass --all)");
+                }
+            }
+        }
+        WorkOrdersCommand::Get { id, watch } => {
+            let id = resolve_order(&client, &id, Scope::Either).await?;
+            if watch {
+                return wait::watch_order(&client, id, output).await;
+            }
+            let order = get_active(&client, id).await?;
+            if !print_document(output, &order)? {
+                match output {
+                    Output::Name => println!("{}", order.id),
+                    _ => describe(&order, &agent_names(&client).await?, output == Output::Wide),
+                }
+            }
+        }
+        WorkOrdersCommand::Wait { id, wait } => {
+            let id = resolve_order(&client, &id, Scope::Either).await?;
+            return wait::wait_for(&client, id, &wait, output).await;
+        }
+        WorkOrdersCommand::Cancel { id } => {
+            let id = resolve_order(&client, &id, Scope::Active).await?;
+            let entry = client.cancel_work_order(id).await?;
+            if !print_document(output, &entry)? {
+                match output {
+                    Output::Name => println!("{id}"),
+                    _ => println!("work order {id} cancelled"),
+                }
+            }
+        }
+        WorkOrdersCommand::Rerun { id } => {
+            let id = resolve_order(&client, &id, Scope::Finished).await?;
+            let mut order = client.rerun_work_order(id).await?;
+            if !print_document(output, &order)? {
+                match output {
+                    Output::Name => println!("{}", order.id),
+                    _ => {
+                        order.yaml_content = None;
+                        println!("work order {} queued as a rerun of {id}", order.id);
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,526 @@
+//! The admin CLI as a user drives it (issue #15), against a real API server and PostgreSQL:
+//! `wait` exits with the order's outcome, agents by name, orders by id prefix (an ambiguous one
+//! is a clear error), and `-o yaml` prints the same document as `-o json`.
+
+mod support;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{ADMIN_TOKEN, TestServer, configmap_order, pullman_bin};
+
+/// Runs the CLI against `server` with the admin token in the environment.
+fn cli_command(server: &TestServer, args: &[&str]) -> Command {
+    let mut cmd = Command::new(pullman_bin());
+    cmd.args(args)
+        .env("PULLMAN_SERVER", &server.base)
+        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env_remove("PULLMAN_ADMIN_TOKEN_FILE")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+async fn cli(server: &TestServer, args: &[&str]) -> Output {
+    let mut cmd = cli_command(server, args);
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(out.status.success(), "CLI failed: {}", stderr(out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Claims the next order as the agent and completes it with `success` and `message`.
+async fn claim_and_complete(
+    server: &TestServer,
+    agent: &str,
+    token: &str,
+    success: bool,
+    message: &str,
+) -> String {
+    let (st, claimed) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(token),
+            Some(json!({"max_wait_seconds": 10})),
+        )
+        .await;
+    assert_eq!(st, 200, "{claimed}");
+    let id = claimed["id"].as_str().unwrap().to_string();
+    let (st, v) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{id}/complete"),
+            Some(token),
+            Some(json!({"agent_id": agent, "claim_id": claimed["claim_id"],
+                        "success": success, "message": message, "retryable": false})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    id
+}
+
+/// Starts `work-orders wait` on `id` in the background.
+fn spawn_wait(server: &TestServer, id: &str, extra: &[&str]) -> std::process::Child {
+    let mut args = vec!["work-orders", "wait", id];
+    args.extend_from_slice(extra);
+    cli_command(server, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+async fn finish(child: std::process::Child) -> Output {
+    tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_exits_with_the_outcome_and_prints_the_message() {
+    let server = TestServer::start().await;
+    let (agent, token) = server
+        .agent(json!({"name": "waiter", "labels": ["w"]}))
+        .await;
+
+    // Succeeded: 0, the message on stdout; a message the server cut is marked as cut.
+    let id = server.order(configmap_order("w")).await;
+    let waiting = spawn_wait(&server, &id[..8], &[]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let long = "x".repeat(70 * 1024);
+    assert_eq!(
+        claim_and_complete(&server, &agent, &token, true, &long).await,
+        id
+    );
+    let out = finish(waiting).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("xxxx"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("[message cut"), "{}", stdout(&out));
+    assert!(stderr(&out).contains("succeeded"), "{}", stderr(&out));
+
+    // Failed: 3.
+    let id = server.order(configmap_order("w")).await;
+    let waiting = spawn_wait(&server, &id, &[]);
+    claim_and_complete(&server, &agent, &token, false, "it broke").await;
+    let out = finish(waiting).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "it broke");
+    assert!(!stdout(&out).contains("[message cut"));
+
+    // Cancelled: 4.
+    let id = server.order(configmap_order("w")).await;
+    let waiting = spawn_wait(&server, &id, &["-o", "json"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (st, _) = server
+        .admin(Method::DELETE, &format!("/api/v1/work-orders/{id}"), None)
+        .await;
+    assert_eq!(st, 200);
+    let out = finish(waiting).await;
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(json_of_any(&out)["outcome"], "cancelled");
+
+    // Timeout: 5, and the order is untouched.
+    let started = std::time::Instant::now();
+    let out = cli(
+        &server,
+        &[
+            "work-orders",
+            "wait",
+            &id_pending(&server).await,
+            "--timeout",
+            "2s",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(stderr(&out).contains("timed out") && stderr(&out).contains("PENDING"));
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // create --wait: the same codes.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: w\n",
+    )
+    .unwrap();
+    let creating = cli_command(
+        &server,
+        &[
+            "work-orders",
+            "create",
+            "-f",
+            file.to_str().unwrap(),
+            "--label",
+            "w",
+            "--wait",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    claim_and_complete(&server, &agent, &token, true, "built").await;
+    let out = finish(creating).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "built");
+
+    // An unknown id is the command's own failure (1), not an outcome.
+    let out = cli(
+        &server,
+        &["work-orders", "wait", &uuid::Uuid::new_v4().to_string()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}
+
+/// A JSON document printed by a command that exits non-zero on purpose.
+fn json_of_any(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", stdout(out), stderr(out)))
+}
+
+/// A fresh pending order nobody can claim.
+async fn id_pending(server: &TestServer) -> String {
+    server.order(configmap_order("nobody-has-this")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_by_name_and_orders_by_unique_prefix() {
+    let server = TestServer::start().await;
+    let (laptop, _) = server
+        .agent(json!({"name": "laptop", "labels": ["l"]}))
+        .await;
+    server.agent(json!({"name": "desk"})).await;
+
+    let got = json_of(&cli(&server, &["agents", "get", "laptop", "-o", "json"]).await);
+    assert_eq!(got["id"], laptop.as_str());
+    let got = json_of(&cli(&server, &["agents", "get", &laptop[..8], "-o", "json"]).await);
+    assert_eq!(got["name"], "laptop");
+    let rotated = json_of(&cli(&server, &["agents", "rotate-token", "laptop", "-o", "json"]).await);
+    assert_eq!(rotated["agent"]["id"], laptop.as_str());
+    assert!(rotated["token"].as_str().unwrap().starts_with("pullman_"));
+    let out = cli(&server, &["agents", "retire", "laptop"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("laptop") && stdout(&out).contains("retired"));
+    let out = cli(&server, &["agents", "get", "nobody"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no agent is named \"nobody\""),
+        "{}",
+        stderr(&out)
+    );
+
+    // 17 orders: two share a first hex digit (pigeonhole), so that digit is ambiguous.
+    let mut ids = Vec::new();
+    for _ in 0..17 {
+        ids.push(server.order(configmap_order("l")).await);
+    }
+    let first = |id: &String| id[..1].to_string();
+    let shared = ids
+        .iter()
+        .map(first)
+        .find(|p| ids.iter().filter(|id| first(id) == *p).count() > 1)
+        .unwrap();
+    let sharing: Vec<&String> = ids.iter().filter(|id| first(id) == shared).collect();
+    let out = cli(&server, &["work-orders", "get", &shared]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("ambiguous"), "{err}");
+    for id in &sharing {
+        assert!(err.contains(id.as_str()), "{id} not listed: {err}");
+    }
+
+    // A unique prefix, with or without dashes, finds the order; active or in the log.
+    let id = &ids[0];
+    let got = json_of(&cli(&server, &["work-orders", "get", &id[..13], "-o", "json"]).await);
+    assert_eq!(got["id"], id.as_str());
+    let undashed: String = id.replace('-', "")[..12].to_string();
+    let cancelled =
+        json_of(&cli(&server, &["work-orders", "cancel", &undashed, "-o", "json"]).await);
+    assert_eq!(cancelled["id"], id.as_str());
+    let logged = json_of(&cli(&server, &["log", "get", &id[..10], "-o", "json"]).await);
+    assert_eq!(logged["outcome"], "cancelled");
+
+    // No match, and not a prefix at all.
+    let unused = (0..=u32::MAX)
+        .map(|n| format!("{n:08x}"))
+        .find(|p| !ids.iter().any(|id| id.starts_with(p.as_str())))
+        .unwrap();
+    let out = cli(&server, &["work-orders", "get", &unused]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no work order has an id starting with"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cli(&server, &["work-orders", "get", "not-hex"]).await;
+    assert!(
+        stderr(&out).contains("not a work order id"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_output_is_the_json_document() {
+    let server = TestServer::start().await;
+    let (agent, token) = server.agent(json!({"name": "y", "labels": ["y"]})).await;
+    let id = server.order(configmap_order("y")).await;
+    claim_and_complete(&server, &agent, &token, true, "line one\nline: two\n").await;
+    server.order(configmap_order("y")).await;
+
+    for args in [
+        vec!["work-orders", "list"],
+        vec!["log", "list"],
+        vec!["log", "get", &id],
+        vec!["agents", "list"],
+        vec!["agents", "get", "y"],
+    ] {
+        let as_json = json_of(&cli(&server, &[&args[..], &["-o", "json"]].concat()).await);
+        let out = cli(&server, &[&args[..], &["-o", "yaml"]].concat()).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        let as_yaml: Value = serde_norway::from_slice(&out.stdout).unwrap();
+        assert_eq!(as_yaml, as_json, "{args:?}");
+        assert!(as_json != Value::Null && as_json != json!([]), "{args:?}");
+    }
+
+    // -o name: ids, one a line.
+    let out = cli(&server, &["log", "list", "-o", "name"]).await;
+    assert_eq!(stdout(&out).trim(), id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_pages_with_limit_and_all() {
+    let server = TestServer::start().await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let id = server.order(configmap_order("p")).await;
+        let (st, _) = server
+            .admin(Method::DELETE, &format!("/api/v1/work-orders/{id}"), None)
+            .await;
+        assert_eq!(st, 200);
+        ids.push(id);
+    }
+    let out = cli(&server, &["log", "list", "--limit", "2", "-o", "name"]).await;
+    assert_eq!(stdout(&out).lines().count(), 2);
+    let out = cli(&server, &["log", "list", "--limit", "2"]).await;
+    assert!(stderr(&out).contains("--all"), "{}", stderr(&out));
+    // Pages of two: --all follows next_cursor to the end, --limit stops across pages.
+    let out = cli(
+        &server,
+        &[
+            "log",
+            "list",
+            "--limit",
+            "3",
+            "--chunk-size",
+            "2",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert_eq!(stdout(&out).lines().count(), 3, "{}", stderr(&out));
+    let out = cli(
+        &server,
+        &["log", "list", "--all", "--chunk-size", "2", "-o", "name"],
+    )
+    .await;
+    let mut listed: Vec<String> = stdout(&out).lines().map(String::from).collect();
+    listed.sort();
+    ids.sort();
+    assert_eq!(listed, ids);
+}
+
+/// Attempts shown by `work-orders get` and `log get`, `rerun` by prefix, and the list filters
+/// (label, agent, outcome, since) reaching the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_rerun_and_list_filters() {
+    let server = TestServer::start_maintained().await;
+    let (agent, token) = server.agent(json!({"name": "hist", "labels": ["h"]})).await;
+    let mut body = configmap_order("h");
+    body["backoff_seconds"] = json!(1);
+    let id = server.order(body).await;
+    server.order(configmap_order("other-label")).await;
+
+    // First attempt fails (retry scheduled); the second is held while we look.
+    let (_, c) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(&token),
+            Some(json!({"max_wait_seconds": 5})),
+        )
+        .await;
+    let (st, _) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{id}/complete"),
+            Some(&token),
+            Some(
+                json!({"agent_id": agent, "claim_id": c["claim_id"], "success": false,
+                        "message": "first try broke"}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 202);
+    let out = cli(&server, &["work-orders", "get", &id[..8]]).await;
+    let text = stdout(&out);
+    assert!(
+        text.contains("RETRY_PENDING") && text.contains("Next retry:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("retry_scheduled") && text.contains("first try broke"),
+        "{text}"
+    );
+    let (st, c2) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(&token),
+            Some(json!({"max_wait_seconds": 10})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(c2["id"], id.as_str());
+
+    // Filters: by agent (name), by label, since.
+    let by_agent = json_of(
+        &cli(
+            &server,
+            &["work-orders", "list", "--agent", "hist", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(by_agent.as_array().unwrap().len(), 1);
+    assert_eq!(by_agent[0]["id"], id.as_str());
+    let by_label = json_of(
+        &cli(
+            &server,
+            &[
+                "work-orders",
+                "list",
+                "--label",
+                "other-label",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(by_label.as_array().unwrap().len(), 1);
+    assert_ne!(by_label[0]["id"], id.as_str());
+    let future = json_of(
+        &cli(
+            &server,
+            &[
+                "work-orders",
+                "list",
+                "--since",
+                "2999-01-01T00:00:00Z",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(future, json!([]));
+    let recent = json_of(
+        &cli(
+            &server,
+            &["work-orders", "list", "--since", "1h", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(recent.as_array().unwrap().len(), 2);
+    let out = cli(&server, &["work-orders", "get", &id]).await;
+    let text = stdout(&out);
+    assert!(
+        text.contains("running") && text.contains("Lease expires:")
+            || text.contains("Claim times out:"),
+        "{text}"
+    );
+
+    let (st, _) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{id}/complete"),
+            Some(&token),
+            Some(
+                json!({"agent_id": agent, "claim_id": c2["claim_id"], "success": true,
+                        "message": "second try ok"}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let out = cli(&server, &["log", "get", &id[..8]]).await;
+    let text = stdout(&out);
+    let attempt_lines: Vec<&str> = text.lines().filter(|l| l.contains("hist  ")).collect();
+    assert_eq!(attempt_lines.len(), 2, "{text}");
+    assert!(
+        attempt_lines[0].contains("retry_scheduled") && attempt_lines[1].contains("succeeded"),
+        "{text}"
+    );
+    let logged = json_of(&cli(&server, &["log", "get", &id, "-o", "json"]).await);
+    assert_eq!(logged["attempts"].as_array().unwrap().len(), 2);
+
+    let ok = json_of(
+        &cli(
+            &server,
+            &[
+                "log",
+                "list",
+                "--outcome",
+                "succeeded",
+                "--label",
+                "h",
+                "-o",
+                "json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(ok.as_array().unwrap().len(), 1);
+    let failed = json_of(
+        &cli(
+            &server,
+            &["log", "list", "--outcome", "failed", "-o", "json"],
+        )
+        .await,
+    );
+    assert_eq!(failed, json!([]));
+
+    // Rerun by prefix: a new pending order linked to the original.
+    let rerun = json_of(&cli(&server, &["work-orders", "rerun", &id[..8], "-o", "json"]).await);
+    assert_eq!(rerun["rerun_of"], id.as_str());
+    assert_eq!(rerun["status"], "PENDING");
+    let out = cli(
+        &server,
+        &["work-orders", "get", rerun["id"].as_str().unwrap()],
+    )
+    .await;
+    assert!(stdout(&out).contains("Rerun of:") && stdout(&out).contains(&id));
+    // Rerun of an active order is refused by the server: the CLI says so and exits 1.
+    let out = cli(
+        &server,
+        &["work-orders", "rerun", rerun["id"].as_str().unwrap()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+}
