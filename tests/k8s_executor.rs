@@ -196,7 +196,6 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_dozen_job_orders_at_once_share_one_watch() {
     const N: usize = 24;
-    pullman::telemetry::init_logging(pullman::telemetry::LogFormat::Text);
     let t = setup("many").await;
     let (ex, carrier) = Executor::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, N);
     let mut ids = Vec::new();

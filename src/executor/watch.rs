@@ -60,6 +60,8 @@ type Waiters = Arc<Mutex<HashMap<String, (Arc<Notify>, usize)>>>;
 struct SharedWatch {
     client: Client,
     store: Store<DynamicObject>,
+    /// True once the first list is in the store.
+    ready: tokio::sync::watch::Receiver<bool>,
     resource: ApiResource,
     namespace: Option<String>,
     waiters: Waiters,
@@ -109,10 +111,13 @@ impl Watches {
         let shared = self.shared(target);
         let waiter = Waiter::register(&shared.waiters, &target.name);
         let deadline = tokio::time::Instant::from_std(deadline);
+        // Not `Store::wait_until_ready`: its one-shot keeps a single waker, so of many orders
+        // waiting for the first list only the last one polled would be woken.
+        let mut ready = shared.ready.clone();
         tokio::select! {
             _ = stop.cancelled() => return WatchEnd::Stopped,
             _ = tokio::time::sleep_until(deadline) => return WatchEnd::DeadlineReached,
-            _ = shared.store.wait_until_ready() => {}
+            r = ready.wait_for(|listed| *listed) => if r.is_err() { return WatchEnd::Stopped },
         }
         let key = {
             let key = ObjectRef::new_with(&target.name, shared.resource.clone());
@@ -169,6 +174,7 @@ impl SharedWatch {
         let store = writer.as_reader();
         let waiters: Waiters = Arc::default();
         let wake = waiters.clone();
+        let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let what = format!(
             "{} in {}",
             resource.plural,
@@ -189,7 +195,10 @@ impl SharedWatch {
                         }
                     }
                     // A (re-)list was swapped into the store: anything may have changed.
-                    Ok(Event::InitDone) => wake_all(&wake),
+                    Ok(Event::InitDone) => {
+                        ready_tx.send_replace(true);
+                        wake_all(&wake);
+                    }
                     Ok(Event::Init | Event::InitApply(_)) => {}
                     // The backoff resumes the watch; a watch error is never a verdict.
                     Err(error) => tracing::warn!(%error, watch = %what, "watch error; resuming"),
@@ -199,6 +208,7 @@ impl SharedWatch {
         SharedWatch {
             client,
             store,
+            ready,
             resource,
             namespace,
             waiters,
