@@ -59,6 +59,12 @@ impl ClientError {
         matches!(self, ClientError::Api { status, .. } if *status == StatusCode::CONFLICT)
     }
 
+    /// `401`/`403`: the token is unknown, revoked, or its agent retired; retrying cannot help.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, ClientError::Api { status, .. }
+            if *status == StatusCode::UNAUTHORIZED || *status == StatusCode::FORBIDDEN)
+    }
+
     /// Worth retrying later: transport failures and 5xx.
     pub fn is_transient(&self) -> bool {
         match self {

@@ -10,9 +10,10 @@
 //! - [`telemetry`]: logging and Prometheus metrics.
 //! - [`crd`]: the `WorkOrder` and `Executor` custom resources.
 //! - [`postgres`]: the embedded PostgreSQL used when no `DATABASE_URL` is given.
+//! - [`pull`]: the pull loop of agents (claim, heartbeat, complete) and the life of one order,
+//!   shared by [`worker`] and [`executor`].
 
 pub mod admin;
-pub mod agent;
 pub mod api;
 pub mod auth;
 pub mod cli;
@@ -22,6 +23,7 @@ pub mod crd;
 pub mod executor;
 pub mod manifest;
 pub mod postgres;
+pub mod pull;
 pub mod queue;
 pub mod serve;
 pub mod signals;

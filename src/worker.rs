@@ -1,6 +1,7 @@
 //! `pullman worker --exec CMD`: the reference external worker (DESIGN.md §7). It carries an order
 //! out by running CMD with the work order JSON on stdin; exit 0 is success, exit 3 a failure not
-//! worth retrying, any other exit a retryable failure.
+//! worth retrying, any other exit a retryable failure. CMD's output is streamed into the worker's
+//! log line by line, under the order's id, as it runs.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -9,51 +10,106 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use crate::agent::{self, Carrier, LoopConfig, Shutdown, Verdict};
-use crate::client::Client;
+use crate::pull::{
+    self, Abandon, Carrier, ConnectError, Ended, LoopConfig, PullError, Reported, Shutdown, Verdict,
+};
 use crate::queue::WorkOrder;
+
+/// Kept for callers of the old path; the helper lives with the pull loop now.
+pub use crate::pull::read_token;
 
 /// Most bytes of output reported as the result message.
 pub const MESSAGE_TAIL_BYTES: usize = 4096;
 /// Exit code of CMD meaning "failed, do not retry".
 pub const EXIT_NO_RETRY: i32 = 3;
+/// Longest line of CMD's output logged as one entry; longer lines are logged in pieces.
+pub const LOG_LINE_BYTES: usize = 4096;
 
-/// Run work orders with a shell command.
-///
-/// Claims work orders with a lease (long-poll), heartbeats every lease/3, and runs CMD through
-/// `sh -c` with the work order JSON on stdin and PULLMAN_WORK_ORDER_ID, PULLMAN_CLAIM_ID and
-/// PULLMAN_WORK_TYPE in its environment. The result is reported from CMD's exit status:
-///
-///   exit 0   success; the message is the tail of stdout (at most 4 KiB)
-///   exit 3   failure, not retried; the message is the tail of stderr
-///   other    failure, retried per the order's max_retries/backoff_seconds
-///
-/// If a heartbeat says the order was cancelled or reclaimed, CMD's process group gets SIGTERM
-/// (SIGKILL 10 s later) and nothing is reported. SIGTERM/SIGINT: stop claiming and let the running
-/// order finish; a second signal stops it too and leaves it to the reaper.
+/// Exit codes of `pullman worker` (documented in `--help`).
+pub mod exit {
+    /// Stopped by a signal after draining; with `--once`: the order succeeded.
+    pub const OK: i32 = 0;
+    /// `--once`: the order failed (reported; the server may retry it elsewhere).
+    pub const ORDER_FAILED: i32 = 1;
+    /// `--once`: the order was cancelled, reclaimed or abandoned, or its result could not be
+    /// delivered.
+    pub const ABANDONED: i32 = 3;
+    /// `--once`: no order was run (`--wait` ran out, or a signal came first).
+    pub const NO_ORDER: i32 = 4;
+    /// The server refused the token: the agent was retired or its token revoked or rotated.
+    pub const UNAUTHORIZED: i32 = 5;
+    /// The worker could not start (unreadable token file, admin token given, …).
+    pub const ERROR: i32 = 6;
+}
+
+/// What `pullman worker --help` says after the flags: how CMD's exit status is reported, what
+/// stops the worker, and its exit codes.
+pub const WORKER_HELP: &str = "\
+Claims work orders with a lease (long-poll), heartbeats every lease/3, and runs CMD through
+`sh -c` with the work order JSON on stdin and PULLMAN_WORK_ORDER_ID, PULLMAN_CLAIM_ID and
+PULLMAN_WORK_TYPE in its environment. CMD's stdout and stderr are logged line by line as it
+runs, under the order's id, then its exit status. The result is reported from the status:
+
+  exit 0   success; the message is the tail of stdout (at most 4 KiB)
+  exit 3   failure, not retried; the message is the tail of stderr
+  other    failure, retried per the order's max_retries/backoff_seconds
+
+If a heartbeat says the order was cancelled or reclaimed, CMD's process group gets SIGTERM
+(SIGKILL 10 s later) and nothing is reported. SIGTERM/SIGINT: stop claiming and let the running
+order finish; a second signal stops it too and leaves it to the reaper. While the server is
+unreachable (at start or later) the worker retries with backoff (0.5 s doubling to 30 s) and
+logs when it is connected again.
+
+Exit codes:
+  0   stopped by a signal; with --once: the order succeeded
+  1   --once: the order failed (reported; the server may retry it)
+  2   bad command line
+  3   --once: the order was cancelled, reclaimed or abandoned (nothing reported)
+  4   --once: no order was run (--wait ran out, or a signal came first)
+  5   the server refused the token: agent retired or token revoked/rotated
+  6   could not start (unreadable token file, admin token, …)";
+
+/// Run work orders with a shell command (see [`WORKER_HELP`]).
 #[derive(Debug, Clone, Args)]
-#[command(verbatim_doc_comment)]
+#[command(after_long_help = WORKER_HELP)]
 pub struct WorkerArgs {
-    /// Pullman server URL.
+    /// Pullman server URL, e.g. http://127.0.0.1:8080.
     #[arg(long, env = "PULLMAN_SERVER")]
     pub server: String,
-    /// File holding this agent's bearer token.
+    /// File holding this agent's bearer token (from `pullman agents create`).
     #[arg(long, env = "PULLMAN_TOKEN_FILE")]
     pub token_file: PathBuf,
-    /// Only claim orders of this work type (repeatable; default: whatever the agent may take).
+    /// Only claim orders of this work type, `build` or `custom` (repeatable or comma-separated;
+    /// default: whatever the agent may take).
     #[arg(long = "work-type", env = "PULLMAN_WORK_TYPES", value_delimiter = ',')]
     pub work_types: Vec<String>,
-    /// Lease requested on each claim, in seconds (heartbeat every third of it).
+    /// Lease requested on each claim, in seconds (5-86400); a heartbeat goes out every third
+    /// of it.
     #[arg(long, env = "PULLMAN_LEASE_SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u32).range(5..=86400))]
     pub lease_seconds: u32,
-    /// Orders run at once.
+    /// Orders run at once (1-1024; ignored with --once).
     #[arg(long, env = "PULLMAN_CONCURRENCY", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub concurrency: u32,
+    /// Run one order, then exit with its status (0 succeeded, 1 failed, 3 cancelled or
+    /// reclaimed); for CI jobs and scripts.
+    #[arg(long, env = "PULLMAN_ONCE")]
+    pub once: bool,
+    /// With --once: give up after this many seconds without an order and exit 4 (default: wait
+    /// until one arrives or a signal comes).
+    #[arg(
+        long,
+        env = "PULLMAN_WAIT_SECONDS",
+        value_name = "SECONDS",
+        requires = "once"
+    )]
+    pub wait: Option<u64>,
     /// Shell command that carries out one order (run with `sh -c`). It gets the work order JSON
     /// on stdin and PULLMAN_WORK_ORDER_ID, PULLMAN_CLAIM_ID, PULLMAN_WORK_TYPE in its
     /// environment. Exit 0: success (message: tail of stdout); exit 3: failure, not retried;
@@ -62,40 +118,30 @@ pub struct WorkerArgs {
     pub exec: String,
 }
 
-/// Reads a token file, naming the file in errors.
-pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let token = std::fs::read_to_string(path)
-        .with_context(|| format!("reading token file {}", path.display()))?;
-    let token = token.trim().to_string();
-    anyhow::ensure!(!token.is_empty(), "token file {} is empty", path.display());
-    Ok(token)
-}
-
-/// Connects with the token and learns which agent it belongs to.
-pub async fn connect_as_agent(
-    server: &str,
-    token_file: &std::path::Path,
-) -> anyhow::Result<(Client, uuid::Uuid)> {
-    let client = Client::new(server, &read_token(token_file)?)?;
-    let me = client.whoami().await.with_context(|| {
-        format!(
-            "checking the token from {} against {server}",
-            token_file.display()
-        )
-    })?;
-    let agent_id = me.agent_id.with_context(|| {
-        format!(
-            "the token in {} is the admin token; give an agent token (pullman agents create)",
-            token_file.display()
-        )
-    })?;
-    tracing::info!(agent = %agent_id, name = me.agent_name.as_deref().unwrap_or(""), server, "connected");
-    Ok((client, agent_id))
-}
-
-/// `pullman worker`.
+/// `pullman worker`: exits the process with one of the [`exit`] codes.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
-    let (client, agent_id) = connect_as_agent(&args.server, &args.token_file).await?;
+    let code = run_for_exit_code(args).await;
+    if code != exit::OK {
+        std::process::exit(code);
+    }
+    Ok(())
+}
+
+async fn run_for_exit_code(args: WorkerArgs) -> i32 {
+    let shutdown = Shutdown::on_signals();
+    let (client, agent_id) =
+        match pull::connect_as_agent(&args.server, &args.token_file, &shutdown.drain).await {
+            Ok(c) => c,
+            Err(ConnectError::Stopped) => return exit::OK,
+            Err(e @ ConnectError::Unauthorized(_)) => {
+                tracing::error!("{e}");
+                return exit::UNAUTHORIZED;
+            }
+            Err(e) => {
+                tracing::error!("could not start: {e:#}");
+                return exit::ERROR;
+            }
+        };
     let config = LoopConfig {
         agent_id,
         work_types: args.work_types.clone(),
@@ -106,19 +152,83 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let carrier = Arc::new(ExecCarrier {
         command: args.exec.clone(),
     });
-    agent::run(client, config, carrier, Shutdown::on_signals()).await;
-    tracing::info!("worker stopped");
-    Ok(())
+    let ended = if args.once {
+        let wait = args.wait.map(Duration::from_secs);
+        pull::run_once(client, config, carrier, shutdown, wait).await
+    } else {
+        pull::run(client, config, carrier, shutdown)
+            .await
+            .map(|()| None)
+    };
+    let code = match &ended {
+        Err(PullError::Unauthorized(_)) => exit::UNAUTHORIZED,
+        Ok(None) if args.once => exit::NO_ORDER,
+        Ok(None) => exit::OK,
+        Ok(Some(end)) => once_exit_code(end),
+    };
+    match ended {
+        Err(e) => tracing::error!("worker stopped: {e}"),
+        Ok(_) => tracing::info!(exit_code = code, "worker stopped"),
+    }
+    code
 }
 
-/// Carries orders out by running a shell command.
+/// The exit code of `--once` for how its order ended.
+pub fn once_exit_code(ended: &Ended) -> i32 {
+    match ended {
+        Ended::Reported {
+            reported: Reported::Unauthorized,
+            ..
+        }
+        | Ended::Abandoned(Abandon::Unauthorized) => exit::UNAUTHORIZED,
+        Ended::Reported {
+            verdict: Verdict::Success { .. },
+            reported: Reported::Finished(_),
+        } => exit::OK,
+        Ended::Reported {
+            reported: Reported::Refused | Reported::Lost,
+            ..
+        } => exit::ABANDONED,
+        Ended::Reported { .. } => exit::ORDER_FAILED,
+        Ended::Abandoned(_) => exit::ABANDONED,
+    }
+}
+
+/// Carries orders out by running a shell command: `Applying` starts it, `Watching` waits for
+/// its exit.
 pub struct ExecCarrier {
     pub command: String,
 }
 
+/// A started CMD: the process and the tasks streaming its output (each returns the tail).
+pub struct Running {
+    child: tokio::process::Child,
+    feed: JoinHandle<()>,
+    stdout: JoinHandle<std::io::Result<Vec<u8>>>,
+    stderr: JoinHandle<std::io::Result<Vec<u8>>>,
+}
+
 impl Carrier for ExecCarrier {
-    async fn carry(&self, order: WorkOrder, stop: CancellationToken) -> Verdict {
-        match run_command(&self.command, &order, stop).await {
+    type Started = Running;
+
+    async fn start(
+        &self,
+        order: &WorkOrder,
+        _stop: &CancellationToken,
+    ) -> Result<Running, Verdict> {
+        spawn_command(&self.command, order).map_err(|e| Verdict::Failure {
+            message: format!("could not run the command: {e:#}"),
+            retryable: true,
+        })
+    }
+
+    async fn finish(
+        &self,
+        _order: &WorkOrder,
+        running: Running,
+        stop: &CancellationToken,
+    ) -> Verdict {
+        match wait_command(running, stop).await {
             Ok(v) => v,
             Err(e) => Verdict::Failure {
                 message: format!("could not run the command: {e:#}"),
@@ -128,11 +238,7 @@ impl Carrier for ExecCarrier {
     }
 }
 
-async fn run_command(
-    command: &str,
-    order: &WorkOrder,
-    stop: CancellationToken,
-) -> anyhow::Result<Verdict> {
+fn spawn_command(command: &str, order: &WorkOrder) -> anyhow::Result<Running> {
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(command)
@@ -150,24 +256,40 @@ async fn run_command(
         .kill_on_drop(true)
         .spawn()
         .context("spawning sh")?;
+    tracing::info!(pid = child.id().unwrap_or(0), "command started");
     let input = serde_json::to_vec(order)?;
     let mut stdin = child.stdin.take().expect("piped");
     let feed = tokio::spawn(async move {
         // CMD may not read its input; a broken pipe is fine.
         let _ = stdin.write_all(&input).await;
     });
-    let stdout = tokio::spawn(read_tail(child.stdout.take().expect("piped")));
-    let stderr = tokio::spawn(read_tail(child.stderr.take().expect("piped")));
+    let stdout =
+        tokio::spawn(stream_lines(child.stdout.take().expect("piped"), "stdout").in_current_span());
+    let stderr =
+        tokio::spawn(stream_lines(child.stderr.take().expect("piped"), "stderr").in_current_span());
+    Ok(Running {
+        child,
+        feed,
+        stdout,
+        stderr,
+    })
+}
+
+async fn wait_command(mut running: Running, stop: &CancellationToken) -> anyhow::Result<Verdict> {
     let status = tokio::select! {
-        s = child.wait() => s?,
+        s = running.child.wait() => s?,
         _ = stop.cancelled() => {
-            stop_group(&mut child).await;
+            stop_group(&mut running.child).await;
             return Ok(Verdict::Failure { message: "stopped".into(), retryable: true });
         }
     };
-    feed.abort();
-    let out = stdout.await??;
-    let err = stderr.await??;
+    running.feed.abort();
+    let out = running.stdout.await??;
+    let err = running.stderr.await??;
+    match status.code() {
+        Some(code) => tracing::info!(exit_status = code, "command exited"),
+        None => tracing::warn!(%status, "command killed"),
+    }
     Ok(match status.code() {
         Some(0) => Verdict::Success {
             message: tail_utf8(&out, MESSAGE_TAIL_BYTES),
@@ -181,6 +303,31 @@ async fn run_command(
             retryable: true,
         },
     })
+}
+
+/// Logs a stream line by line as it comes (lines over [`LOG_LINE_BYTES`] in pieces), keeping
+/// the last 2 × [`MESSAGE_TAIL_BYTES`] for the result message.
+async fn stream_lines(r: impl AsyncRead + Unpin, stream: &'static str) -> std::io::Result<Vec<u8>> {
+    let keep = 2 * MESSAGE_TAIL_BYTES;
+    let mut reader = BufReader::new(r);
+    let mut tail = Vec::with_capacity(keep);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut reader)
+            .take(LOG_LINE_BYTES as u64)
+            .read_until(b'\n', &mut line)
+            .await?;
+        if n == 0 {
+            return Ok(tail);
+        }
+        tail.extend_from_slice(&line);
+        if tail.len() > keep {
+            tail.drain(..tail.len() - keep);
+        }
+        let text = String::from_utf8_lossy(&line);
+        tracing::info!(stream, "{}", text.trim_end_matches(['\n', '\r']));
+    }
 }
 
 fn failure_message(what: &str, stderr: &[u8], stdout: &[u8]) -> String {
@@ -206,23 +353,6 @@ async fn stop_group(child: &mut tokio::process::Child) {
         {
             let _ = killpg(group, Signal::SIGKILL);
             let _ = child.wait().await;
-        }
-    }
-}
-
-/// Reads a stream to its end, keeping only the last 2 × [`MESSAGE_TAIL_BYTES`].
-async fn read_tail(mut r: impl AsyncRead + Unpin) -> std::io::Result<Vec<u8>> {
-    let keep = 2 * MESSAGE_TAIL_BYTES;
-    let mut tail = Vec::with_capacity(keep);
-    let mut buf = [0u8; 8192];
-    loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(tail);
-        }
-        tail.extend_from_slice(&buf[..n]);
-        if tail.len() > keep {
-            tail.drain(..tail.len() - keep);
         }
     }
 }

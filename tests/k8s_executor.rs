@@ -12,9 +12,9 @@ use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::{Api, Client, ResourceExt};
-use pullman::agent::{self, LoopConfig, Shutdown};
 use pullman::client::Client as PullClient;
 use pullman::executor::KubeCarrier;
+use pullman::pull::{self, LoopConfig, Shutdown};
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::kube::{client, drop_namespace, kubectl, namespace};
@@ -23,7 +23,7 @@ use support::{TestServer, eventually};
 /// An executor running in-process over the real pull API, for one namespace.
 struct Executor {
     shutdown: Shutdown,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Result<(), pull::PullError>>,
 }
 
 impl Executor {
@@ -35,18 +35,31 @@ impl Executor {
         ns: &str,
         lease: u32,
     ) -> Self {
+        Self::start_with(s, k, agent_id, token, ns, lease, 4).0
+    }
+
+    /// Like `start`, with `concurrency` orders at once; also hands back the carrier.
+    fn start_with(
+        s: &TestServer,
+        k: &Client,
+        agent_id: &str,
+        token: &str,
+        ns: &str,
+        lease: u32,
+        concurrency: usize,
+    ) -> (Self, Arc<KubeCarrier>) {
         let shutdown = Shutdown::default();
         let api = PullClient::new(&s.base, token).unwrap();
         let config = LoopConfig {
             agent_id: agent_id.parse().unwrap(),
             work_types: vec![],
             lease_seconds: lease,
-            concurrency: 4,
+            concurrency,
             max_wait_seconds: 5,
         };
         let carrier = Arc::new(KubeCarrier::new(k.clone(), ns.to_string()));
-        let task = tokio::spawn(agent::run(api, config, carrier, shutdown.clone()));
-        Executor { shutdown, task }
+        let task = tokio::spawn(pull::run(api, config, carrier.clone(), shutdown.clone()));
+        (Executor { shutdown, task }, carrier)
     }
 
     /// Like `kill -9`: nothing reported, nothing cleaned up.
@@ -175,6 +188,47 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
         .await
         .unwrap();
     assert!(all.items.is_empty(), "nothing created for the unnamed Job");
+    ex.stop().await;
+    drop_namespace(&t.k, &t.ns).await;
+}
+
+/// Issue #16: many orders at once wait on ONE shared watch of Jobs, not one watch each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dozen_job_orders_at_once_share_one_watch() {
+    const N: usize = 24;
+    let t = setup("many").await;
+    let (ex, carrier) = Executor::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, N);
+    let mut ids = Vec::new();
+    for i in 0..N {
+        // Running for a few seconds, so all of them are watched at the same time.
+        let yaml = job(
+            &format!("many-{i}"),
+            json!({"pullman.dev/kwok-run-duration": "4s"}),
+        );
+        ids.push(t.s.order(order(&t.ns, &yaml, 600)).await);
+    }
+    let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
+    let running = eventually(120, "all Jobs running at once", || async {
+        let list = jobs.list(&ListParams::default()).await.ok()?;
+        let active = list
+            .items
+            .iter()
+            .filter(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0)
+            .count();
+        (active >= N / 2).then_some(active)
+    })
+    .await;
+    println!("{running} Jobs active at once");
+    for (i, id) in ids.iter().enumerate() {
+        let v = t.s.log_entry(id, 120).await;
+        assert_eq!(v["outcome"], "succeeded", "{v}");
+        assert_eq!(v["message"], format!("Jobs succeeded: many-{i}"));
+    }
+    assert_eq!(
+        carrier.watches().open_watches(),
+        1,
+        "one watch of Jobs in the target namespace served every order"
+    );
     ex.stop().await;
     drop_namespace(&t.k, &t.ns).await;
 }

@@ -15,8 +15,9 @@ use serde_json::Value;
 use super::verdict::{api_message, is_transient};
 use crate::manifest;
 
-/// Field manager of everything the executor applies (DESIGN.md §1).
-pub const FIELD_MANAGER: &str = "pullman-executor";
+/// Field manager of everything the executor applies (DESIGN.md §4); the controller has its own
+/// (`controller::FIELD_MANAGER`, `pullman-controller`).
+pub const EXECUTOR_FIELD_MANAGER: &str = "pullman-executor";
 /// Label every applied object carries: the work order id.
 pub const WORK_ORDER_LABEL: &str = "pullman.dev/work-order";
 
@@ -205,7 +206,7 @@ impl Applier {
             WORK_ORDER_LABEL.into(),
             Value::String(work_order.to_string()),
         );
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let params = PatchParams::apply(EXECUTOR_FIELD_MANAGER).force();
         target
             .api(&self.client)
             .patch(&target.name, &params, &Patch::Apply(&obj))

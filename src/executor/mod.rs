@@ -2,43 +2,50 @@
 //! API and carries them out in its cluster: `custom` orders are applied with server-side apply and
 //! their Jobs watched to a verdict; `build` orders apply a Shipwright Build and watch a BuildRun.
 //! Everything happens within the watch budget derived from the claim timeout.
+//!
+//! - [`crate::pull::order`]: the life of one order (claimed → applying → watching → reporting, or
+//!   abandoned); the executor supplies the applying and watching steps ([`KubeCarrier`]).
+//! - `apply`: server-side apply with cached discovery; `plan`: what one order applies and
+//!   then waits on; `watch`: one shared watch per kind and namespace that every order waits on;
+//!   `verdict`: what a watched object says; `cleanup`: deleting what a cancelled order created.
 
 mod apply;
+mod cleanup;
+mod plan;
 mod verdict;
 mod watch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use clap::Args;
-use kube::api::{DeleteParams, DynamicObject, ListParams, PropagationPolicy};
-use kube::{Api, Client};
-use serde_json::{Value, json};
+use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-pub use apply::{Applied, Applier, FIELD_MANAGER, WORK_ORDER_LABEL, apply_rank};
-pub use verdict::{ObjectVerdict, buildrun_verdict, job_verdict};
-pub use watch::{WatchEnd, watch_object};
+pub use apply::{Applied, Applier, EXECUTOR_FIELD_MANAGER, WORK_ORDER_LABEL, apply_rank};
+pub use plan::{BUILD_WINDOW, Plan, buildrun_name};
+pub use verdict::{ObjectVerdict, buildrun_verdict, job_verdict, keep_verdict_fields};
+pub use watch::{WatchEnd, Watches};
 
-use crate::agent::{self, Carrier, LoopConfig, Shutdown, Verdict};
-use crate::manifest;
-use crate::queue::rules::watch_budget;
-use crate::queue::{WorkOrder, WorkType};
+use crate::pull::{self, Carrier, ConnectError, LoopConfig, Shutdown, Verdict};
+use crate::queue::WorkOrder;
 
-/// Longest a BuildRun is watched, whatever the budget (DESIGN.md §4).
-pub const BUILD_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// What `pullman executor --help` says after the flags.
+pub const EXECUTOR_HELP: &str = "\
+Claims work orders with a lease, applies their objects with server-side apply (field manager
+pullman-executor) and watches Jobs and Shipwright BuildRuns to a verdict within the watch
+budget (claim timeout minus max(10 %, 60 s)). One shared watch per kind and namespace serves
+every running order. Uses the in-cluster service account, or KUBECONFIG outside a cluster.
+While the server is unreachable it retries with backoff (0.5 s doubling to 30 s). A refused
+token (agent retired, token revoked) ends it with exit code 1. SIGTERM: stop claiming, finish
+running orders; a second signal abandons them to the reaper.";
 
-/// Run work orders in this cluster.
-///
-/// Claims work orders with a lease, applies their objects with server-side apply (field manager
-/// pullman-executor) and watches Jobs and Shipwright BuildRuns to a verdict within the watch
-/// budget (claim timeout minus max(10 %, 60 s)). Uses the in-cluster service account, or
-/// KUBECONFIG outside a cluster. SIGTERM: stop claiming, finish running orders; a second signal
-/// abandons them to the reaper.
+/// Run work orders in this cluster (see [`EXECUTOR_HELP`]).
 #[derive(Debug, Clone, Args)]
+#[command(after_long_help = EXECUTOR_HELP)]
 pub struct ExecutorArgs {
-    /// Pullman server URL.
+    /// Pullman server URL, e.g. http://pullman.pullman-system:8080.
     #[arg(long, env = "PULLMAN_SERVER")]
     pub server: String,
     /// File holding this executor's agent token (the Executor's Secret, key `token`).
@@ -48,11 +55,13 @@ pub struct ExecutorArgs {
     /// `default`.
     #[arg(long, env = "PULLMAN_TARGET_NAMESPACE")]
     pub target_namespace: Option<String>,
-    /// Orders carried out at once.
+    /// Orders carried out at once (1-1024). Connections to the Kubernetes API do not grow with
+    /// it: every order waits on one shared watch per kind.
     #[arg(long, env = "PULLMAN_CONCURRENCY", default_value_t = 4,
-          value_parser = clap::value_parser!(u32).range(1..=256))]
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub concurrency: u32,
-    /// Lease requested on each claim, in seconds (heartbeat every third of it).
+    /// Lease requested on each claim, in seconds (5-86400); a heartbeat goes out every third
+    /// of it.
     #[arg(long, env = "PULLMAN_LEASE_SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u32).range(5..=86400))]
     pub lease_seconds: u32,
@@ -60,8 +69,13 @@ pub struct ExecutorArgs {
 
 /// `pullman executor`.
 pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let (api, agent_id) = crate::worker::connect_as_agent(&args.server, &args.token_file).await?;
+    let shutdown = Shutdown::on_signals();
+    let (api, agent_id) =
+        match pull::connect_as_agent(&args.server, &args.token_file, &shutdown.drain).await {
+            Ok(c) => c,
+            Err(ConnectError::Stopped) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
     let kube = Client::try_default()
         .await
         .context("connecting to Kubernetes (in-cluster config or KUBECONFIG)")?;
@@ -79,304 +93,43 @@ pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency as usize,
         max_wait_seconds: 30,
     };
-    agent::run(api, config, carrier, Shutdown::on_signals()).await;
+    pull::run(api, config, carrier, shutdown).await?;
     tracing::info!("executor stopped");
     Ok(())
 }
 
-/// Carries orders out in a cluster.
+/// Carries orders out in a cluster: applying is [`Plan::apply`], watching is [`Plan::watch`].
 pub struct KubeCarrier {
     applier: Applier,
-}
-
-fn terminal(message: impl Into<String>) -> Verdict {
-    Verdict::Failure {
-        message: message.into(),
-        retryable: false,
-    }
+    watches: Watches,
 }
 
 impl KubeCarrier {
     pub fn new(client: Client, target_namespace: String) -> Self {
         KubeCarrier {
+            watches: Watches::new(client.clone()),
             applier: Applier::new(client, target_namespace),
         }
     }
 
-    /// Carries one order out; `budget` counts from the moment the claim was received.
-    pub async fn carry_out(&self, order: &WorkOrder, stop: &CancellationToken) -> Verdict {
-        let started = Instant::now();
-        let budget = watch_budget(order.claim_timeout_seconds.max(0) as u32);
-        let deadline = started + budget;
-        let yaml = order.yaml_content.as_deref().unwrap_or("");
-        let docs = match manifest::parse_documents(yaml) {
-            Ok(docs) => docs,
-            Err(e) => return terminal(e.0),
-        };
-        if docs.is_empty() {
-            return terminal("nothing to apply: yaml_content holds no Kubernetes object");
-        }
-        match order.work_type {
-            WorkType::Custom => self.carry_custom(order, docs, deadline, budget, stop).await,
-            WorkType::Build => self.carry_build(order, docs, deadline, budget, stop).await,
-        }
+    /// The shared watches (one per kind and namespace waited on so far).
+    pub fn watches(&self) -> &Watches {
+        &self.watches
     }
-
-    async fn carry_custom(
-        &self,
-        order: &WorkOrder,
-        mut docs: Vec<Value>,
-        deadline: Instant,
-        budget: Duration,
-        stop: &CancellationToken,
-    ) -> Verdict {
-        // Jobs need explicit names so a re-delivered order finds the Job it created; checked
-        // before anything is applied.
-        for (i, doc) in docs.iter().enumerate() {
-            let named = doc
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .is_some_and(|n| !n.is_empty());
-            if manifest::is_job(doc) && !named {
-                return terminal(format!(
-                    "Job in document {} has no metadata.name (generateName is not supported: a \
-                     re-delivered order must find the Job it already created); nothing was applied",
-                    i + 1
-                ));
-            }
-        }
-        docs.sort_by_key(apply_rank);
-        let id = order.id.to_string();
-        let mut applied = Vec::new();
-        let mut jobs = Vec::new();
-        for doc in &docs {
-            if stop.is_cancelled() {
-                return terminal("stopped");
-            }
-            let target = match self.applier.apply(doc, &id).await {
-                Ok(t) => t,
-                Err(e) => {
-                    return Verdict::Failure {
-                        message: e.message,
-                        retryable: e.retryable,
-                    };
-                }
-            };
-            if apply_rank(doc) == 1
-                && let Err(e) = self
-                    .applier
-                    .wait_established(
-                        &target.name,
-                        deadline.min(Instant::now() + Duration::from_secs(120)),
-                    )
-                    .await
-            {
-                return Verdict::Failure {
-                    message: e.message,
-                    retryable: e.retryable,
-                };
-            }
-            if manifest::is_job(doc) {
-                jobs.push(target);
-            } else {
-                applied.push(target);
-            }
-        }
-        let mut finished = Vec::new();
-        for job in &jobs {
-            let end = watch_object(
-                job.api(self.applier.client()),
-                &job.name,
-                deadline,
-                stop,
-                job_verdict,
-            )
-            .await;
-            match end {
-                WatchEnd::Verdict(ObjectVerdict::Succeeded(_)) => finished.push(job.name.clone()),
-                WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => {
-                    return terminal(format!("{} failed: {reason}: {message}", job.display()));
-                }
-                WatchEnd::Verdict(ObjectVerdict::Pending) => {
-                    unreachable!("watch_object ends only on terminal verdicts")
-                }
-                WatchEnd::Deleted => {
-                    return terminal(format!("{} was deleted before it finished", job.display()));
-                }
-                WatchEnd::DeadlineReached => {
-                    return terminal(format!(
-                        "{} still running when the watch budget of {} s ran out; the Job is left running",
-                        job.display(),
-                        budget.as_secs()
-                    ));
-                }
-                WatchEnd::Stopped => return terminal("stopped"),
-            }
-        }
-        let mut message = String::new();
-        if !jobs.is_empty() {
-            message.push_str(&format!("Jobs succeeded: {}", finished.join(", ")));
-        }
-        if !applied.is_empty() {
-            let mut kinds: Vec<&str> = applied.iter().map(|a| a.kind.as_str()).collect();
-            kinds.dedup();
-            if !message.is_empty() {
-                message.push_str("; ");
-            }
-            message.push_str(&format!(
-                "applied without monitoring: {} ({})",
-                kinds.join(", "),
-                applied
-                    .iter()
-                    .map(Applied::display)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        Verdict::Success { message }
-    }
-
-    async fn carry_build(
-        &self,
-        order: &WorkOrder,
-        docs: Vec<Value>,
-        deadline: Instant,
-        budget: Duration,
-        stop: &CancellationToken,
-    ) -> Verdict {
-        let Some(build) = docs
-            .first()
-            .filter(|d| docs.len() == 1 && manifest::is_shipwright_build(d))
-        else {
-            return terminal(
-                "a build work order holds exactly one Build (apiVersion shipwright.io/v1beta1)",
-            );
-        };
-        let id = order.id.to_string();
-        let build_target = match self.applier.apply(build, &id).await {
-            Ok(t) => t,
-            Err(e) => {
-                return Verdict::Failure {
-                    message: e.message,
-                    retryable: e.retryable,
-                };
-            }
-        };
-        // Named by order and attempt: a reclaimed delivery re-attaches to its BuildRun, a retry
-        // after a failure starts a new one.
-        let run_name = buildrun_name(&build_target.name, order);
-        let run = json!({
-            "apiVersion": "shipwright.io/v1beta1",
-            "kind": "BuildRun",
-            "metadata": {"name": run_name, "namespace": build_target.namespace},
-            "spec": {"build": {"name": build_target.name}},
-        });
-        let run_target = match self.applier.apply(&run, &id).await {
-            Ok(t) => t,
-            Err(e) => {
-                return Verdict::Failure {
-                    message: e.message,
-                    retryable: e.retryable,
-                };
-            }
-        };
-        let window = BUILD_WINDOW.min(budget);
-        let window_end = deadline.min(Instant::now() + window);
-        match watch_object(
-            run_target.api(self.applier.client()),
-            &run_name,
-            window_end,
-            stop,
-            buildrun_verdict,
-        )
-        .await
-        {
-            WatchEnd::Verdict(ObjectVerdict::Succeeded(digest)) => {
-                Verdict::Success { message: digest }
-            }
-            WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => Verdict::Failure {
-                message: format!("{} failed: {reason}: {message}", run_target.display()),
-                retryable: true,
-            },
-            WatchEnd::Verdict(ObjectVerdict::Pending) => {
-                unreachable!("watch_object ends only on terminal verdicts")
-            }
-            WatchEnd::Deleted => terminal(format!(
-                "{} was deleted before it finished",
-                run_target.display()
-            )),
-            WatchEnd::DeadlineReached => terminal(format!(
-                "{} still running after the build window of {} s; the BuildRun is left alone",
-                run_target.display(),
-                window.as_secs()
-            )),
-            WatchEnd::Stopped => terminal("stopped"),
-        }
-    }
-
-    /// Deletes the Jobs and BuildRuns a cancelled order created (background propagation, so the
-    /// pods go too).
-    pub async fn delete_created(&self, order: &WorkOrder) {
-        let selector = format!("{WORK_ORDER_LABEL}={}", order.id);
-        let dp = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Background),
-            ..Default::default()
-        };
-        let docs = manifest::parse_documents(order.yaml_content.as_deref().unwrap_or(""))
-            .unwrap_or_default();
-        let mut targets = Vec::new();
-        for doc in &docs {
-            if (manifest::is_job(doc) || manifest::is_shipwright_build(doc))
-                && let Ok(t) = self.applier.locate(doc).await
-            {
-                targets.push((t.namespace.clone(), manifest::is_job(doc)));
-            }
-        }
-        for (namespace, is_job) in targets {
-            let ns = namespace.unwrap_or_else(|| self.applier.target_namespace().to_string());
-            let gvk = if is_job {
-                kube::api::GroupVersionKind::gvk("batch", "v1", "Job")
-            } else {
-                kube::api::GroupVersionKind::gvk("shipwright.io", "v1beta1", "BuildRun")
-            };
-            let Ok((resource, _)) = self.applier.resolve(&gvk).await else {
-                continue;
-            };
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(self.applier.client().clone(), &ns, &resource);
-            match api
-                .delete_collection(&dp, &ListParams::default().labels(&selector))
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(work_order = %order.id, namespace = %ns, kind = %gvk.kind, "deleted what the cancelled order created")
-                }
-                Err(e) => {
-                    tracing::warn!(work_order = %order.id, error = %e, "could not delete what the cancelled order created")
-                }
-            }
-        }
-    }
-}
-
-/// `<build>-<first 8 hex of the order id>-<attempt>`, at most 63 characters.
-pub fn buildrun_name(build: &str, order: &WorkOrder) -> String {
-    let suffix = format!(
-        "-{}-{}",
-        &order.id.simple().to_string()[..8],
-        order.retry_count
-    );
-    let keep = 63usize.saturating_sub(suffix.len());
-    let prefix: String = build.chars().take(keep).collect();
-    format!("{}{suffix}", prefix.trim_end_matches('-'))
 }
 
 impl Carrier for KubeCarrier {
-    async fn carry(&self, order: WorkOrder, stop: CancellationToken) -> Verdict {
-        self.carry_out(&order, &stop).await
+    type Started = Plan;
+
+    async fn start(&self, order: &WorkOrder, stop: &CancellationToken) -> Result<Plan, Verdict> {
+        Plan::apply(&self.applier, order, stop).await
+    }
+
+    async fn finish(&self, _order: &WorkOrder, plan: Plan, stop: &CancellationToken) -> Verdict {
+        plan.watch(&self.watches, stop).await
     }
 
     async fn cancelled(&self, order: &WorkOrder) {
-        self.delete_created(order).await;
+        cleanup::delete_created(&self.applier, order).await;
     }
 }

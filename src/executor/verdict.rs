@@ -73,6 +73,40 @@ pub fn buildrun_verdict(run: &Value) -> ObjectVerdict {
     }
 }
 
+/// Strips a watched object down to what [`job_verdict`] and [`buildrun_verdict`] read (status
+/// conditions, `status.succeeded`, `status.output.digest`) plus its identity, so the shared
+/// watch's store costs a few hundred bytes per object whatever the object's spec holds.
+pub fn keep_verdict_fields(object: &mut kube::api::DynamicObject) {
+    let meta = &mut object.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    let status = object.data.get("status");
+    let kept = json_status(status);
+    object.data = kept;
+}
+
+fn json_status(status: Option<&Value>) -> Value {
+    let Some(status) = status else {
+        return Value::Object(Default::default());
+    };
+    let mut kept = serde_json::Map::new();
+    for key in ["conditions", "succeeded"] {
+        if let Some(v) = status.get(key) {
+            kept.insert(key.into(), v.clone());
+        }
+    }
+    if let Some(digest) = status.pointer("/output/digest") {
+        kept.insert(
+            "output".into(),
+            serde_json::json!({ "digest": digest.clone() }),
+        );
+    }
+    serde_json::json!({ "status": kept })
+}
+
 /// Whether a failed Kubernetes API call is worth retrying (DESIGN.md §4): 5xx, 429, 409
 /// conflicts, and transport failures are; validation and permission errors are not.
 pub fn is_transient(error: &kube::Error) -> bool {
@@ -132,6 +166,39 @@ mod tests {
             )),
             ObjectVerdict::Pending
         );
+    }
+
+    #[test]
+    fn pruned_objects_keep_their_verdicts() {
+        let samples = [
+            json!({"spec": {"template": {"big": "x".repeat(10_000)}}, "status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 2, "active": 0}}),
+            json!({"status": {"conditions": [{"type": "FailureTarget", "status": "True", "reason": "r", "message": "m"}]}}),
+            json!({"status": {"conditions": [{"type": "Succeeded", "status": "True"}], "output": {"digest": "sha256:abc", "size": 3}}}),
+            json!({"status": {"conditions": [{"type": "Succeeded", "status": "False", "reason": "r", "message": "m"}]}}),
+            json!({"spec": {}}),
+        ];
+        for data in samples {
+            let mut full = kube::api::DynamicObject {
+                types: None,
+                metadata: kube::api::ObjectMeta {
+                    name: Some("j".into()),
+                    annotations: Some([("a".to_string(), "b".repeat(1000))].into()),
+                    ..Default::default()
+                },
+                data: data.clone(),
+            };
+            let before = serde_json::to_value(&full).unwrap();
+            keep_verdict_fields(&mut full);
+            let after = serde_json::to_value(&full).unwrap();
+            assert_eq!(job_verdict(&before), job_verdict(&after), "{data}");
+            assert_eq!(
+                buildrun_verdict(&before),
+                buildrun_verdict(&after),
+                "{data}"
+            );
+            assert!(after.to_string().len() < 400, "{after}");
+            assert_eq!(full.metadata.name.as_deref(), Some("j"));
+        }
     }
 
     #[test]

@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use pullman::agent::{self, LoopConfig, Shutdown};
 use pullman::client::Client as PullClient;
 use pullman::crd::{Executor, WorkOrder, WorkOrderPhase};
 use pullman::executor::KubeCarrier;
+use pullman::pull::{self, LoopConfig, Shutdown};
 use serde_json::{Value, json};
 
 use super::verdicts::{argocd, assert_health, conditions, flux, kstatus, live, message};
@@ -101,7 +101,7 @@ async fn an_executor_is_ready_apart_from_its_agents_contact_which_follows_within
         max_wait_seconds: 5,
     };
     let started = Instant::now();
-    let task = tokio::spawn(agent::run(
+    let task = tokio::spawn(pull::run(
         PullClient::new(&s.base, &token).unwrap(),
         config,
         Arc::new(KubeCarrier::new(k.clone(), ns.clone())),

@@ -1,0 +1,278 @@
+//! What one order applies, and what it then waits on (DESIGN.md §4): the executor's `Applying`
+//! step ([`Plan::apply`]) and `Watching` step ([`Plan::watch`]) of an order's life
+//! ([`crate::pull::order`]).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::apply::{Applied, Applier, ApplyError, apply_rank};
+use super::verdict::{ObjectVerdict, buildrun_verdict, job_verdict};
+use super::watch::{WatchEnd, Watches};
+use crate::manifest;
+use crate::pull::Verdict;
+use crate::queue::rules::watch_budget;
+use crate::queue::{WorkOrder, WorkType};
+
+/// Longest a BuildRun is watched, whatever the budget (DESIGN.md §4).
+pub const BUILD_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// What an order applied and now waits on.
+#[derive(Debug)]
+pub enum Plan {
+    /// A `custom` order: its Jobs to watch in turn, and what was applied without monitoring.
+    Jobs {
+        jobs: Vec<Applied>,
+        unmonitored: Vec<Applied>,
+        /// End of the watch budget, counted from the claim.
+        deadline: Instant,
+        budget: Duration,
+    },
+    /// A `build` order: its BuildRun, watched until `window_end`.
+    BuildRun {
+        run: Applied,
+        window_end: Instant,
+        window: Duration,
+    },
+}
+
+fn terminal(message: impl Into<String>) -> Verdict {
+    Verdict::Failure {
+        message: message.into(),
+        retryable: false,
+    }
+}
+
+impl From<ApplyError> for Verdict {
+    fn from(e: ApplyError) -> Self {
+        Verdict::Failure {
+            message: e.message,
+            retryable: e.retryable,
+        }
+    }
+}
+
+impl Plan {
+    /// Applies the order's objects; the budget counts from now (the moment the claim arrived).
+    /// `Err` is the order's verdict when nothing is left to watch for (refused documents, an
+    /// object the cluster rejected).
+    pub async fn apply(
+        applier: &Applier,
+        order: &WorkOrder,
+        stop: &CancellationToken,
+    ) -> Result<Plan, Verdict> {
+        let budget = watch_budget(order.claim_timeout_seconds.max(0) as u32);
+        let deadline = Instant::now() + budget;
+        let yaml = order.yaml_content.as_deref().unwrap_or("");
+        let docs = manifest::parse_documents(yaml).map_err(|e| terminal(e.0))?;
+        if docs.is_empty() {
+            return Err(terminal(
+                "nothing to apply: yaml_content holds no Kubernetes object",
+            ));
+        }
+        match order.work_type {
+            WorkType::Custom => apply_custom(applier, order, docs, deadline, budget, stop).await,
+            WorkType::Build => apply_build(applier, order, docs, deadline, budget).await,
+        }
+    }
+
+    /// Waits on the shared watches for the verdict.
+    pub async fn watch(self, watches: &Watches, stop: &CancellationToken) -> Verdict {
+        match self {
+            Plan::Jobs {
+                jobs,
+                unmonitored,
+                deadline,
+                budget,
+            } => watch_jobs(watches, jobs, unmonitored, deadline, budget, stop).await,
+            Plan::BuildRun {
+                run,
+                window_end,
+                window,
+            } => {
+                match watches
+                    .wait_for(&run, window_end, stop, buildrun_verdict)
+                    .await
+                {
+                    WatchEnd::Verdict(ObjectVerdict::Succeeded(digest)) => {
+                        Verdict::Success { message: digest }
+                    }
+                    WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => {
+                        Verdict::Failure {
+                            message: format!("{} failed: {reason}: {message}", run.display()),
+                            retryable: true,
+                        }
+                    }
+                    WatchEnd::Verdict(ObjectVerdict::Pending) => {
+                        unreachable!("wait_for ends only on terminal verdicts")
+                    }
+                    WatchEnd::Deleted => {
+                        terminal(format!("{} was deleted before it finished", run.display()))
+                    }
+                    WatchEnd::DeadlineReached => terminal(format!(
+                        "{} still running after the build window of {} s; the BuildRun is left alone",
+                        run.display(),
+                        window.as_secs()
+                    )),
+                    WatchEnd::Stopped => terminal("stopped"),
+                }
+            }
+        }
+    }
+}
+
+async fn apply_custom(
+    applier: &Applier,
+    order: &WorkOrder,
+    mut docs: Vec<Value>,
+    deadline: Instant,
+    budget: Duration,
+    stop: &CancellationToken,
+) -> Result<Plan, Verdict> {
+    // Jobs need explicit names so a re-delivered order finds the Job it created; checked
+    // before anything is applied.
+    for (i, doc) in docs.iter().enumerate() {
+        let named = doc
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        if manifest::is_job(doc) && !named {
+            return Err(terminal(format!(
+                "Job in document {} has no metadata.name (generateName is not supported: a \
+                 re-delivered order must find the Job it already created); nothing was applied",
+                i + 1
+            )));
+        }
+    }
+    docs.sort_by_key(apply_rank);
+    let id = order.id.to_string();
+    let mut unmonitored = Vec::new();
+    let mut jobs = Vec::new();
+    for doc in &docs {
+        if stop.is_cancelled() {
+            return Err(terminal("stopped"));
+        }
+        let target = applier.apply(doc, &id).await?;
+        if apply_rank(doc) == 1 {
+            applier
+                .wait_established(
+                    &target.name,
+                    deadline.min(Instant::now() + Duration::from_secs(120)),
+                )
+                .await?;
+        }
+        if manifest::is_job(doc) {
+            jobs.push(target);
+        } else {
+            unmonitored.push(target);
+        }
+    }
+    Ok(Plan::Jobs {
+        jobs,
+        unmonitored,
+        deadline,
+        budget,
+    })
+}
+
+async fn watch_jobs(
+    watches: &Watches,
+    jobs: Vec<Applied>,
+    unmonitored: Vec<Applied>,
+    deadline: Instant,
+    budget: Duration,
+    stop: &CancellationToken,
+) -> Verdict {
+    let mut finished = Vec::new();
+    for job in &jobs {
+        match watches.wait_for(job, deadline, stop, job_verdict).await {
+            WatchEnd::Verdict(ObjectVerdict::Succeeded(_)) => finished.push(job.name.clone()),
+            WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => {
+                return terminal(format!("{} failed: {reason}: {message}", job.display()));
+            }
+            WatchEnd::Verdict(ObjectVerdict::Pending) => {
+                unreachable!("wait_for ends only on terminal verdicts")
+            }
+            WatchEnd::Deleted => {
+                return terminal(format!("{} was deleted before it finished", job.display()));
+            }
+            WatchEnd::DeadlineReached => {
+                return terminal(format!(
+                    "{} still running when the watch budget of {} s ran out; the Job is left running",
+                    job.display(),
+                    budget.as_secs()
+                ));
+            }
+            WatchEnd::Stopped => return terminal("stopped"),
+        }
+    }
+    let mut message = String::new();
+    if !jobs.is_empty() {
+        message.push_str(&format!("Jobs succeeded: {}", finished.join(", ")));
+    }
+    if !unmonitored.is_empty() {
+        let mut kinds: Vec<&str> = unmonitored.iter().map(|a| a.kind.as_str()).collect();
+        kinds.dedup();
+        if !message.is_empty() {
+            message.push_str("; ");
+        }
+        message.push_str(&format!(
+            "applied without monitoring: {} ({})",
+            kinds.join(", "),
+            unmonitored
+                .iter()
+                .map(Applied::display)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Verdict::Success { message }
+}
+
+async fn apply_build(
+    applier: &Applier,
+    order: &WorkOrder,
+    docs: Vec<Value>,
+    deadline: Instant,
+    budget: Duration,
+) -> Result<Plan, Verdict> {
+    let Some(build) = docs
+        .first()
+        .filter(|d| docs.len() == 1 && manifest::is_shipwright_build(d))
+    else {
+        return Err(terminal(
+            "a build work order holds exactly one Build (apiVersion shipwright.io/v1beta1)",
+        ));
+    };
+    let id = order.id.to_string();
+    let build_target = applier.apply(build, &id).await?;
+    // Named by order and attempt: a reclaimed delivery re-attaches to its BuildRun, a retry
+    // after a failure starts a new one.
+    let run_name = buildrun_name(&build_target.name, order);
+    let run = json!({
+        "apiVersion": "shipwright.io/v1beta1",
+        "kind": "BuildRun",
+        "metadata": {"name": run_name, "namespace": build_target.namespace},
+        "spec": {"build": {"name": build_target.name}},
+    });
+    let run = applier.apply(&run, &id).await?;
+    let window = BUILD_WINDOW.min(budget);
+    Ok(Plan::BuildRun {
+        run,
+        window_end: deadline.min(Instant::now() + window),
+        window,
+    })
+}
+
+/// `<build>-<first 8 hex of the order id>-<attempt>`, at most 63 characters.
+pub fn buildrun_name(build: &str, order: &WorkOrder) -> String {
+    let suffix = format!(
+        "-{}-{}",
+        &order.id.simple().to_string()[..8],
+        order.retry_count
+    );
+    let keep = 63usize.saturating_sub(suffix.len());
+    let prefix: String = build.chars().take(keep).collect();
+    format!("{}{suffix}", prefix.trim_end_matches('-'))
+}

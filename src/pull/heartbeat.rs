@@ -1,0 +1,82 @@
+//! Heartbeats of one claimed order (DESIGN.md §2, §5): every lease/3 while the order is carried
+//! out. A refusal is handed to the order's state machine as the reason to abandon it.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use super::order::Abandon;
+use crate::client::Client;
+
+/// The running heartbeats of one order; they stop when this is dropped, so an abandoned order's
+/// lease can lapse.
+pub struct Heartbeats {
+    _task: AbortOnDropHandle<()>,
+    refused: Option<oneshot::Receiver<Abandon>>,
+}
+
+impl Heartbeats {
+    /// Starts heartbeating `order_id` under `claim_id` every `lease_seconds / 3` (at least 1 s).
+    pub fn start(
+        client: Client,
+        agent_id: Uuid,
+        order_id: Uuid,
+        claim_id: Option<Uuid>,
+        lease_seconds: u32,
+    ) -> Self {
+        let (tx, rx) = oneshot::channel();
+        let every = Duration::from_secs(u64::from(lease_seconds.max(3)) / 3);
+        let task = async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match client.heartbeat(order_id, agent_id, claim_id).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_conflict() => {
+                        tracing::warn!(error = %e, "heartbeat refused; stopping work on the order");
+                        let why = if e.code() == Some("cancelled") {
+                            Abandon::Cancelled
+                        } else {
+                            Abandon::Reclaimed
+                        };
+                        let _ = tx.send(why);
+                        return;
+                    }
+                    Err(e) if e.is_unauthorized() => {
+                        tracing::error!(error = %e, "heartbeat refused the token; stopping work on the order");
+                        let _ = tx.send(Abandon::Unauthorized);
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "heartbeat failed; will retry"),
+                }
+            }
+        };
+        Heartbeats {
+            _task: AbortOnDropHandle::new(tokio::spawn(task.in_current_span())),
+            refused: Some(rx),
+        }
+    }
+
+    /// Resolves when a heartbeat was refused, with the reason; never resolves otherwise.
+    pub async fn refused(&mut self) -> Abandon {
+        match self.refused.as_mut() {
+            Some(rx) => match rx.await {
+                Ok(why) => why,
+                Err(_) => {
+                    self.refused = None;
+                    std::future::pending().await
+                }
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The refusal if one came already.
+    pub fn refused_now(&mut self) -> Option<Abandon> {
+        self.refused.as_mut()?.try_recv().ok()
+    }
+}

@@ -1,0 +1,247 @@
+//! The pull loop every agent runs (DESIGN.md §2, §5): long-poll claim with a lease, carry the
+//! order out while heartbeating every lease/3, complete with the verdict. Shared by the external
+//! worker (`pullman worker`) and the in-cluster executor (`pullman executor`), which differ only
+//! in how they carry an order out ([`Carrier`]).
+//!
+//! - [`connect`]: the token file, `whoami`, and the capped backoff used while the server is away.
+//! - [`order`]: the life of one claimed order as a state machine (claimed → applying → watching →
+//!   reporting, or abandoned).
+//! - `heartbeat`: the heartbeats of one order.
+//!
+//! Shutdown: the first signal stops claiming and lets running orders finish; the second abandons
+//! them (their carriers are stopped and no result is reported, so the reaper hands them out again).
+//! A refused token (401/403 on claim, heartbeat or complete) ends the loop with
+//! [`PullError::Unauthorized`]: the agent was retired or its token revoked.
+
+pub mod connect;
+mod heartbeat;
+pub mod order;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+pub use connect::{Backoff, ConnectError, connect_as_agent, read_token};
+pub use order::{Abandon, Carrier, Ended, Reported, Stage, Verdict};
+
+use crate::api::ClaimNextBody;
+use crate::client::{Client, ClientError};
+
+/// Settings of the pull loop.
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    pub agent_id: Uuid,
+    /// Narrow claims to these work types (empty = the agent's capabilities).
+    pub work_types: Vec<String>,
+    /// Lease asked for on each claim, seconds.
+    pub lease_seconds: u32,
+    /// Orders carried out at once.
+    pub concurrency: usize,
+    /// Long-poll wait per claim request, seconds (server cap 30).
+    pub max_wait_seconds: u32,
+}
+
+/// Cancellation tokens of a two-stage shutdown.
+#[derive(Clone, Default)]
+pub struct Shutdown {
+    /// Stop claiming; let running orders finish.
+    pub drain: CancellationToken,
+    /// Stop running orders without reporting.
+    pub abandon: CancellationToken,
+}
+
+impl Shutdown {
+    /// Wires SIGINT/SIGTERM: the first drains, the second abandons.
+    pub fn on_signals() -> Self {
+        let s = Shutdown::default();
+        let task = s.clone();
+        tokio::spawn(async move {
+            crate::signals::shutdown_signal().await;
+            tracing::info!(
+                "draining: no new claims; running orders finish (signal again to abandon them)"
+            );
+            task.drain.cancel();
+            crate::signals::shutdown_signal().await;
+            tracing::warn!("abandoning running orders; the reaper will hand them out again");
+            task.abandon.cancel();
+        });
+        s
+    }
+}
+
+/// Why the pull loop could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    /// The server refused the token: see [`ConnectError::Unauthorized`].
+    #[error(
+        "the server refused this agent's token{}; the agent was retired or its token revoked or \
+         rotated: give a current token (pullman agents rotate-token) and start again",
+        .0.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
+    )]
+    Unauthorized(Option<ClientError>),
+}
+
+/// Runs the pull loop until drained, then waits for running orders. Transient claim failures
+/// (server down, 5xx) are retried with [`Backoff`]; the first claim that works after failures
+/// logs that the agent is connected again.
+pub async fn run<C: Carrier>(
+    client: Client,
+    config: LoopConfig,
+    carrier: Arc<C>,
+    shutdown: Shutdown,
+) -> Result<(), PullError> {
+    run_loop(client, config, carrier, shutdown, None)
+        .await
+        .map(|_| ())
+}
+
+/// Claims and carries out at most one order (`pullman worker --once`), waiting for one at most
+/// `wait` (None: until drained). `Ok(None)`: no order came.
+pub async fn run_once<C: Carrier>(
+    client: Client,
+    mut config: LoopConfig,
+    carrier: Arc<C>,
+    shutdown: Shutdown,
+    wait: Option<Duration>,
+) -> Result<Option<Ended>, PullError> {
+    config.concurrency = 1;
+    let deadline = wait.map(|w| tokio::time::Instant::now() + w);
+    run_loop(client, config, carrier, shutdown, Some(deadline)).await
+}
+
+/// `once`: None = loop forever; Some(deadline) = one order, claimed before the deadline if any.
+async fn run_loop<C: Carrier>(
+    client: Client,
+    config: LoopConfig,
+    carrier: Arc<C>,
+    shutdown: Shutdown,
+    once: Option<Option<tokio::time::Instant>>,
+) -> Result<Option<Ended>, PullError> {
+    let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    let mut running = tokio::task::JoinSet::new();
+    let mut backoff = Backoff::default();
+    let mut refused: Option<PullError> = None;
+    let mut last: Option<Ended> = None;
+    loop {
+        // Reap finished orders so the set does not grow; a refused token ends the loop.
+        while let Some(done) = running.try_join_next() {
+            if let Ok(ended) = done {
+                note_end(&ended, &mut refused);
+                last = Some(ended);
+            }
+        }
+        if refused.is_some() || (once.is_some() && last.is_some()) {
+            break;
+        }
+        let permit = tokio::select! {
+            _ = shutdown.drain.cancelled() => break,
+            p = slots.clone().acquire_owned() => p.expect("semaphore never closes"),
+        };
+        if once.is_some() && !running.is_empty() {
+            // The one order is running: wait for it instead of claiming another.
+            drop(permit);
+            if let Some(Ok(ended)) = running.join_next().await {
+                note_end(&ended, &mut refused);
+                last = Some(ended);
+            }
+            break;
+        }
+        // With --once and --wait, the long-poll never outlasts the wait (a claim answered after
+        // its request was dropped would sit claimed until the reaper hands it out again).
+        let mut max_wait = i64::from(config.max_wait_seconds);
+        if let Some(Some(at)) = once {
+            let left = at.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            max_wait = max_wait.min(left.as_secs_f64().ceil() as i64);
+        }
+        let body = ClaimNextBody {
+            work_types: (!config.work_types.is_empty()).then(|| config.work_types.clone()),
+            max_wait_seconds: Some(max_wait),
+            lease_seconds: Some(i64::from(config.lease_seconds)),
+        };
+        let claimed = tokio::select! {
+            _ = shutdown.drain.cancelled() => break,
+            r = client.claim_next(config.agent_id, &body) => r,
+        };
+        match claimed {
+            Ok(claim) => {
+                let failures = backoff.succeeded();
+                if failures > 0 {
+                    tracing::info!(failures, "connected to the server again");
+                }
+                if let Some(order) = claim {
+                    let span = tracing::info_span!("order", id = %order.id);
+                    let (client, carrier, abandon, agent_id, lease_seconds) = (
+                        client.clone(),
+                        carrier.clone(),
+                        shutdown.abandon.clone(),
+                        config.agent_id,
+                        config.lease_seconds,
+                    );
+                    running.spawn(
+                        async move {
+                            let ctx = order::OrderContext {
+                                client: &client,
+                                agent_id,
+                                lease_seconds,
+                                abandon: &abandon,
+                            };
+                            let ended = order::carry_one(ctx, carrier.as_ref(), order).await;
+                            drop(permit);
+                            ended
+                        }
+                        .instrument(span),
+                    );
+                }
+            }
+            Err(error) if error.is_unauthorized() => {
+                refused = Some(PullError::Unauthorized(Some(error)));
+                break;
+            }
+            Err(error) => {
+                let wait = backoff.failed();
+                if error.is_transient() || error.code() == Some("too_many_long_polls") {
+                    tracing::warn!(%error, retry_in = ?wait, "claim failed; retrying");
+                } else {
+                    tracing::error!(%error, retry_in = ?wait, "claim refused; retrying");
+                }
+                tokio::select! {
+                    _ = shutdown.drain.cancelled() => break,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    }
+    if refused.is_some() {
+        // The same token cannot heartbeat or report: stop running orders at once.
+        shutdown.abandon.cancel();
+    }
+    if !running.is_empty() {
+        tracing::info!(
+            running = running.len(),
+            "waiting for running orders to finish"
+        );
+    }
+    while let Some(done) = running.join_next().await {
+        if let Ok(ended) = done {
+            note_end(&ended, &mut refused);
+            last = Some(ended);
+        }
+    }
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(last),
+    }
+}
+
+fn note_end(ended: &Ended, refused: &mut Option<PullError>) {
+    if ended.unauthorized() && refused.is_none() {
+        *refused = Some(PullError::Unauthorized(None));
+    }
+}

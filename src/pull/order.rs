@@ -1,0 +1,297 @@
+//! The life of one claimed order, as a state machine (DESIGN.md §2, §4):
+//!
+//! ```text
+//! Claimed ──▶ Applying ──▶ Watching ──▶ Reporting ──▶ (reported)
+//!                 │  └────────────────────▲ (applying gave a verdict at once)
+//!                 └──────────┴──▶ Abandoned(Cancelled | Reclaimed | Stopping | Unauthorized)
+//! ```
+//!
+//! `Applying` and `Watching` are the carrier's two steps ([`Carrier::start`] and
+//! [`Carrier::finish`]); while either runs, heartbeats go out every lease/3. A refused heartbeat
+//! (the order was cancelled, reclaimed, or the token refused) or the second shutdown signal
+//! moves the order to `Abandoned`: the carrier is told to stop, nothing is reported, and a
+//! cancelled order is cleaned up ([`Carrier::cancelled`]). Every transition is in [`carry_one`].
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::heartbeat::Heartbeats;
+use crate::api::CompleteBody;
+use crate::client::{Client, ClientError, Completed};
+use crate::queue::WorkOrder;
+
+/// The result of carrying out one order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Success { message: String },
+    Failure { message: String, retryable: bool },
+}
+
+/// Why an order was given up without reporting a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandon {
+    /// A heartbeat answered `409 cancelled`: undo what can be undone.
+    Cancelled,
+    /// A heartbeat answered `409 reclaimed` / `not_claim_holder`: someone else may run it now.
+    Reclaimed,
+    /// The second shutdown signal: left to the reaper.
+    Stopping,
+    /// A heartbeat was answered 401/403: the agent was retired or its token revoked.
+    Unauthorized,
+}
+
+/// Where one claimed order is in its life. `S` is what the carrier's `Applying` step hands to
+/// its `Watching` step.
+#[derive(Debug)]
+pub enum Stage<S> {
+    /// Claimed; nothing done yet.
+    Claimed,
+    /// The carrier is starting the work (the executor applies objects; the worker starts CMD).
+    Applying,
+    /// The carrier waits for the verdict of what it started.
+    Watching(S),
+    /// A verdict is being reported to the server.
+    Reporting(Verdict),
+    /// Given up without a report.
+    Abandoned(Abandon),
+}
+
+impl<S> Stage<S> {
+    /// The stage's name for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Stage::Claimed => "claimed",
+            Stage::Applying => "applying",
+            Stage::Watching(_) => "watching",
+            Stage::Reporting(_) => "reporting",
+            Stage::Abandoned(_) => "abandoned",
+        }
+    }
+}
+
+/// What the server made of a reported verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reported {
+    /// Recorded in the log with this outcome (`succeeded`, `failed`).
+    Finished(String),
+    /// A failure the server will retry.
+    RetryScheduled,
+    /// Refused with 409: the claim was no longer ours.
+    Refused,
+    /// Refused with 401/403.
+    Unauthorized,
+    /// Not delivered (server unreachable for about a minute, or another error).
+    Lost,
+}
+
+/// How one order's life ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// The verdict was reported (or reporting was tried).
+    Reported {
+        verdict: Verdict,
+        reported: Reported,
+    },
+    /// Given up without a report.
+    Abandoned(Abandon),
+}
+
+impl Ended {
+    /// Whether the token was refused on the way (the agent cannot go on).
+    pub fn unauthorized(&self) -> bool {
+        matches!(
+            self,
+            Ended::Abandoned(Abandon::Unauthorized)
+                | Ended::Reported {
+                    reported: Reported::Unauthorized,
+                    ..
+                }
+        )
+    }
+}
+
+/// How an agent carries out a claimed order, in two steps.
+pub trait Carrier: Send + Sync + 'static {
+    /// What [`Carrier::start`] hands to [`Carrier::finish`].
+    type Started: Send + 'static;
+
+    /// `Applying`: starts carrying `order` out. `Err(verdict)` goes straight to `Reporting` (for
+    /// example an object the cluster rejected). Must return promptly once `stop` fires (the
+    /// result is then discarded).
+    fn start(
+        &self,
+        order: &WorkOrder,
+        stop: &CancellationToken,
+    ) -> impl Future<Output = Result<Self::Started, Verdict>> + Send;
+
+    /// `Watching`: waits for the verdict of what `start` began. Must return promptly once `stop`
+    /// fires (the verdict is then discarded).
+    fn finish(
+        &self,
+        order: &WorkOrder,
+        started: Self::Started,
+        stop: &CancellationToken,
+    ) -> impl Future<Output = Verdict> + Send;
+
+    /// Called when the order was cancelled while carried out (DESIGN.md §4: the executor
+    /// deletes the Jobs and BuildRuns it created). Default: nothing.
+    fn cancelled(&self, _order: &WorkOrder) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+}
+
+/// What [`carry_one`] needs besides the order.
+pub struct OrderContext<'a> {
+    pub client: &'a Client,
+    pub agent_id: Uuid,
+    /// Lease asked for with the claim, seconds; heartbeats go out every third of it.
+    pub lease_seconds: u32,
+    /// The second shutdown signal.
+    pub abandon: &'a CancellationToken,
+}
+
+/// Runs one step of the carrier while watching heartbeats and the shutdown; on a refusal or the
+/// second signal the step is told to stop, awaited, and its result dropped.
+struct Guard<'a> {
+    heartbeats: Heartbeats,
+    stop: CancellationToken,
+    abandon: &'a CancellationToken,
+}
+
+impl Guard<'_> {
+    async fn run<F: Future>(&mut self, step: F) -> Result<F::Output, Abandon> {
+        tokio::pin!(step);
+        let why = tokio::select! {
+            out = &mut step => match self.stopped() {
+                Some(why) => why,
+                None => return Ok(out),
+            },
+            why = self.heartbeats.refused() => why,
+            _ = self.abandon.cancelled() => Abandon::Stopping,
+        };
+        self.stop.cancel();
+        step.await;
+        Err(why)
+    }
+
+    /// Why the step was stopped, if it was (its result is then not a verdict).
+    fn stopped(&mut self) -> Option<Abandon> {
+        if let Some(why) = self.heartbeats.refused_now() {
+            return Some(why);
+        }
+        self.abandon.is_cancelled().then_some(Abandon::Stopping)
+    }
+}
+
+/// Carries one claimed order through its stages, from `Claimed` to a report or `Abandoned`.
+pub async fn carry_one<C: Carrier>(ctx: OrderContext<'_>, carrier: &C, order: WorkOrder) -> Ended {
+    let mut guard = Guard {
+        heartbeats: Heartbeats::start(
+            ctx.client.clone(),
+            ctx.agent_id,
+            order.id,
+            order.claim_id,
+            ctx.lease_seconds,
+        ),
+        stop: ctx.abandon.child_token(),
+        abandon: ctx.abandon,
+    };
+    let mut stage: Stage<C::Started> = Stage::Claimed;
+    loop {
+        tracing::debug!(stage = stage.name(), "order stage");
+        stage = match stage {
+            Stage::Claimed => {
+                tracing::info!(claim = %order.claim_id.map(|c| c.to_string()).unwrap_or_default(), work_type = %order.work_type, "claimed");
+                Stage::Applying
+            }
+            Stage::Applying => {
+                let stop = guard.stop.clone();
+                match guard.run(carrier.start(&order, &stop)).await {
+                    Ok(Ok(started)) => Stage::Watching(started),
+                    Ok(Err(verdict)) => Stage::Reporting(verdict),
+                    Err(why) => Stage::Abandoned(why),
+                }
+            }
+            Stage::Watching(started) => {
+                let stop = guard.stop.clone();
+                match guard.run(carrier.finish(&order, started, &stop)).await {
+                    Ok(verdict) => Stage::Reporting(verdict),
+                    Err(why) => Stage::Abandoned(why),
+                }
+            }
+            Stage::Reporting(verdict) => {
+                drop(guard);
+                let reported = report(ctx.client, ctx.agent_id, &order, &verdict).await;
+                return Ended::Reported { verdict, reported };
+            }
+            Stage::Abandoned(why) => {
+                drop(guard);
+                match why {
+                    Abandon::Cancelled => {
+                        tracing::info!("order was cancelled; cleaning up, reporting nothing");
+                        carrier.cancelled(&order).await;
+                    }
+                    Abandon::Reclaimed => tracing::info!("claim lost; reporting nothing"),
+                    Abandon::Stopping => {
+                        tracing::warn!("abandoned; the reaper will hand it out again")
+                    }
+                    Abandon::Unauthorized => {
+                        tracing::error!("token refused; reporting nothing")
+                    }
+                }
+                return Ended::Abandoned(why);
+            }
+        };
+    }
+}
+
+/// Reports a verdict, retrying transient failures for up to about a minute.
+async fn report(client: &Client, agent_id: Uuid, order: &WorkOrder, verdict: &Verdict) -> Reported {
+    let (success, message, retryable) = match verdict {
+        Verdict::Success { message } => (true, message.clone(), None),
+        Verdict::Failure { message, retryable } => (false, message.clone(), Some(*retryable)),
+    };
+    let body = CompleteBody {
+        agent_id,
+        claim_id: order.claim_id,
+        success,
+        message: Some(message),
+        retryable,
+    };
+    let mut delay = Duration::from_millis(500);
+    for attempt in 1..=8 {
+        match client.complete(order.id, &body).await {
+            Ok(Completed::Finished(entry)) => {
+                tracing::info!(outcome = entry.outcome.as_str(), "completed");
+                return Reported::Finished(entry.outcome.as_str().to_string());
+            }
+            Ok(Completed::RetryScheduled(r)) => {
+                tracing::info!(next_retry_after = %r.next_retry_after, "failed; retry scheduled");
+                return Reported::RetryScheduled;
+            }
+            Err(e) if e.is_transient() && attempt < 8 => {
+                tracing::warn!(error = %e, "complete failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(15));
+            }
+            Err(e) => return report_refused(&e),
+        }
+    }
+    Reported::Lost
+}
+
+fn report_refused(e: &ClientError) -> Reported {
+    if e.is_conflict() {
+        tracing::warn!(error = %e, "result refused: the claim is no longer ours");
+        Reported::Refused
+    } else if e.is_unauthorized() {
+        tracing::error!(error = %e, "result refused: the token was refused");
+        Reported::Unauthorized
+    } else {
+        tracing::error!(error = %e, "could not report the result");
+        Reported::Lost
+    }
+}
