@@ -12,7 +12,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use pullman::agent::{self, LoopConfig, Shutdown};
 use pullman::client::Client as PullClient;
-use pullman::crd::{Executor, WorkOrder, WorkOrderPhase};
+use pullman::crd::{Executor, WorkOrderPhase, WorkOrderResource};
 use pullman::executor::KubeCarrier;
 use serde_json::{Value, json};
 
@@ -127,7 +127,7 @@ async fn an_executor_is_ready_apart_from_its_agents_contact_which_follows_within
     assert_eq!(obj["status"]["health"], "active");
 
     // Work through that executor: results are sentences naming what was wrong.
-    let orders: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let orders: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     let target = json!({"agentNames": [format!("{ns}/runner")]});
     let body = |name: &str, yaml: &str| {
         json!({
