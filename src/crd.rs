@@ -65,12 +65,15 @@ fn default_max_reclaims() -> i32 {
     5
 }
 
+// The Rust types are `WorkOrderResource` / `WorkOrderResourceSpec` so they never collide with the
+// queue's `WorkOrder` / `WorkOrderSpec` (issue #13); the Kubernetes kind stays `WorkOrder`.
 /// A one-time operation pulled by an agent (DESIGN.md §6). Immutable once created.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "pullman.dev",
     version = "v1alpha1",
     kind = "WorkOrder",
+    root = "WorkOrderResource",
     namespaced,
     shortname = "wo",
     status = "WorkOrderStatus",
@@ -81,7 +84,7 @@ fn default_max_reclaims() -> i32 {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-pub struct WorkOrderSpec {
+pub struct WorkOrderResourceSpec {
     /// build (a Shipwright Build) or custom (Kubernetes objects).
     pub work_type: CrdWorkType,
     /// One or more YAML documents: the objects to apply, or the Shipwright Build.
@@ -252,10 +255,37 @@ pub struct ExecutorStatus {
     pub conditions: Vec<Condition>,
 }
 
-impl WorkOrderSpec {
-    /// The REST create body this spec mirrors (DESIGN.md §6).
-    pub fn to_create_body(&self) -> NewWorkOrder {
-        NewWorkOrder {
+/// A WorkOrder spec the controller cannot queue as it stands: `field` is the spec path
+/// (`spec.targeting.agentIds[2]`), `message` a sentence naming it. Surfaced as the `Rejected`
+/// condition and Event, like the queue's own refusals (DESIGN.md §6).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidSpec {
+    pub field: String,
+    pub message: String,
+}
+
+impl WorkOrderResourceSpec {
+    /// The REST create body this spec mirrors (DESIGN.md §6). Every `targeting.agentIds` entry
+    /// must be a UUID (an agent id); the first one that is not is an [`InvalidSpec`] naming it,
+    /// never silently dropped (issue #13).
+    pub fn to_create_body(&self) -> Result<NewWorkOrder, InvalidSpec> {
+        let agent_ids = self
+            .targeting
+            .agent_ids
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                uuid::Uuid::parse_str(s).map_err(|_| InvalidSpec {
+                    field: format!("spec.targeting.agentIds[{i}]"),
+                    message: format!(
+                        "spec.targeting.agentIds[{i}] is {s:?}, which is not an agent id (a UUID, \
+                         e.g. an Executor's metadata.uid)"
+                    ),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(NewWorkOrder {
             work_type: WorkType::from(self.work_type).as_str().to_string(),
             yaml_content: self.yaml_content.clone(),
             max_retries: Some(i64::from(self.max_retries)),
@@ -264,25 +294,24 @@ impl WorkOrderSpec {
             max_reclaims: Some(i64::from(self.max_reclaims)),
             tenant: self.tenant.clone(),
             targeting: Targeting {
-                agent_ids: self
-                    .targeting
-                    .agent_ids
-                    .iter()
-                    .filter_map(|s| uuid::Uuid::parse_str(s).ok())
-                    .collect(),
+                agent_ids,
                 agent_names: self.targeting.agent_names.clone(),
                 labels: self.targeting.labels.clone(),
                 annotations: self.targeting.annotations.clone(),
             },
-        }
+        })
     }
 }
 
 /// The CRDs with the CEL rules the derive cannot express: WorkOrder `spec` immutable, targeting
 /// with at least one criterion.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    let mut wo = serde_json::to_value(WorkOrder::crd()).expect("CRD serializes");
-    let spec = &mut wo["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let mut wo = serde_json::to_value(WorkOrderResource::crd()).expect("CRD serializes");
+    let schema = &mut wo["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    // The kind's name, not the Rust type's (`WorkOrderResource`).
+    schema["title"] = json!("WorkOrder");
+    schema["description"] = json!("A WorkOrder: a one-time operation pulled by an agent.");
+    let spec = &mut schema["properties"]["spec"];
     spec["x-kubernetes-validations"] = json!([
         {"rule": "self == oldSelf", "message": "spec is immutable; delete and recreate the WorkOrder"}
     ]);

@@ -5,6 +5,8 @@ mod support;
 
 #[path = "k8s_controller/executor_health.rs"]
 mod executor_health;
+#[path = "k8s_controller/scale.rs"]
+mod scale;
 #[path = "k8s_controller/verdicts.rs"]
 mod verdicts;
 #[path = "k8s_controller/workorder_health.rs"]
@@ -19,7 +21,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client, ResourceExt};
 use pullman::controller::{self, Context, ControllerConfig};
-use pullman::crd::{Executor, WorkOrder, WorkOrderPhase};
+use pullman::crd::{Executor, WorkOrderPhase, WorkOrderResource};
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::kube::{client, drop_namespace, kubectl, namespace};
@@ -77,12 +79,16 @@ fn work_order(name: &str, label: &str, yaml: &str) -> Value {
 
 const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\n";
 
-async fn create_wo(api: &Api<WorkOrder>, body: Value) -> WorkOrder {
-    let wo: WorkOrder = serde_json::from_value(body).unwrap();
+async fn create_wo(api: &Api<WorkOrderResource>, body: Value) -> WorkOrderResource {
+    let wo: WorkOrderResource = serde_json::from_value(body).unwrap();
     api.create(&PostParams::default(), &wo).await.unwrap()
 }
 
-async fn phase_is(api: &Api<WorkOrder>, name: &str, phase: WorkOrderPhase) -> WorkOrder {
+async fn phase_is(
+    api: &Api<WorkOrderResource>,
+    name: &str,
+    phase: WorkOrderPhase,
+) -> WorkOrderResource {
     eventually(
         30,
         &format!("WorkOrder {name} in phase {phase:?}"),
@@ -173,7 +179,7 @@ async fn a_work_order_resource_follows_its_queue_row() {
     let ns = namespace(&k, "wo").await;
     let s = TestServer::start().await;
     let stop = start_controllers(&k, &s, &ns);
-    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     let (agent, tok) = s.agent(json!({"name": "a", "labels": ["x"]})).await;
     let wo = create_wo(&api, work_order("demo", "x", CM)).await;
     let uid = wo.uid().unwrap();
@@ -277,7 +283,7 @@ async fn deleting_a_claimed_work_order_cancels_it() {
     let ns = namespace(&k, "del").await;
     let s = TestServer::start().await;
     let stop = start_controllers(&k, &s, &ns);
-    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     let (agent, tok) = s.agent(json!({"name": "a", "labels": ["x"]})).await;
     let uid = create_wo(&api, work_order("doomed", "x", CM))
         .await
@@ -491,7 +497,7 @@ async fn only_the_leader_reconciles_and_another_takes_over() {
     .await;
     assert_eq!(holder, "replica-a");
     let (stop_b, handle_b) = spawn("replica-b");
-    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     create_wo(&api, work_order("first", "x", CM)).await;
     phase_is(&api, "first", WorkOrderPhase::Pending).await;
     let events: Api<KubeEvent> = Api::namespaced(k.clone(), &ns);
@@ -548,7 +554,7 @@ async fn a_restarted_controller_neither_duplicates_rows_nor_loses_status() {
     let k = client().await;
     let ns = namespace(&k, "rs").await;
     let s = TestServer::start().await;
-    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     let (agent, tok) = s.agent(json!({"name": "a", "labels": ["x"]})).await;
     let stop = start_controllers(&k, &s, &ns);
     let uid = create_wo(&api, work_order("steady", "x", CM))

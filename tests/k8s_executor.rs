@@ -570,7 +570,7 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_kubectl_apply_to_succeeded_with_the_binaries() {
     use k8s_openapi::api::core::v1::Secret;
-    use pullman::crd::{WorkOrder, WorkOrderPhase};
+    use pullman::crd::{WorkOrderPhase, WorkOrderResource};
     use std::process::{Command, Stdio};
     struct Killed(std::process::Child);
     impl Drop for Killed {
@@ -642,7 +642,7 @@ async fn end_to_end_kubectl_apply_to_succeeded_with_the_binaries() {
     .replace("labels: [demo]", "labels: [e2e]");
     let (ok, _, err) = kubectl(&["apply", "-n", &ns, "-f", "-"], Some(&sample));
     assert!(ok, "{err}");
-    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     let wo = eventually(90, "the pi WorkOrder to succeed", || async {
         let wo = api.get("pi").await.ok()?;
         (wo.status.as_ref()?.phase == Some(WorkOrderPhase::Succeeded)).then_some(wo)

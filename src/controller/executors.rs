@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::executor_status::{Progress, deployment_waiting, executor_status};
-use super::{Context, Error, FIELD_MANAGER, RETIRE_FINALIZER, contact, scoped};
+use super::{CONTROLLER_FIELD_MANAGER, Context, Error, RETIRE_FINALIZER, contact, scoped};
 use crate::crd::{Executor, ExecutorStatus};
 use crate::queue::validate::{AgentSpec, validate_agent};
 use crate::queue::{Agent, NewAgent, QueueError};
@@ -130,7 +130,7 @@ async fn write_token(ex: &Executor, token: &str, ctx: &Context) -> Result<(), Er
     let api: Api<Secret> = ctx.api(&ns);
     api.patch(
         &token_secret_name(ex),
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(CONTROLLER_FIELD_MANAGER).force(),
         &Patch::Apply(&secret),
     )
     .await?;
@@ -330,7 +330,7 @@ async fn patch_status(ex: &Executor, status: &ExecutorStatus, ctx: &Context) -> 
     let patch = json!({"apiVersion": "pullman.dev/v1alpha1", "kind": "Executor", "status": status});
     api.patch_status(
         &ex.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(CONTROLLER_FIELD_MANAGER).force(),
         &Patch::Apply(&patch),
     )
     .await?;
@@ -416,7 +416,7 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, 
     let applied = api
         .patch(
             &deployment_name(ex),
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(CONTROLLER_FIELD_MANAGER).force(),
             &Patch::Apply(&deployment),
         )
         .await?;

@@ -2,11 +2,14 @@
 //! Kubernetes API is reachable; with leader election on a `coordination.k8s.io` Lease, every
 //! replica serves the API while exactly one reconciles.
 
+mod cache;
 pub mod contact;
 pub mod executor_status;
 mod executors;
 pub mod status;
 mod workorders;
+
+pub use workorders::RECONCILE_CONCURRENCY;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +23,7 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::queue::{Notifications, Queue, QueueError};
 
 /// Field manager of everything the controller writes (DESIGN.md §1).
-pub const FIELD_MANAGER: &str = "pullman-controller";
+pub const CONTROLLER_FIELD_MANAGER: &str = "pullman-controller";
 /// Finalizer that cancels a deleted WorkOrder's active order (DESIGN.md §6).
 pub const CANCEL_FINALIZER: &str = "pullman.dev/cancel";
 /// Finalizer that retires a deleted Executor's agent (DESIGN.md §6).
@@ -175,7 +178,7 @@ pub async fn run_with_leader_election(
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
-            controller: FIELD_MANAGER.into(),
+            controller: CONTROLLER_FIELD_MANAGER.into(),
             instance: Some(config.identity.clone()),
         },
     );
@@ -191,7 +194,7 @@ pub async fn run_with_leader_election(
             .with_identity(&config.identity)
             .with_duration(15)
             .with_grace(5)
-            .with_field_manager(FIELD_MANAGER)
+            .with_field_manager(CONTROLLER_FIELD_MANAGER)
             .build()
             .await;
         let manager = match manager {

@@ -7,40 +7,39 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{CANCEL_FINALIZER, Context, Error, FIELD_MANAGER, scoped, status};
-use crate::crd::{WorkOrder, WorkOrderPhase, WorkOrderStatus};
+use super::{CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, scoped, status};
+use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus};
 use crate::queue::validate::validate_work_order_off_thread;
 use crate::queue::{Lookup, Notifications, QueueError};
 
+/// Most WorkOrder reconciles at once. Each one makes at most a queue lookup, a status patch and
+/// an Event, so this bounds the controller's in-flight writes to the API server under a burst (a
+/// thousand orders finishing at once); requests for an object already waiting are coalesced by
+/// the scheduler, so a burst costs one reconcile per object, not one per queue change (#16).
+pub const RECONCILE_CONCURRENCY: u16 = 16;
+
 pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: CancellationToken) {
-    let api: Api<WorkOrder> = scoped(&ctx.client, &ctx.config.namespace);
-    let controller = Controller::new(api, watcher::Config::default());
-    let store = controller.store();
-    // Queue changes (LISTEN/NOTIFY) are mapped to the resource with that uid; a lost
-    // notification stream (None) resyncs everything.
+    let api: Api<WorkOrderResource> = scoped(&ctx.client, &ctx.config.namespace);
+    let (objects, store, index) = cache::watch(api);
+    let controller = Controller::for_stream(objects, store.clone())
+        .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
+    // Queue changes (LISTEN/NOTIFY) are mapped to the resource with that uid through the uid
+    // index (O(1) each); a lost notification stream (None) resyncs everything.
     let changes = futures::stream::unfold(notifications.changed(), move |mut rx| {
         let store = store.clone();
+        let index = index.clone();
         async move {
-            let refs: Vec<ObjectRef<WorkOrder>> = match rx.recv().await {
-                Ok(Some(id)) => {
-                    let id = id.to_string();
-                    store
-                        .state()
-                        .iter()
-                        .filter(|o| o.metadata.uid.as_deref() == Some(id.as_str()))
-                        .map(|o| ObjectRef::from_obj(o.as_ref()))
-                        .collect()
-                }
+            let refs: Vec<ObjectRef<WorkOrderResource>> = match rx.recv().await {
+                Ok(Some(id)) => index.get(id).into_iter().collect(),
                 Ok(None) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => store
                     .state()
                     .iter()
@@ -68,14 +67,14 @@ pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: C
         .await;
 }
 
-fn error_policy(wo: Arc<WorkOrder>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(wo: Arc<WorkOrderResource>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(workorder = %wo.name_any(), namespace = ?wo.namespace(), kind = error.metric_label(), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn reconcile(wo: Arc<WorkOrder>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(wo: Arc<WorkOrderResource>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = wo.namespace().unwrap_or_default();
-    let api: Api<WorkOrder> = ctx.api(&ns);
+    let api: Api<WorkOrderResource> = ctx.api(&ns);
     finalizer(&api, CANCEL_FINALIZER, wo, |event| async {
         match event {
             Event::Apply(wo) => apply(wo, &ctx).await,
@@ -86,13 +85,13 @@ async fn reconcile(wo: Arc<WorkOrder>, ctx: Arc<Context>) -> Result<Action, Erro
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-fn uid_of(wo: &WorkOrder) -> Result<Uuid, Error> {
+fn uid_of(wo: &WorkOrderResource) -> Result<Uuid, Error> {
     wo.uid()
         .and_then(|u| Uuid::parse_str(&u).ok())
         .ok_or_else(|| Error::Invalid(format!("WorkOrder {} has no uid", wo.name_any())))
 }
 
-async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
+async fn apply(wo: Arc<WorkOrderResource>, ctx: &Context) -> Result<Action, Error> {
     let id = uid_of(&wo)?;
     let name = wo.name_any();
     let prev = wo.status.as_ref();
@@ -103,25 +102,39 @@ async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
         Err(e) => return Err(first_status_then(e.into(), &wo, ctx, &now).await),
     };
     let new_status = match found {
-        Lookup::Unknown => match validate_work_order_off_thread(wo.spec.to_create_body()).await {
-            Err(e) => status::rejected(&name, &e.to_string(), prev, generation, &now),
-            Ok(spec) => {
-                match ctx
-                    .queue
-                    .create_work_order(&spec, id, crate::queue::SOURCE_KUBERNETES)
+        Lookup::Unknown => {
+            // The cache holds no payload (see `cache`): read the object once to queue it.
+            let Some(spec) = full_spec(&wo, ctx).await? else {
+                return Ok(Action::await_change());
+            };
+            let body = spec.to_create_body();
+            drop(spec);
+            let checked = match body {
+                Err(invalid) => Err(invalid.message),
+                Ok(body) => validate_work_order_off_thread(body)
                     .await
-                {
-                    Ok(created) => {
-                        tracing::info!(workorder = %name, work_order = %id, "queued");
-                        status::from_queue(&name, &created, prev, generation, &now)
+                    .map_err(|e| e.to_string()),
+            };
+            match checked {
+                Err(why) => status::rejected(&name, &why, prev, generation, &now),
+                Ok(spec) => {
+                    match ctx
+                        .queue
+                        .create_work_order(&spec, id, crate::queue::SOURCE_KUBERNETES)
+                        .await
+                    {
+                        Ok(created) => {
+                            tracing::info!(workorder = %name, work_order = %id, "queued");
+                            status::from_queue(&name, &created, prev, generation, &now)
+                        }
+                        Err(e) if is_refusal(&e) => {
+                            status::rejected(&name, &e.to_string(), prev, generation, &now)
+                        }
+                        Err(e) => return Err(first_status_then(e.into(), &wo, ctx, &now).await),
                     }
-                    Err(e) if is_refusal(&e) => {
-                        status::rejected(&name, &e.to_string(), prev, generation, &now)
-                    }
-                    Err(e) => return Err(first_status_then(e.into(), &wo, ctx, &now).await),
                 }
             }
-        },
+        }
         found => status::from_queue(&name, &found, prev, generation, &now),
     };
     if prev != Some(&new_status) {
@@ -150,6 +163,19 @@ async fn apply(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
     })
 }
 
+/// The whole spec of `wo`, `yamlContent` included, read from the API server; `None` when the
+/// resource is gone or was replaced by a new one of the same name (another uid).
+async fn full_spec(
+    wo: &WorkOrderResource,
+    ctx: &Context,
+) -> Result<Option<WorkOrderResourceSpec>, Error> {
+    let api: Api<WorkOrderResource> = ctx.api(&wo.namespace().unwrap_or_default());
+    match api.get_opt(&wo.name_any()).await? {
+        Some(current) if current.metadata.uid == wo.metadata.uid => Ok(Some(current.spec)),
+        _ => Ok(None),
+    }
+}
+
 /// Errors from the queue that are a verdict on the spec, not a passing failure: the order is
 /// `Rejected` instead of retried forever.
 fn is_refusal(e: &QueueError) -> bool {
@@ -163,7 +189,12 @@ fn is_refusal(e: &QueueError) -> bool {
 
 /// A WorkOrder that has no status yet gets the not-yet-queued one before `error` is retried, so
 /// no tool reads it as done meanwhile (DESIGN.md §6: a status on the very first reconcile).
-async fn first_status_then(error: Error, wo: &WorkOrder, ctx: &Context, now: &Time) -> Error {
+async fn first_status_then(
+    error: Error,
+    wo: &WorkOrderResource,
+    ctx: &Context,
+    now: &Time,
+) -> Error {
     if wo.status.is_none() {
         let why = error.to_string();
         let s = status::not_queued(
@@ -181,11 +212,11 @@ async fn first_status_then(error: Error, wo: &WorkOrder, ctx: &Context, now: &Ti
 }
 
 async fn patch_status(
-    wo: &WorkOrder,
+    wo: &WorkOrderResource,
     status: &WorkOrderStatus,
     ctx: &Context,
 ) -> Result<(), Error> {
-    let api: Api<WorkOrder> = ctx.api(&wo.namespace().unwrap_or_default());
+    let api: Api<WorkOrderResource> = ctx.api(&wo.namespace().unwrap_or_default());
     let patch = json!({
         "apiVersion": "pullman.dev/v1alpha1",
         "kind": "WorkOrder",
@@ -193,7 +224,7 @@ async fn patch_status(
     });
     api.patch_status(
         &wo.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(CONTROLLER_FIELD_MANAGER).force(),
         &Patch::Apply(&patch),
     )
     .await?;
@@ -203,8 +234,8 @@ async fn patch_status(
 /// Deletes a WorkOrder whose `ttlSecondsAfterFinished` has passed. The uid precondition keeps a
 /// new WorkOrder of the same name safe; the finalizer then finds the order already in the log,
 /// which keeps its record.
-async fn delete_expired(wo: &WorkOrder, ctx: &Context) -> Result<(), Error> {
-    let api: Api<WorkOrder> = ctx.api(&wo.namespace().unwrap_or_default());
+async fn delete_expired(wo: &WorkOrderResource, ctx: &Context) -> Result<(), Error> {
+    let api: Api<WorkOrderResource> = ctx.api(&wo.namespace().unwrap_or_default());
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: wo.uid(),
@@ -225,7 +256,7 @@ async fn delete_expired(wo: &WorkOrder, ctx: &Context) -> Result<(), Error> {
 
 /// Records an Event on the resource when its phase changes (claims, completions, failures).
 async fn publish_transition(
-    wo: &WorkOrder,
+    wo: &WorkOrderResource,
     prev: Option<&WorkOrderStatus>,
     new: &WorkOrderStatus,
     ctx: &Context,
@@ -302,7 +333,7 @@ async fn publish_transition(
     }
 }
 
-async fn cleanup(wo: Arc<WorkOrder>, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(wo: Arc<WorkOrderResource>, ctx: &Context) -> Result<Action, Error> {
     let id = uid_of(&wo)?;
     match ctx
         .queue

@@ -11,7 +11,7 @@ use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use pullman::client::Client as PullClient;
-use pullman::crd::{Executor, WorkOrder, WorkOrderPhase};
+use pullman::crd::{Executor, WorkOrderPhase, WorkOrderResource};
 use pullman::executor::KubeCarrier;
 use pullman::pull::{self, LoopConfig, Shutdown};
 use serde_json::{Value, json};
@@ -127,7 +127,7 @@ async fn an_executor_is_ready_apart_from_its_agents_contact_which_follows_within
     assert_eq!(obj["status"]["health"], "active");
 
     // Work through that executor: results are sentences naming what was wrong.
-    let orders: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let orders: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     let target = json!({"agentNames": [format!("{ns}/runner")]});
     let body = |name: &str, yaml: &str| {
         json!({

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::api::Api;
-use pullman::crd::{WorkOrder, WorkOrderPhase};
+use pullman::crd::{WorkOrderPhase, WorkOrderResource};
 use reqwest::Method;
 use serde_json::json;
 
@@ -61,7 +61,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
     let ns = namespace(&k, "woh").await;
     let s = TestServer::start().await;
     let stop = start_controllers(&k, &s, &ns);
-    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     let (agent, tok) = s.agent(json!({"name": "a", "labels": ["x"]})).await;
     let claim = |uid: String| {
         let (s, agent, tok) = (&s, agent.clone(), tok.clone());
@@ -305,7 +305,7 @@ async fn a_finished_work_order_with_a_ttl_is_deleted_and_the_log_keeps_it() {
     let ns = namespace(&k, "ttl").await;
     let s = TestServer::start().await;
     let stop = start_controllers(&k, &s, &ns);
-    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     let (agent, tok) = s.agent(json!({"name": "a", "labels": ["x"]})).await;
     let mut body = work_order("brief", "x", CM);
     body["spec"]["ttlSecondsAfterFinished"] = json!(5);
@@ -374,7 +374,7 @@ async fn a_work_order_the_server_rejects_fails_with_a_reason() {
     let ns = namespace(&k, "rej").await;
     let s = TestServer::start().await;
     let stop = start_controllers(&k, &s, &ns);
-    let api: Api<WorkOrder> = Api::namespaced(k.clone(), &ns);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     create_wo(&api, work_order("broken", "x", "kind: [unclosed")).await;
     let wo = phase_is(&api, "broken", WorkOrderPhase::Failed).await;
     let st = wo.status.unwrap();

@@ -1,0 +1,129 @@
+//! Operator scale on the test control plane (issue #16): `pullman serve` (the controller) and
+//! `pullman executor` against a real kube-apiserver, kwok playing the kubelet.
+//!
+//! Scenarios (pick with positional names; all by default):
+//! - `payload`: serve RSS with M WorkOrders of P KiB `yamlContent` queued (no executor), per
+//!   WorkOrder: the controller's cache must not grow with the payload (target +≤ 10 KiB each).
+//! - `configmap`: N small ConfigMap orders applied at once, one executor at each `--concurrency`;
+//!   apply → `Succeeded` latency p50/p99, orders/s, serve and executor RSS (peak), the executor's
+//!   established connections to the API server (peak), API server requests per order (delta of
+//!   `apiserver_request_total` over the run, divided by N). Each figure also as the ratio of the
+//!   largest size to the smallest.
+//! - `job`: the same with Jobs whose pods run a few seconds (kwok's
+//!   `pullman.dev/kwok-run-duration` annotation, e2e/testenv/kwok/pod-complete.yaml).
+//!
+//! Needs `KUBECONFIG` (e.g. `eval "$(e2e/testenv/up.sh)"`) and the release binary
+//! (`PULLMAN_BIN`, default `target/release/pullman`). Each run uses its own namespace and its own
+//! `pullman serve` with an embedded PostgreSQL (or `DATABASE_URL` when set: it must be empty).
+//! Flags: `--quick` (sizes 200,1000; jobs 50,200; payload 20 × 900 KiB), `--sizes=1000,10000`,
+//! `--job-sizes=100,1000`, `--concurrency=10,100`, `--job-seconds=3`, `--payload=100x900`.
+
+#[path = "k8s_scale/procs.rs"]
+mod procs;
+#[path = "k8s_scale/run.rs"]
+mod run;
+
+use std::time::Duration;
+
+/// Options from the command line.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    pub scenarios: Vec<String>,
+    pub sizes: Vec<usize>,
+    pub job_sizes: Vec<usize>,
+    pub concurrency: Vec<usize>,
+    pub job_seconds: u64,
+    /// (WorkOrders, KiB of yamlContent each) for `payload`.
+    pub payload: (usize, usize),
+}
+
+fn list(v: &str) -> Vec<usize> {
+    v.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim().parse().expect("a comma-separated list of numbers"))
+        .collect()
+}
+
+fn opts() -> Opts {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut o = if quick {
+        Opts {
+            scenarios: vec![],
+            sizes: vec![200, 1000],
+            job_sizes: vec![50, 200],
+            concurrency: vec![10, 100],
+            job_seconds: 3,
+            payload: (20, 900),
+        }
+    } else {
+        Opts {
+            scenarios: vec![],
+            sizes: vec![1000, 10000],
+            job_sizes: vec![100, 1000],
+            concurrency: vec![10, 100],
+            job_seconds: 3,
+            payload: (100, 900),
+        }
+    };
+    for a in &args {
+        if let Some(v) = a.strip_prefix("--sizes=") {
+            o.sizes = list(v);
+        } else if let Some(v) = a.strip_prefix("--job-sizes=") {
+            o.job_sizes = list(v);
+        } else if let Some(v) = a.strip_prefix("--concurrency=") {
+            o.concurrency = list(v);
+        } else if let Some(v) = a.strip_prefix("--job-seconds=") {
+            o.job_seconds = v.parse().expect("--job-seconds=<seconds>");
+        } else if let Some(v) = a.strip_prefix("--payload=") {
+            let (n, kib) = v.split_once('x').expect("--payload=<count>x<KiB>");
+            o.payload = (n.parse().unwrap(), kib.parse().unwrap());
+        } else if !a.starts_with("--") {
+            o.scenarios.push(a.clone());
+        }
+    }
+    if o.scenarios.is_empty() {
+        o.scenarios = vec!["payload".into(), "configmap".into(), "job".into()];
+    }
+    o
+}
+
+fn main() {
+    let o = opts();
+    if std::env::var_os("KUBECONFIG").is_none() {
+        eprintln!("k8s_scale needs a cluster: eval \"$(e2e/testenv/up.sh)\" first");
+        std::process::exit(2);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let k = run::setup().await;
+        println!("k8s_scale: {o:?}");
+        println!("| scenario | N | executor --concurrency | figures |");
+        println!("|---|---|---|---|");
+        if o.scenarios.iter().any(|s| s == "payload") {
+            run::payload(&k, o.payload.0, o.payload.1).await;
+        }
+        for (kind, sizes) in [("configmap", &o.sizes), ("job", &o.job_sizes)] {
+            if !o.scenarios.iter().any(|s| s == kind) {
+                continue;
+            }
+            for &c in &o.concurrency {
+                let mut results = Vec::new();
+                for &n in sizes.iter() {
+                    let r = run::orders(&k, kind, n, c, Duration::from_secs(o.job_seconds)).await;
+                    println!("{}", r.row(kind, c));
+                    results.push(r);
+                }
+                if let (Some(first), Some(last)) = (results.first(), results.last())
+                    && results.len() > 1
+                {
+                    println!("{}", last.ratio_row(first, kind, c));
+                }
+            }
+        }
+    });
+}

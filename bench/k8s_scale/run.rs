@@ -1,0 +1,371 @@
+//! One run of a scenario: a fresh namespace, `pullman serve` (and an executor), N WorkOrders
+//! applied, watched to their final phase.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use pullman::crd::{WorkOrderPhase, WorkOrderResource};
+use serde_json::json;
+
+use super::procs::{self, Reaped};
+
+/// A client for `KUBECONFIG`, with the CRDs installed.
+pub async fn setup() -> Client {
+    let k = Client::try_default().await.expect("client from KUBECONFIG");
+    let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(k.clone());
+    for crd in pullman::crd::crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(
+            &name,
+            &PatchParams::apply("pullman-bench").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("installing the CRDs");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    k
+}
+
+async fn namespace(k: &Client, prefix: &str) -> String {
+    let name = format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(k.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    name
+}
+
+async fn drop_namespace(k: &Client, ns: &str) {
+    let _ = Api::<Namespace>::all(k.clone())
+        .delete(ns, &DeleteParams::background())
+        .await;
+}
+
+/// `pullman serve` for `ns`, once it answers.
+async fn start_serve(ns: &str, dir: &std::path::Path) -> (Reaped, String) {
+    let port = procs::free_port();
+    let serve = procs::serve(ns, port, dir);
+    let url = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    for _ in 0..600 {
+        if http
+            .get(format!("{url}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return (serve, url);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("pullman serve did not become ready within 60 s");
+}
+
+/// When each WorkOrder was first seen in a phase of interest, and which, by name.
+type Seen = Arc<Mutex<HashMap<String, (Instant, WorkOrderPhase)>>>;
+
+/// When each WorkOrder of `ns` was first seen in a phase `done` accepts, by name.
+fn watch_phases(
+    k: &Client,
+    ns: &str,
+    done: fn(WorkOrderPhase) -> bool,
+) -> (Seen, tokio::task::JoinHandle<()>) {
+    let seen: Seen = Arc::default();
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), ns);
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut objects = watcher(api, watcher::Config::default().page_size(100))
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Ok(Some(wo)) = objects.try_next().await {
+            let Some(phase) = wo.status.as_ref().and_then(|s| s.phase) else {
+                continue;
+            };
+            if done(phase) {
+                let name = wo.metadata.name.clone().unwrap_or_default();
+                record
+                    .lock()
+                    .unwrap()
+                    .entry(name)
+                    .or_insert((Instant::now(), phase));
+            }
+        }
+    });
+    (seen, task)
+}
+
+async fn wait_for(
+    seen: &Mutex<HashMap<String, (Instant, WorkOrderPhase)>>,
+    n: usize,
+    limit: Duration,
+) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if seen.lock().unwrap().len() >= n {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+fn work_order(name: &str, yaml: String) -> WorkOrderResource {
+    serde_json::from_value(json!({
+        "apiVersion": "pullman.dev/v1alpha1",
+        "kind": "WorkOrder",
+        "metadata": {"name": name},
+        "spec": {
+            "workType": "custom",
+            "yamlContent": yaml,
+            "maxRetries": 0,
+            "targeting": {"labels": ["bench"]},
+        },
+    }))
+    .unwrap()
+}
+
+/// Creates every order (32 at a time), returning when each create was sent, by name.
+async fn apply_all(
+    api: &Api<WorkOrderResource>,
+    orders: Vec<(String, String)>,
+) -> HashMap<String, Instant> {
+    futures::stream::iter(orders)
+        .map(|(name, yaml)| async move {
+            let started = Instant::now();
+            let wo = work_order(&name, yaml);
+            api.create(&PostParams::default(), &wo)
+                .await
+                .expect("creating a WorkOrder");
+            (name, started)
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// `payload`: serve RSS before and after `m` WorkOrders of `kib` KiB each are queued.
+pub async fn payload(k: &Client, m: usize, kib: usize) {
+    let ns = namespace(k, "scale-payload").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (serve, _) = start_serve(&ns, dir.path()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = procs::rss_kib(serve.pid());
+    let (seen, watch) = watch_phases(k, &ns, |p| p == WorkOrderPhase::Pending);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
+    let filler = "x".repeat(kib * 1024);
+    let orders = (0..m)
+        .map(|i| {
+            let yaml = format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-{i}\ndata:\n  filler: {filler}\n"
+            );
+            (format!("big-{i}"), yaml)
+        })
+        .collect();
+    apply_all(&api, orders).await;
+    let all = wait_for(&seen, m, Duration::from_secs(300)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = procs::rss_kib(serve.pid());
+    watch.abort();
+    println!(
+        "| payload: {m} WorkOrders × {kib} KiB yamlContent, queued (Pending) | {m} | – | serve RSS {:.1} → {:.1} MiB: {:+.1} KiB per WorkOrder{} |",
+        mib(before),
+        mib(after),
+        (after as f64 - before as f64) / m as f64,
+        if all {
+            ""
+        } else {
+            " (NOT all reached Pending)"
+        }
+    );
+    drop(serve);
+    drop_namespace(k, &ns).await;
+}
+
+/// Figures of one `orders` run.
+pub struct Result {
+    pub n: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub per_s: f64,
+    pub serve_kib: u64,
+    pub executor_kib: u64,
+    pub connections: usize,
+    pub requests_per_order: f64,
+    pub failed: usize,
+    pub missing: usize,
+}
+
+impl Result {
+    pub fn row(&self, kind: &str, c: usize) -> String {
+        format!(
+            "| {kind} | {} | {c} | apply→Succeeded p50 {:.0} ms p99 {:.0} ms; {:.1} orders/s; serve RSS {:.1} MiB; executor RSS {:.1} MiB; executor→API server connections {}; API server requests/order {:.2}{} |",
+            self.n,
+            self.p50_ms,
+            self.p99_ms,
+            self.per_s,
+            mib(self.serve_kib),
+            mib(self.executor_kib),
+            self.connections,
+            self.requests_per_order,
+            if self.failed + self.missing > 0 {
+                format!("; {} failed, {} not finished", self.failed, self.missing)
+            } else {
+                String::new()
+            }
+        )
+    }
+
+    pub fn ratio_row(&self, base: &Result, kind: &str, c: usize) -> String {
+        let r = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+        format!(
+            "| {kind} ratio {}/{} | – | {c} | p50 {:.2}× p99 {:.2}×; orders/s {:.2}×; serve RSS {:.2}×; executor RSS {:.2}×; connections {:.2}×; requests/order {:.2}× |",
+            self.n,
+            base.n,
+            r(self.p50_ms, base.p50_ms),
+            r(self.p99_ms, base.p99_ms),
+            r(self.per_s, base.per_s),
+            r(self.serve_kib as f64, base.serve_kib as f64),
+            r(self.executor_kib as f64, base.executor_kib as f64),
+            r(self.connections as f64, base.connections as f64),
+            r(self.requests_per_order, base.requests_per_order),
+        )
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn yaml(kind: &str, i: usize, run: Duration) -> String {
+    match kind {
+        "job" => format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: job-{i}\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations:\n        pullman.dev/kwok-run-duration: {}s\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: c\n        image: busybox\n",
+            run.as_secs()
+        ),
+        _ => format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n  i: \"{i}\"\n"
+        ),
+    }
+}
+
+/// `configmap` / `job`: `n` orders through serve and one executor at `--concurrency c`.
+pub async fn orders(k: &Client, kind: &str, n: usize, c: usize, run: Duration) -> Result {
+    let ns = namespace(k, &format!("scale-{kind}")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (serve, url) = start_serve(&ns, dir.path()).await;
+    let executors: Api<pullman::crd::Executor> = Api::namespaced(k.clone(), &ns);
+    let ex: pullman::crd::Executor = serde_json::from_value(json!({
+        "apiVersion": "pullman.dev/v1alpha1", "kind": "Executor",
+        "metadata": {"name": "bench"},
+        "spec": {"labels": ["bench"], "leaseSeconds": 30},
+    }))
+    .unwrap();
+    executors.create(&PostParams::default(), &ex).await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(k.clone(), &ns);
+    let mut token = None;
+    for _ in 0..600 {
+        if let Ok(Some(s)) = secrets.get_opt("bench-agent-token").await
+            && let Some(t) = s.data.and_then(|d| d.get("token").cloned())
+        {
+            token = Some(String::from_utf8(t.0).unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token.expect("the executor's token Secret")).unwrap();
+    let executor = procs::executor(&url, &ns, &token_file, c);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let port = procs::apiserver_port(k);
+    let (serve_pid, exec_pid) = (serve.pid(), executor.pid());
+    let peaks = Arc::new(Mutex::new((0u64, 0u64, 0usize)));
+    let sampling = {
+        let peaks = peaks.clone();
+        tokio::spawn(async move {
+            loop {
+                let (s, e, c) = (
+                    procs::rss_kib(serve_pid),
+                    procs::rss_kib(exec_pid),
+                    procs::connections_to(exec_pid, port),
+                );
+                {
+                    let mut p = peaks.lock().unwrap();
+                    *p = (p.0.max(s), p.1.max(e), p.2.max(c));
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let (seen, watch) = watch_phases(k, &ns, |p| {
+        matches!(
+            p,
+            WorkOrderPhase::Succeeded | WorkOrderPhase::Failed | WorkOrderPhase::Cancelled
+        )
+    });
+    let requests_before = procs::apiserver_requests(k).await;
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
+    let orders = (0..n)
+        .map(|i| (format!("{kind}-{i}"), yaml(kind, i, run)))
+        .collect();
+    let t0 = Instant::now();
+    let started = apply_all(&api, orders).await;
+    let limit = Duration::from_secs(120 + (n as u64) / 5 + run.as_secs() * (n / c.max(1)) as u64);
+    wait_for(&seen, n, limit).await;
+    let requests_after = procs::apiserver_requests(k).await;
+    sampling.abort();
+    watch.abort();
+    let seen = seen.lock().unwrap().clone();
+    let mut latencies: Vec<f64> = Vec::new();
+    let mut failed = 0;
+    let mut last = t0;
+    for (name, (at, phase)) in &seen {
+        if *phase != WorkOrderPhase::Succeeded {
+            failed += 1;
+            continue;
+        }
+        last = last.max(*at);
+        if let Some(start) = started.get(name) {
+            latencies.push(at.duration_since(*start).as_secs_f64() * 1000.0);
+        }
+    }
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    let (serve_kib, executor_kib, connections) = *peaks.lock().unwrap();
+    let result = Result {
+        n,
+        p50_ms: percentile(&latencies, 0.5),
+        p99_ms: percentile(&latencies, 0.99),
+        per_s: latencies.len() as f64 / last.duration_since(t0).as_secs_f64().max(0.001),
+        serve_kib,
+        executor_kib,
+        connections,
+        requests_per_order: (requests_after - requests_before) / n as f64,
+        failed,
+        missing: n - seen.len(),
+    };
+    drop(executor);
+    drop(serve);
+    drop_namespace(k, &ns).await;
+    result
+}
