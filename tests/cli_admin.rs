@@ -524,3 +524,52 @@ async fn attempts_rerun_and_list_filters() {
     .await;
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
 }
+
+/// `get -w` prints a line per change (PENDING, CLAIMED, then the outcome) and stops when the order
+/// finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_watch_prints_each_change_until_the_order_finishes() {
+    let server = TestServer::start().await;
+    let (agent, token) = server
+        .agent(json!({"name": "watched", "labels": ["wt"]}))
+        .await;
+    let id = server.order(configmap_order("wt")).await;
+    let watching = cli_command(&server, &["work-orders", "get", &id, "-w"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (st, c) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(&token),
+            Some(json!({"max_wait_seconds": 5})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (st, _) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{id}/complete"),
+            Some(&token),
+            Some(json!({"agent_id": agent, "claim_id": c["claim_id"], "success": true})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let out = tokio::time::timeout(Duration::from_secs(20), finish(watching))
+        .await
+        .expect("get -w did not stop after the order finished");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("ID"), "{text}");
+    let states: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(states, ["PENDING", "CLAIMED", "succeeded"], "{text}");
+    assert!(lines[2].contains("watched"), "{text}");
+}

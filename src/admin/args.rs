@@ -261,7 +261,7 @@ pub enum LogCommand {
         #[arg(long, value_parser = parse_since)]
         since: Option<chrono::DateTime<chrono::Utc>>,
         /// Only orders whose last claim was this agent's (name, id or unique id prefix).
-        #[arg(long = "agent")]
+        #[arg(long = "agent", alias = "agent-id")]
         agent: Option<String>,
         /// Most entries shown; past 1000 the log is fetched page by page.
         #[arg(long, default_value_t = 100)]

@@ -37,7 +37,9 @@ fn colour_of(word: &str) -> Option<&'static str> {
     Some(match word {
         "succeeded" | "active" => "32",
         "failed" | "retired" => "31",
-        "RETRY_PENDING" | "cancelled" | "stale" | "reclaimed" | "retry_scheduled" => "33",
+        "RETRY_PENDING" | "cancelled" | "stale" | "reclaimed" | "released" | "retry_scheduled" => {
+            "33"
+        }
         "CLAIMED" | "running" => "36",
         _ => return None,
     })
