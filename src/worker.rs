@@ -21,7 +21,6 @@ use crate::pull::{
 use crate::queue::WorkOrder;
 
 /// Kept for callers of the old path; the helper lives with the pull loop now.
-pub use crate::pull::read_token;
 
 /// Most bytes of output reported as the result message.
 pub const MESSAGE_TAIL_BYTES: usize = 4096;
@@ -30,21 +29,22 @@ pub const EXIT_NO_RETRY: i32 = 3;
 /// Longest line of CMD's output logged as one entry; longer lines are logged in pieces.
 pub const LOG_LINE_BYTES: usize = 4096;
 
-/// Exit codes of `pullman worker` (documented in `--help`).
+/// Exit codes of `pullman worker` (documented in `--help`). With `--once` they are those of
+/// `pullman work-orders wait` (3 failed, 4 cancelled, 5 timed out), so a script reads both alike.
 pub mod exit {
     /// Stopped by a signal after draining; with `--once`: the order succeeded.
     pub const OK: i32 = 0;
+    /// The worker could not start (unreadable token file, admin token given, …).
+    pub const ERROR: i32 = 1;
     /// `--once`: the order failed (reported; the server may retry it elsewhere).
-    pub const ORDER_FAILED: i32 = 1;
+    pub const ORDER_FAILED: i32 = 3;
     /// `--once`: the order was cancelled, reclaimed or abandoned, or its result could not be
     /// delivered.
-    pub const ABANDONED: i32 = 3;
+    pub const ABANDONED: i32 = 4;
     /// `--once`: no order was run (`--wait` ran out, or a signal came first).
-    pub const NO_ORDER: i32 = 4;
+    pub const NO_ORDER: i32 = 5;
     /// The server refused the token: the agent was retired or its token revoked or rotated.
-    pub const UNAUTHORIZED: i32 = 5;
-    /// The worker could not start (unreadable token file, admin token given, …).
-    pub const ERROR: i32 = 6;
+    pub const UNAUTHORIZED: i32 = 6;
 }
 
 /// What `pullman worker --help` says after the flags: how CMD's exit status is reported, what
@@ -65,14 +65,14 @@ order finish; a second signal stops it too and leaves it to the reaper. While th
 unreachable (at start or later) the worker retries with backoff (0.5 s doubling to 30 s) and
 logs when it is connected again.
 
-Exit codes:
+Exit codes (with --once, as `pullman work-orders wait`):
   0   stopped by a signal; with --once: the order succeeded
-  1   --once: the order failed (reported; the server may retry it)
+  1   could not start (unreadable token file, admin token, …)
   2   bad command line
-  3   --once: the order was cancelled, reclaimed or abandoned (nothing reported)
-  4   --once: no order was run (--wait ran out, or a signal came first)
-  5   the server refused the token: agent retired or token revoked/rotated
-  6   could not start (unreadable token file, admin token, …)";
+  3   --once: the order failed (reported; the server may retry it)
+  4   --once: the order was cancelled, reclaimed or abandoned (nothing reported)
+  5   --once: no order was run (--wait ran out, or a signal came first)
+  6   the server refused the token: agent retired or token revoked/rotated";
 
 /// Run work orders with a shell command (see [`WORKER_HELP`]).
 #[derive(Debug, Clone, Args)]

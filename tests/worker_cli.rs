@@ -138,7 +138,7 @@ async fn once_streams_the_output_and_exits_with_the_order_status() {
 
     let bad = s.order(order("once", "bad")).await;
     let mut w = Worker::start(&s.base, &token, &["--once", "--exec", exec]);
-    assert_eq!(w.exit_code(60).await, 1, "failed order; log:\n{}", w.log());
+    assert_eq!(w.exit_code(60).await, 3, "failed order; log:\n{}", w.log());
     let log = w.log();
     assert!(
         log.contains("it broke") && log.contains("exit_status=7"),
@@ -151,7 +151,7 @@ async fn once_streams_the_output_and_exits_with_the_order_status() {
     // Nothing queued: --wait bounds the wait.
     let started = Instant::now();
     let mut w = Worker::start(&s.base, &token, &["--once", "--wait", "2", "--exec", exec]);
-    assert_eq!(w.exit_code(30).await, 4, "no order; log:\n{}", w.log());
+    assert_eq!(w.exit_code(30).await, 5, "no order; log:\n{}", w.log());
     assert!(started.elapsed() >= Duration::from_secs(2));
 
     // --wait without --once is a usage error.
@@ -172,7 +172,7 @@ async fn a_retired_agent_or_revoked_token_stops_the_worker_with_a_clear_message(
         .await;
     assert_eq!(status, 201, "{v}");
     let new_token = v["token"].as_str().unwrap().to_string();
-    assert_eq!(w.exit_code(60).await, 5, "log:\n{}", w.log());
+    assert_eq!(w.exit_code(60).await, 6, "log:\n{}", w.log());
     assert!(
         w.log().contains("refused this agent's token"),
         "{}",
@@ -193,7 +193,7 @@ async fn a_retired_agent_or_revoked_token_stops_the_worker_with_a_clear_message(
         .admin(Method::DELETE, &format!("/api/v1/agents/{id}"), None)
         .await;
     assert!((200..300).contains(&status), "{status} {v}");
-    assert_eq!(w.exit_code(60).await, 5, "log:\n{}", w.log());
+    assert_eq!(w.exit_code(60).await, 6, "log:\n{}", w.log());
     assert!(
         w.log().contains("refused this agent's token"),
         "{}",
@@ -202,7 +202,7 @@ async fn a_retired_agent_or_revoked_token_stops_the_worker_with_a_clear_message(
 
     // A retired agent's token at start: refused at once, not retried.
     let mut w = Worker::start(&s.base, &new_token, &["--exec", "true"]);
-    assert_eq!(w.exit_code(15).await, 5, "log:\n{}", w.log());
+    assert_eq!(w.exit_code(15).await, 6, "log:\n{}", w.log());
 }
 
 /// `pullman serve` on a fixed port over a database that outlives it.

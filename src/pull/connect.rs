@@ -66,15 +66,6 @@ pub enum ConnectError {
     Other(#[from] anyhow::Error),
 }
 
-/// Reads a token file, naming the file in errors.
-pub fn read_token(path: &Path) -> anyhow::Result<String> {
-    let token = std::fs::read_to_string(path)
-        .with_context(|| format!("reading token file {}", path.display()))?;
-    let token = token.trim().to_string();
-    anyhow::ensure!(!token.is_empty(), "token file {} is empty", path.display());
-    Ok(token)
-}
-
 /// Connects with the token and learns which agent it belongs to. While the server cannot be
 /// reached (or answers 5xx) it retries with [`Backoff`] until `stop` fires, logging each failure
 /// and once when connected; a refused token ends at once with [`ConnectError::Unauthorized`].
@@ -83,7 +74,7 @@ pub async fn connect_as_agent(
     token_file: &Path,
     stop: &CancellationToken,
 ) -> Result<(Client, Uuid), ConnectError> {
-    let client = Client::new(server, &read_token(token_file)?).map_err(anyhow::Error::from)?;
+    let client = Client::new(server, &crate::client::read_token_file(token_file)?).map_err(anyhow::Error::from)?;
     let mut backoff = Backoff::default();
     let me = loop {
         match client.whoami().await {

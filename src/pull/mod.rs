@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-pub use connect::{Backoff, ConnectError, connect_as_agent, read_token};
+pub use connect::{Backoff, ConnectError, connect_as_agent};
 pub use order::{Abandon, Carrier, Ended, Reported, Stage, Verdict};
 
 use crate::api::ClaimNextBody;
@@ -216,6 +216,13 @@ async fn run_loop<C: Carrier>(
                     _ = tokio::time::sleep(wait) => {}
                 }
             }
+        }
+    }
+    // Orders that finished since the last claim stay in the set until joined.
+    while let Some(done) = running.try_join_next() {
+        if let Ok(ended) = done {
+            note_end(&ended, &mut refused);
+            last = Some(ended);
         }
     }
     if refused.is_some() {
