@@ -9,6 +9,7 @@
 //! - [`telemetry`]: logging and Prometheus metrics.
 //! - [`crd`]: the `WorkOrder` and `Executor` custom resources.
 //! - [`postgres`]: the embedded PostgreSQL used when no `DATABASE_URL` is given.
+//! - `testing` (feature `testing`): the set-up shared by `tests/` and `bench/`.
 
 pub mod admin;
 pub mod agent;
@@ -25,4 +26,6 @@ pub mod queue;
 pub mod serve;
 pub mod signals;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod worker;
