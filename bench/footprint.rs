@@ -39,7 +39,7 @@ pub async fn run(b: &Bench) {
         .fetch_one(&db)
         .await
         .unwrap();
-    let (base_url, _) = b.server_url.rsplit_once('/').unwrap();
+    let (base_url, _) = pullman::testing::server_url().rsplit_once('/').unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

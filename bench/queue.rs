@@ -16,21 +16,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use pullman::api::{self, AppState};
-use pullman::auth::AdminToken;
-use pullman::postgres::{EmbeddedPostgres, Listen, Options};
-use pullman::queue::{self, Notifications, Queue};
-use pullman::telemetry::Metrics;
+use pullman::queue::{self, Queue};
+use pullman::testing::{self, TestServer};
 use serde_json::json;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
-use tokio_util::sync::CancellationToken;
 
-const ADMIN: &str = "bench-admin-token-0123456789";
+/// The admin token of the in-process server, also given to the `pullman serve` it starts.
+const ADMIN: &str = testing::ADMIN_TOKEN;
 const AGENTS: usize = 16;
 
 struct Bench {
-    server_url: String,
     quick: bool,
 }
 
@@ -47,26 +42,9 @@ fn ms(d: Duration) -> String {
 }
 
 impl Bench {
+    /// A fresh migrated database on the benchmark's PostgreSQL (`pullman::testing`).
     async fn fresh_pool(&self, max: u32) -> PgPool {
-        let admin = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&self.server_url)
-            .await
-            .unwrap();
-        let name = format!("b_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&admin)
-            .await
-            .unwrap();
-        admin.close().await;
-        let (base, _) = self.server_url.rsplit_once('/').unwrap();
-        let pool = PgPoolOptions::new()
-            .max_connections(max)
-            .connect(&format!("{base}/{name}"))
-            .await
-            .unwrap();
-        queue::MIGRATOR.run(&pool).await.unwrap();
-        pool
+        testing::fresh_pool(max).await
     }
 
     /// Inserts `n` pending orders targeted at label `bench`, oldest first.
@@ -149,34 +127,9 @@ impl Bench {
         rate
     }
 
-    async fn server(
-        &self,
-        max_conns: u32,
-        max_long_polls: usize,
-    ) -> (String, Queue, PgPool, CancellationToken) {
-        let pool = self.fresh_pool(max_conns).await;
-        let queue = Queue::new(pool.clone());
-        let notifications = Notifications::new();
-        let stop = CancellationToken::new();
-        queue::spawn_listener(&queue, notifications.clone(), stop.clone());
-        let state = AppState::new(
-            queue.clone(),
-            AdminToken::from_secret(ADMIN),
-            Arc::new(Metrics::new()),
-            notifications,
-            max_long_polls,
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let s = stop.clone();
-        tokio::spawn(async move {
-            axum::serve(listener, api::router(state))
-                .with_graceful_shutdown(async move { s.cancelled().await })
-                .await
-                .unwrap();
-        });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        (base, queue, pool, stop)
+    /// The API server in-process over a fresh database, as the tests start it.
+    async fn server(&self, max_conns: u32, max_long_polls: usize) -> TestServer {
+        TestServer::start_with(max_conns, max_long_polls).await
     }
 
     async fn agent(http: &reqwest::Client, base: &str, name: &str) -> (String, String) {
@@ -241,8 +194,9 @@ impl Bench {
     /// (2) 16 agents over HTTP with keep-alive, claim-next + complete. Returns (orders/s, claim
     /// latencies sorted).
     async fn http_end_to_end(&self, orders: usize) -> (f64, Vec<Duration>) {
-        let (base, _queue, pool, stop) = self.server(40, 1024).await;
-        Self::fill(&pool, orders, 0).await;
+        let server = self.server(40, 1024).await;
+        let base = server.base.clone();
+        Self::fill(&server.pool, orders, 0).await;
         let (http, creds) = Self::agents(&base, "bench").await;
         let started = Instant::now();
         let mut tasks = Vec::new();
@@ -262,14 +216,15 @@ impl Bench {
         }
         let rate = lat.len() as f64 / started.elapsed().as_secs_f64();
         lat.sort();
-        stop.cancel();
+        drop(server);
         (rate, lat)
     }
 
     /// (3) 64 agents long-polling an empty queue; orders inserted one at a time at a steady rate;
     /// time from the insert's commit to the claim response.
     async fn wake_up(&self, count: usize) -> Vec<Duration> {
-        let (base, queue, _pool, stop) = self.server(80, 1024).await;
+        let server = self.server(80, 1024).await;
+        let (base, queue) = (server.base.clone(), server.queue.clone());
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(128)
             .build()
@@ -335,7 +290,7 @@ impl Bench {
         for t in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
-        stop.cancel();
+        drop(server);
         let mut l = lat.lock().unwrap().clone();
         l.sort();
         l
@@ -443,29 +398,9 @@ async fn main() {
         .map(String::as_str)
         .collect();
     let run = |s: &str| wanted.is_empty() || wanted.contains(&s);
-    let dir = tempfile::tempdir().unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let pg = EmbeddedPostgres::start(Options {
-        root: dir.path().join("pg"),
-        listen: Listen::Loopback(port),
-        database: "postgres".into(),
-        bin_dir: None,
-        die_with_parent: true,
-    })
-    .await
-    .expect("starting PostgreSQL for the benchmark");
-    let b = Bench {
-        server_url: pg.url(),
-        quick,
-    };
+    // The process's PostgreSQL (`fsync=on`, default settings), one database per scenario.
+    testing::server_url();
+    let b = Bench { quick };
     let orders = if b.quick { 10_000 } else { 100_000 };
     println!(
         "Pullman queue benchmarks ({} cores, {} mode)\n",
@@ -548,5 +483,4 @@ async fn main() {
             println!("{line}");
         }
     }
-    pg.stop().await.unwrap();
 }

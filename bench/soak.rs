@@ -55,7 +55,8 @@ pub async fn run(b: &Bench, backlog: usize, minutes: u64, http_rate: Option<f64>
         .map(|r| (r * 0.7).floor())
         .unwrap_or(200.0)
         .max(10.0);
-    let (base, _queue, pool, stop) = b.server(40, 1024).await;
+    let server = b.server(40, 1024).await;
+    let (base, pool) = (server.base.clone(), server.pool.clone());
     Bench::fill(&pool, backlog, 0).await;
     // Statistics are flushed to pg_stat_* at most once a second.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -136,7 +137,7 @@ pub async fn run(b: &Bench, backlog: usize, minutes: u64, http_rate: Option<f64>
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     notes.extend(sizes(&pool, "end").await);
-    stop.cancel();
+    drop(server);
 
     let mut buckets = per_minute.lock().unwrap().clone();
     for bucket in &mut buckets {

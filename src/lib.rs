@@ -12,6 +12,7 @@
 //! - [`postgres`]: the embedded PostgreSQL used when no `DATABASE_URL` is given.
 //! - [`pull`]: the pull loop of agents (claim, heartbeat, complete) and the life of one order,
 //!   shared by [`worker`] and [`executor`].
+//! - `testing` (feature `testing`): the set-up shared by `tests/` and `bench/`.
 
 pub mod admin;
 pub mod api;
@@ -28,4 +29,6 @@ pub mod queue;
 pub mod serve;
 pub mod signals;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod worker;

@@ -23,7 +23,7 @@ pub use claims::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetrySch
 pub use error::{ApiError, DatabaseUnavailable, ErrorBody};
 pub use ops::ApiDoc;
 
-use crate::auth::{AdminToken, Principal, authenticate};
+use crate::auth::{AdminToken, Principal, VerifiedTokens, authenticate};
 use crate::queue::{Notifications, Queue};
 use crate::telemetry::{HttpLabels, Metrics, RouteLabel};
 
@@ -39,6 +39,8 @@ pub const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
 pub struct AppState {
     pub queue: Queue,
     pub admin: AdminToken,
+    /// Agent tokens verified a moment ago (`auth::cache`).
+    pub verified_tokens: Arc<VerifiedTokens>,
     pub metrics: Arc<Metrics>,
     pub notifications: Notifications,
     /// Permits for concurrently held long-polls; past them claim-next answers `503`.
@@ -57,6 +59,7 @@ impl AppState {
         AppState {
             queue,
             admin,
+            verified_tokens: Default::default(),
             metrics,
             notifications,
             long_polls: Arc::new(Semaphore::new(max_long_polls)),
@@ -79,7 +82,7 @@ impl FromRequestParts<AppState> for Caller {
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         Ok(Caller(
-            authenticate(header, &state.admin, &state.queue).await?,
+            authenticate(header, &state.admin, &state.verified_tokens, &state.queue).await?,
         ))
     }
 }

@@ -3,9 +3,11 @@
 //! on the pull path were token look-ups).
 //!
 //! An entry holds the token's SHA-256 hash (never the secret) and lives [`VERIFIED_TTL`].
-//! Revocation (rotate, retire) evicts the agent's entries at once in the process that revoked;
-//! other server replicas honour it within the TTL. Only successes are kept: a bad token is looked
-//! up every time.
+//! Each entry also holds the queue's count of token revocations
+//! ([`crate::queue::Queue::token_revocations`]) as read before the database confirmed it; it is
+//! trusted only while that count is unchanged, so a revocation (rotate, retire) through this
+//! process takes effect at once; other server replicas honour it within the TTL. Only successes
+//! are kept: a bad token is looked up every time.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -26,6 +28,7 @@ struct Verified {
     secret_hash: Vec<u8>,
     agent_id: Uuid,
     at: Instant,
+    revocations: u64,
 }
 
 /// Recently verified agent tokens, by token id. Shared by all requests of a process.
@@ -35,18 +38,20 @@ pub struct VerifiedTokens {
 }
 
 impl VerifiedTokens {
-    /// The agent of token `token_id` if it was verified within the TTL with this same secret.
-    pub fn agent_for(&self, token_id: Uuid, secret: &str) -> Option<Uuid> {
+    /// The agent of token `token_id` if it was verified within the TTL with this same secret
+    /// and no revocation happened since (`revocations` is the queue's count now).
+    pub fn agent_for(&self, token_id: Uuid, secret: &str, revocations: u64) -> Option<Uuid> {
         let presented = token::hash(secret);
         let entries = self.entries.lock().expect("token cache lock");
         let hit = entries.get(&token_id)?;
-        let fresh = hit.at.elapsed() < VERIFIED_TTL;
+        let fresh = hit.at.elapsed() < VERIFIED_TTL && hit.revocations == revocations;
         let same: bool = presented.ct_eq(&hit.secret_hash).into();
         (fresh && same).then_some(hit.agent_id)
     }
 
-    /// Records a successful verification against the database.
-    pub fn remember(&self, token_id: Uuid, secret: &str, agent_id: Uuid) {
+    /// Records a successful verification against the database; `revocations` is the queue's
+    /// count as read *before* the database read.
+    pub fn remember(&self, token_id: Uuid, secret: &str, agent_id: Uuid, revocations: u64) {
         let mut entries = self.entries.lock().expect("token cache lock");
         if entries.len() >= SWEEP_AT {
             entries.retain(|_, v| v.at.elapsed() < VERIFIED_TTL);
@@ -57,16 +62,9 @@ impl VerifiedTokens {
                 secret_hash: token::hash(secret),
                 agent_id,
                 at: Instant::now(),
+                revocations,
             },
         );
-    }
-
-    /// Forgets every token of `agent_id` (after its tokens were revoked).
-    pub fn forget_agent(&self, agent_id: Uuid) {
-        self.entries
-            .lock()
-            .expect("token cache lock")
-            .retain(|_, v| v.agent_id != agent_id);
     }
 }
 
@@ -75,23 +73,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_remembered_token_is_trusted_only_with_its_secret_and_until_forgotten() {
+    fn a_remembered_token_is_trusted_only_with_its_secret_and_until_a_revocation() {
         let cache = VerifiedTokens::default();
         let (token, agent) = (Uuid::new_v4(), Uuid::new_v4());
-        assert_eq!(cache.agent_for(token, "s3cret"), None);
-        cache.remember(token, "s3cret", agent);
-        assert_eq!(cache.agent_for(token, "s3cret"), Some(agent));
-        assert_eq!(cache.agent_for(token, "guess"), None);
-        cache.forget_agent(agent);
-        assert_eq!(cache.agent_for(token, "s3cret"), None);
+        assert_eq!(cache.agent_for(token, "s3cret", 7), None);
+        cache.remember(token, "s3cret", agent, 7);
+        assert_eq!(cache.agent_for(token, "s3cret", 7), Some(agent));
+        assert_eq!(cache.agent_for(token, "guess", 7), None);
+        assert_eq!(cache.agent_for(token, "s3cret", 8), None);
     }
 
     #[test]
     fn entries_expire() {
         let cache = VerifiedTokens::default();
         let (token, agent) = (Uuid::new_v4(), Uuid::new_v4());
-        cache.remember(token, "s", agent);
+        cache.remember(token, "s", agent, 0);
         cache.entries.lock().unwrap().get_mut(&token).unwrap().at -= VERIFIED_TTL;
-        assert_eq!(cache.agent_for(token, "s"), None);
+        assert_eq!(cache.agent_for(token, "s", 0), None);
     }
 }

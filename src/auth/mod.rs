@@ -10,7 +10,46 @@ use std::path::{Path, PathBuf};
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
-use crate::queue::{Queue, QueueError, TokenCheck};
+use crate::queue::{Queue, QueueError};
+
+pub use cache::VerifiedTokens;
+
+/// Result of checking an agent bearer token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenCheck {
+    /// The token is live and bound to this agent.
+    Valid { agent_id: Uuid },
+    /// Unknown, revoked, its agent retired, or the secret does not match.
+    Invalid,
+}
+
+/// Checks an agent bearer token (DESIGN.md §5) against the queue's stored hash, comparing the
+/// secret in constant time. A token verified within the last second is trusted without a
+/// database read ([`cache`]); revocation through this process takes effect at once, through
+/// another replica within that second.
+pub async fn check_agent_token(
+    text: &str,
+    verified: &VerifiedTokens,
+    queue: &Queue,
+) -> Result<TokenCheck, QueueError> {
+    let Some((token_id, secret)) = token::parse_agent_token(text) else {
+        return Ok(TokenCheck::Invalid);
+    };
+    // Read before the database, so a revocation committed meanwhile voids what we remember.
+    let revocations = queue.token_revocations();
+    if let Some(agent_id) = verified.agent_for(token_id, secret, revocations) {
+        return Ok(TokenCheck::Valid { agent_id });
+    }
+    Ok(match queue.live_agent_token(token_id).await? {
+        Some(stored) if token::verify(secret, &stored.secret_hash) => {
+            verified.remember(token_id, secret, stored.agent_id, revocations);
+            TokenCheck::Valid {
+                agent_id: stored.agent_id,
+            }
+        }
+        _ => TokenCheck::Invalid,
+    })
+}
 
 /// Who is calling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,10 +157,11 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
 }
 
 /// Resolves the `Authorization` header value to a principal. Admin tokens are checked in memory;
-/// agent tokens against their stored hash.
+/// agent tokens with [`check_agent_token`].
 pub async fn authenticate(
     header: Option<&str>,
     admin: &AdminToken,
+    verified: &VerifiedTokens,
     queue: &Queue,
 ) -> Result<Principal, AuthError> {
     let header = header.ok_or(AuthError::Unauthenticated(
@@ -138,7 +178,7 @@ pub async fn authenticate(
     if admin.matches(presented) {
         return Ok(Principal::Admin);
     }
-    match queue.check_agent_token(presented).await? {
+    match check_agent_token(presented, verified, queue).await? {
         TokenCheck::Valid { agent_id } => Ok(Principal::Agent(agent_id)),
         TokenCheck::Invalid => Err(AuthError::Unauthenticated(
             "token is not valid (unknown, revoked, or its agent is retired)",

@@ -10,27 +10,12 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::orders::insert_order;
+use super::sql;
 use super::validate::WorkOrderSpec;
 use super::{
     Attempt, AttemptResult, ConflictCode, Created, IdempotencyKey, Lookup, Queue, QueueError,
     SOURCE_API,
 };
-
-/// Every claim of order `$1`, oldest first: ended attempts, the live claim, and the claim that
-/// finished the order. One statement, so one snapshot: a claim ending meanwhile is not seen twice.
-const ATTEMPTS: &str = "\
-    SELECT agent_id, claim_id, started_at, ended_at, ended AS result, message \
-      FROM work_order_attempts WHERE work_order_id = $1 \
-    UNION ALL \
-    SELECT agent_id, claim_id, claimed_at, NULL, 'running', NULL \
-      FROM work_order_claims WHERE work_order_id = $1 \
-    UNION ALL \
-    SELECT claimed_by, claim_id, claimed_at, completed_at, \
-        CASE ended_by WHEN 'cancel' THEN 'cancelled' WHEN 'reaper' THEN 'reclaimed' \
-          ELSE outcome END, \
-        message \
-      FROM work_order_log WHERE id = $1 AND claimed_at IS NOT NULL \
-    ORDER BY started_at, claim_id";
 
 #[derive(sqlx::FromRow)]
 struct AttemptRow {
@@ -104,7 +89,7 @@ impl Queue {
     /// Every attempt (claim) of an active or finished order, oldest first; `404` for an unknown
     /// id. An order never claimed has none.
     pub async fn attempts(&self, id: Uuid) -> Result<Vec<Attempt>, QueueError> {
-        let rows: Vec<AttemptRow> = sqlx::query_as(ATTEMPTS)
+        let rows: Vec<AttemptRow> = sqlx::query_as(sql::ATTEMPTS)
             .bind(id)
             .fetch_all(&self.pool)
             .await?;

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::orders::{EndedBy, FinalClaim, finish};
-use super::{AgentHealth, IDEMPOTENCY_KEY_RETENTION, Outcome, Queue, QueueError};
+use super::{AgentHealth, IDEMPOTENCY_KEY_RETENTION, Outcome, Queue, QueueError, sql};
 
 /// Rows handled per statement; a larger backlog is worked through in several batches.
 const BATCH: i64 = 1000;
@@ -55,16 +55,10 @@ impl Queue {
                 reclaim_count: i32,
                 max_reclaims: i32,
             }
-            let stale: Vec<Stale> = sqlx::query_as(
-                "SELECT c.work_order_id, c.agent_id, c.claim_id, c.claimed_at, w.reclaim_count, \
-                   w.max_reclaims \
-                 FROM work_order_claims c JOIN work_orders w ON w.id = c.work_order_id \
-                 WHERE c.deadline <= now() OR c.lease_expires_at <= now() \
-                 LIMIT $1 FOR UPDATE OF w, c SKIP LOCKED",
-            )
-            .bind(BATCH)
-            .fetch_all(&mut *tx)
-            .await?;
+            let stale: Vec<Stale> = sqlx::query_as(sql::FIND_EXPIRED_CLAIMS)
+                .bind(BATCH)
+                .fetch_all(&mut *tx)
+                .await?;
             if stale.is_empty() {
                 return Ok((reclaimed, exhausted));
             }
@@ -75,27 +69,14 @@ impl Queue {
             let ids: Vec<Uuid> = requeue.iter().map(|s| s.work_order_id).collect();
             // Each released claim is remembered (a late heartbeat is told `reclaimed`) and kept as
             // an attempt saying which limit ran out.
-            sqlx::query(
-                "WITH released AS (DELETE FROM work_order_claims WHERE work_order_id = ANY($1) \
-                   RETURNING claim_id, work_order_id, agent_id, claimed_at, deadline), \
-                 attempt AS (INSERT INTO work_order_attempts \
-                   (claim_id, work_order_id, agent_id, started_at, ended, message) \
-                   SELECT claim_id, work_order_id, agent_id, claimed_at, 'reclaimed', \
-                     CASE WHEN deadline <= now() THEN 'the claim timeout ran out' \
-                       ELSE 'the lease expired: no heartbeat in time' END FROM released) \
-                 INSERT INTO released_claims (claim_id, work_order_id, agent_id) \
-                 SELECT claim_id, work_order_id, agent_id FROM released",
-            )
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "UPDATE work_orders SET status = 'PENDING', reclaim_count = reclaim_count + 1, \
-                 updated_at = now() WHERE id = ANY($1)",
-            )
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(sql::RELEASE_EXPIRED_CLAIMS)
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(sql::REQUEUE_RECLAIMED)
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
             reclaimed += ids.len() as u64;
             for s in give_up {
                 let message = format!("no agent completed it within {} claims", s.max_reclaims + 1);
@@ -127,16 +108,11 @@ impl Queue {
     pub async fn promote_due_retries(&self) -> Result<u64, QueueError> {
         let mut promoted = 0;
         loop {
-            let n = sqlx::query(
-                "UPDATE work_orders SET status = 'PENDING', updated_at = now() WHERE id IN ( \
-                   SELECT id FROM work_orders WHERE status = 'RETRY_PENDING' \
-                     AND next_retry_after <= now() \
-                   ORDER BY next_retry_after LIMIT $1 FOR UPDATE SKIP LOCKED)",
-            )
-            .bind(BATCH)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+            let n = sqlx::query(sql::PROMOTE_DUE_RETRIES)
+                .bind(BATCH)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
             promoted += n;
             if (n as i64) < BATCH {
                 return Ok(promoted);
@@ -147,12 +123,9 @@ impl Queue {
     /// Time until the earliest backing-off order is due (zero if one is already due), or `None`
     /// when nothing backs off. Lets the maintenance loop wake exactly when a retry falls due.
     pub async fn next_retry_due_in(&self) -> Result<Option<Duration>, QueueError> {
-        let (secs,): (Option<f64>,) = sqlx::query_as(
-            "SELECT EXTRACT(EPOCH FROM (min(next_retry_after) - now()))::float8 \
-             FROM work_orders WHERE status = 'RETRY_PENDING'",
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let (secs,): (Option<f64>,) = sqlx::query_as(sql::NEXT_RETRY_DUE_IN)
+            .fetch_one(&self.pool)
+            .await?;
         Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 
@@ -162,31 +135,24 @@ impl Queue {
     /// first, taken with `SKIP LOCKED`: several replicas can run it together, and a large backlog
     /// never becomes one long transaction. Returns the number of log entries deleted.
     pub async fn expire_history(&self, log_retention: Duration) -> Result<u64, QueueError> {
-        /// $1 retention in seconds, $2 batch size.
-        /// An entry's attempts go with it.
-        const EXPIRE_LOG: &str = "WITH expired AS (SELECT id FROM work_order_log \
-               WHERE completed_at < now() - make_interval(secs => $1) \
-               ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
-             attempts AS (DELETE FROM work_order_attempts \
-               WHERE work_order_id IN (SELECT id FROM expired)) \
-             DELETE FROM work_order_log WHERE id IN (SELECT id FROM expired)";
-        /// $1 retention in seconds, $2 batch size.
-        const EXPIRE_IDEMPOTENCY_KEYS: &str = "DELETE FROM idempotency_keys WHERE key IN ( \
-               SELECT key FROM idempotency_keys \
-               WHERE created_at < now() - make_interval(secs => $1) \
-               ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
-        let deleted = self.delete_in_batches(EXPIRE_LOG, log_retention).await?;
-        self.delete_in_batches(EXPIRE_IDEMPOTENCY_KEYS, IDEMPOTENCY_KEY_RETENTION)
+        let deleted = self
+            .delete_in_batches(sql::EXPIRE_LOG, log_retention)
+            .await?;
+        self.delete_in_batches(sql::EXPIRE_IDEMPOTENCY_KEYS, IDEMPOTENCY_KEY_RETENTION)
             .await?;
         Ok(deleted)
     }
 
     /// Runs a `DELETE` taking `$1` (retention, seconds) and `$2` ([`BATCH`]) until a batch comes
     /// back short; returns the rows deleted.
-    async fn delete_in_batches(&self, sql: &str, retention: Duration) -> Result<u64, QueueError> {
+    async fn delete_in_batches(
+        &self,
+        statement: &str,
+        retention: Duration,
+    ) -> Result<u64, QueueError> {
         let mut deleted = 0;
         loop {
-            let n = sqlx::query(sql)
+            let n = sqlx::query(statement)
                 .bind(retention.as_secs_f64())
                 .bind(BATCH)
                 .execute(&self.pool)
@@ -205,14 +171,7 @@ impl Queue {
     /// claimable. Both halves walk an index of claimable rows (`work_orders_claimable`,
     /// `work_orders_retry_due`) and stop at the first row.
     pub async fn oldest_claimable_age(&self) -> Result<f64, QueueError> {
-        const OLDEST_CLAIMABLE: &str = "SELECT EXTRACT(EPOCH FROM (now() - min(since)))::float8 FROM ( \
-               (SELECT created_at AS since FROM work_orders WHERE status = 'PENDING' \
-                ORDER BY created_at, id LIMIT 1) \
-               UNION ALL \
-               (SELECT next_retry_after FROM work_orders \
-                WHERE status = 'RETRY_PENDING' AND next_retry_after <= now() \
-                ORDER BY next_retry_after LIMIT 1)) AS oldest";
-        let (secs,): (Option<f64>,) = sqlx::query_as(OLDEST_CLAIMABLE)
+        let (secs,): (Option<f64>,) = sqlx::query_as(sql::OLDEST_CLAIMABLE_AGE)
             .fetch_one(&self.pool)
             .await?;
         Ok(secs.unwrap_or(0.0).max(0.0))
@@ -223,11 +182,9 @@ impl Queue {
     pub async fn count_agents_by_health(&self) -> Result<AgentHealthCounts, QueueError> {
         /// `last_seen_at`, `lease_seconds`, and the database's `now()`.
         type ContactRow = (Option<DateTime<Utc>>, Option<i32>, DateTime<Utc>);
-        let rows: Vec<ContactRow> = sqlx::query_as(
-            "SELECT last_seen_at, lease_seconds, now() FROM agents WHERE retired_at IS NULL",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows: Vec<ContactRow> = sqlx::query_as(sql::AGENT_CONTACTS)
+            .fetch_all(&self.pool)
+            .await?;
         let mut counts = AgentHealthCounts::default();
         for (last_seen_at, lease_seconds, now) in rows {
             match super::rules::agent_health(false, last_seen_at, lease_seconds, now) {

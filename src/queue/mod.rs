@@ -4,18 +4,36 @@
 //!
 //! Lock order, kept by every transaction to rule out deadlocks: agent row → work order row → claim
 //! row. The reaper takes rows with `SKIP LOCKED` and never waits.
+//!
+//! Where things live:
+//! - **Statements**: every SQL statement is one file in `src/queue/sql/`, named after its
+//!   operation (`claim_next.sql`, `complete_success.sql`, `find_expired_claims.sql`, …), its
+//!   parameters listed at its head; [`sql`](self) (`sql/mod.rs`) indexes them by concern. No
+//!   statement is assembled at run time.
+//! - **Rules**: eligibility (DESIGN.md §3) and claim liveness (§2) in [`eligibility`], Rust and
+//!   SQL side by side, with the tests that keep the copies in step; retries, the watch budget
+//!   and agent health (§2, §4, §5) in [`rules`]; wake-ups of long-polls in `wake`.
+//! - **Operations**: claiming in `claims` (pending list, claim by id, claim-next), holding a
+//!   claim in `claims::holder` (heartbeat, complete) and `claims::fastpath` (the one-statement
+//!   successful complete), refusals and replays in `refusal`, orders and the log in `orders`,
+//!   agents and the storage of their tokens in `registry` (checking tokens is `crate::auth`'s),
+//!   maintenance (reaper, retry promotion, retention) in `maintenance`.
 
-mod agents;
 mod availability;
 mod claims;
 mod cursor;
+pub mod eligibility;
+#[cfg(all(test, feature = "testing"))]
+mod eligibility_agreement;
 mod history;
 mod maintenance;
 pub mod model;
 mod notify;
 mod orders;
 mod refusal;
+mod registry;
 pub mod rules;
+mod sql;
 pub mod text;
 pub mod validate;
 mod wake;
@@ -27,7 +45,6 @@ use sqlx::PgPool;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-pub use agents::TokenCheck;
 pub use availability::spawn_availability_probe;
 pub use claims::{ClaimRequest, Heartbeat};
 pub use cursor::CursorError;
@@ -36,6 +53,7 @@ pub use maintenance::{AgentHealthCounts, MaintenanceReport, run_maintenance};
 pub use model::*;
 pub use notify::{Notifications, spawn_listener};
 pub use orders::{Created, IDEMPOTENCY_KEY_RETENTION, IdempotencyKey, LogFilter, OrderFilter};
+pub use registry::StoredAgentToken;
 
 /// `source` of an order created through the REST API.
 pub const SOURCE_API: &str = "api";
@@ -168,7 +186,8 @@ impl QueueError {
 #[derive(Clone)]
 pub struct Queue {
     pool: PgPool,
-    verified_tokens: std::sync::Arc<crate::auth::cache::VerifiedTokens>,
+    /// See [`Queue::token_revocations`].
+    token_revocations: std::sync::Arc<std::sync::atomic::AtomicU64>,
     availability: std::sync::Arc<availability::Availability>,
 }
 
@@ -177,7 +196,7 @@ impl Queue {
     pub fn new(pool: PgPool) -> Self {
         Queue {
             pool,
-            verified_tokens: Default::default(),
+            token_revocations: Default::default(),
             availability: Default::default(),
         }
     }
@@ -198,11 +217,10 @@ impl Queue {
         if self.database_known_down() {
             return Err("database not reachable (known down; probing)".into());
         }
-        let applied: Vec<(i64,)> =
-            sqlx::query_as("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
-                .fetch_all(&self.pool)
-                .await
-                .map_err(|e| format!("database not reachable or not migrated: {e}"))?;
+        let applied: Vec<(i64,)> = sqlx::query_as(sql::APPLIED_MIGRATIONS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| format!("database not reachable or not migrated: {e}"))?;
         for m in MIGRATOR.iter() {
             if !applied.iter().any(|(v,)| *v == m.version) {
                 return Err(format!("migration {} not applied", m.version));
@@ -213,33 +231,14 @@ impl Queue {
 
     /// Count of active orders per status, for the `pullman_work_orders` gauge.
     pub async fn count_by_status(&self) -> Result<Vec<(String, i64)>, QueueError> {
-        Ok(sqlx::query_as(
-            "SELECT status, count(*) FROM work_orders GROUP BY status ORDER BY status",
-        )
-        .fetch_all(&self.pool)
-        .await?)
+        Ok(sqlx::query_as(sql::COUNT_BY_STATUS)
+            .fetch_all(&self.pool)
+            .await?)
     }
 }
 
-/// Column list of an active order joined with its live claim (`w` = work_orders, `c` = claims).
-/// `{yaml}` is replaced by `w.yaml_content` or `NULL::text`.
-const ORDER_COLUMNS: &str = "w.id, w.work_type, {yaml} AS yaml_content, w.status, w.max_retries, \
-    w.backoff_seconds, w.claim_timeout_seconds, w.max_reclaims, w.tenant, w.target_agent_ids, \
-    w.target_agent_names, w.target_labels, w.target_annotations, w.retry_count, w.reclaim_count, \
-    w.last_error, w.last_error_at, w.next_retry_after, c.agent_id AS claimed_by, c.claimed_at, \
-    c.claim_id, c.lease_seconds, c.lease_expires_at, w.rerun_of, w.created_at, w.updated_at";
-
-pub(crate) fn order_columns(with_yaml: bool) -> String {
-    ORDER_COLUMNS.replace(
-        "{yaml}",
-        if with_yaml {
-            "w.yaml_content"
-        } else {
-            "NULL::text"
-        },
-    )
-}
-
+/// An active order joined with its live claim, as every statement returning orders selects it
+/// (`sql/get_order.sql` and others).
 #[derive(sqlx::FromRow)]
 pub(crate) struct OrderRow {
     id: Uuid,
@@ -306,23 +305,8 @@ impl From<OrderRow> for WorkOrder {
     }
 }
 
-/// Column list of a log entry; `{yaml}` as for [`ORDER_COLUMNS`].
-const LOG_COLUMNS: &str = "id, work_type, {yaml} AS yaml_content, outcome, message, max_retries, \
-    backoff_seconds, claim_timeout_seconds, max_reclaims, tenant, targeting, retry_count, \
-    reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, rerun_of, \
-    created_at, completed_at";
-
-pub(crate) fn log_columns(with_yaml: bool) -> String {
-    LOG_COLUMNS.replace(
-        "{yaml}",
-        if with_yaml {
-            "yaml_content"
-        } else {
-            "NULL::text"
-        },
-    )
-}
-
+/// A log entry, as every statement returning log entries selects it (`sql/get_log_entry.sql`
+/// and others).
 #[derive(sqlx::FromRow)]
 pub(crate) struct LogRow {
     id: Uuid,

@@ -9,7 +9,7 @@ use super::text;
 use super::validate::WorkOrderSpec;
 use super::{
     ConflictCode, LogEntry, LogRow, Lookup, OrderRow, OrderStatus, Outcome, Page, Queue,
-    QueueError, SOURCE_API, WorkOrder, WorkType, cursor, log_columns, order_columns, rules,
+    QueueError, SOURCE_API, WorkOrder, WorkType, cursor, sql,
 };
 
 /// Filters of `GET /api/v1/work-orders`.
@@ -93,11 +93,10 @@ impl Queue {
         // The insert's own check of the log used its snapshot: an order of this id that a
         // complete moved to the log while the insert waited on its row is only visible to a
         // later statement. Then the id is finished, and must stay so.
-        let (finished,): (bool,) =
-            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM work_order_log WHERE id = $1)")
-                .bind(id)
-                .fetch_one(&mut *tx)
-                .await?;
+        let (finished,): (bool,) = sqlx::query_as(sql::ORDER_FINISHED)
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
         if finished {
             drop(tx);
             return self.lookup(id, true).await;
@@ -144,15 +143,12 @@ impl Queue {
     ) -> Result<Created, QueueError> {
         let mut tx = self.pool.begin().await?;
         let id = Uuid::new_v4();
-        let fresh: Option<(Uuid,)> = sqlx::query_as(
-            "INSERT INTO idempotency_keys (key, request_sha256, work_order_id) \
-             VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING RETURNING work_order_id",
-        )
-        .bind(&key.key)
-        .bind(&key.request_sha256[..])
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let fresh: Option<(Uuid,)> = sqlx::query_as(sql::INSERT_IDEMPOTENCY_KEY)
+            .bind(&key.key)
+            .bind(&key.request_sha256[..])
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
         if fresh.is_none() {
             drop(tx);
             return self.replay_creation(key).await;
@@ -161,7 +157,7 @@ impl Queue {
             .await?
             .ok_or(QueueError::Database(sqlx::Error::RowNotFound))?
             .into();
-        sqlx::query("UPDATE idempotency_keys SET response = $2 WHERE key = $1")
+        sqlx::query(sql::RECORD_IDEMPOTENT_RESPONSE)
             .bind(&key.key)
             .bind(sqlx::types::Json(&order))
             .execute(&mut *tx)
@@ -175,7 +171,7 @@ impl Queue {
 
     async fn replay_creation(&self, key: &IdempotencyKey) -> Result<Created, QueueError> {
         let recorded: Option<(Vec<u8>, Option<sqlx::types::Json<WorkOrder>>)> =
-            sqlx::query_as("SELECT request_sha256, response FROM idempotency_keys WHERE key = $1")
+            sqlx::query_as(sql::IDEMPOTENCY_KEY)
                 .bind(&key.key)
                 .fetch_optional(&self.pool)
                 .await?;
@@ -235,12 +231,12 @@ impl Queue {
         id: Uuid,
         with_yaml: bool,
     ) -> Result<Option<WorkOrder>, QueueError> {
-        let sql = format!(
-            "SELECT {} FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
-             WHERE w.id = $1",
-            order_columns(with_yaml)
-        );
-        let row: Option<OrderRow> = sqlx::query_as(&sql)
+        let statement = if with_yaml {
+            sql::GET_ORDER
+        } else {
+            sql::GET_ORDER_SUMMARY
+        };
+        let row: Option<OrderRow> = sqlx::query_as(statement)
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -250,18 +246,7 @@ impl Queue {
     /// Active orders, oldest first, without `yaml_content` (DESIGN.md §5).
     pub async fn list_work_orders(&self, f: &OrderFilter) -> Result<Page<WorkOrder>, QueueError> {
         let after = f.cursor.as_deref().map(cursor::decode).transpose()?;
-        let sql = format!(
-            "SELECT {} FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
-             WHERE ($1::text IS NULL OR w.status = $1) AND ($2::text IS NULL OR w.work_type = $2) \
-               AND ($3::timestamptz IS NULL OR (w.created_at, w.id) > ($3, $4)) \
-               AND ($6::text IS NULL OR $6 = ANY (w.target_labels)) \
-               AND ($7::uuid IS NULL OR c.agent_id = $7) \
-               AND ($8::timestamptz IS NULL OR w.created_at >= $8) \
-               AND ($9::uuid IS NULL OR w.id BETWEEN $9 AND $10) \
-             ORDER BY w.created_at, w.id LIMIT $5",
-            order_columns(false)
-        );
-        let rows: Vec<OrderRow> = sqlx::query_as(&sql)
+        let rows: Vec<OrderRow> = sqlx::query_as(sql::LIST_WORK_ORDERS)
             .bind(f.status.map(OrderStatus::as_str))
             .bind(f.work_type.map(WorkType::as_str))
             .bind(after.map(|a| a.0))
@@ -285,11 +270,10 @@ impl Queue {
     /// the holder learns it at its next heartbeat or complete. `message` says who cancelled.
     pub async fn cancel_work_order(&self, id: Uuid, message: &str) -> Result<LogEntry, QueueError> {
         let mut tx = self.pool.begin().await?;
-        let locked: Option<(Uuid,)> =
-            sqlx::query_as("SELECT id FROM work_orders WHERE id = $1 FOR UPDATE")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let locked: Option<(Uuid,)> = sqlx::query_as(sql::LOCK_ORDER)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
         if locked.is_none() {
             drop(tx);
             return Err(match self.get_log_entry_opt(id, false).await? {
@@ -306,13 +290,10 @@ impl Queue {
                 },
             });
         }
-        let claim: Option<(Uuid, Uuid, DateTime<Utc>)> = sqlx::query_as(
-            "DELETE FROM work_order_claims WHERE work_order_id = $1 \
-             RETURNING agent_id, claim_id, claimed_at",
-        )
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let claim: Option<(Uuid, Uuid, DateTime<Utc>)> = sqlx::query_as(sql::CANCEL_CLAIM)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
         let claim = claim.map(|(agent_id, claim_id, claimed_at)| FinalClaim {
             agent_id,
             claim_id,
@@ -335,20 +316,7 @@ impl Queue {
     /// Finished orders, newest first, without `yaml_content` (DESIGN.md §5).
     pub async fn list_log(&self, f: &LogFilter) -> Result<Page<LogEntry>, QueueError> {
         let after = f.cursor.as_deref().map(cursor::decode).transpose()?;
-        let sql = format!(
-            "SELECT {} FROM work_order_log \
-             WHERE ($1::text IS NULL OR work_type = $1) \
-               AND ($2::bool IS NULL OR (outcome = 'succeeded') = $2) \
-               AND ($3::uuid IS NULL OR claimed_by = $3) \
-               AND ($4::timestamptz IS NULL OR (completed_at, id) < ($4, $5)) \
-               AND ($7::text IS NULL OR outcome = $7) \
-               AND ($8::text IS NULL OR targeting -> 'labels' ? $8) \
-               AND ($9::timestamptz IS NULL OR completed_at >= $9) \
-               AND ($10::uuid IS NULL OR id BETWEEN $10 AND $11) \
-             ORDER BY completed_at DESC, id DESC LIMIT $6",
-            log_columns(false)
-        );
-        let rows: Vec<LogRow> = sqlx::query_as(&sql)
+        let rows: Vec<LogRow> = sqlx::query_as(sql::LIST_LOG)
             .bind(f.work_type.map(WorkType::as_str))
             .bind(f.success)
             .bind(f.agent_id)
@@ -384,58 +352,17 @@ impl Queue {
         id: Uuid,
         with_yaml: bool,
     ) -> Result<Option<LogEntry>, QueueError> {
-        let sql = format!(
-            "SELECT {} FROM work_order_log WHERE id = $1",
-            log_columns(with_yaml)
-        );
-        let row: Option<LogRow> = sqlx::query_as(&sql)
+        let statement = if with_yaml {
+            sql::GET_LOG_ENTRY
+        } else {
+            sql::GET_LOG_ENTRY_SUMMARY
+        };
+        let row: Option<LogRow> = sqlx::query_as(statement)
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.map(Into::into))
     }
-}
-
-/// SQL expressions for the columns of a log entry that do not come from the order row itself.
-pub(crate) struct LogValues<'a> {
-    pub outcome: &'a str,
-    pub message: &'a str,
-    /// Overrides the order's `last_error` when not NULL (and then stamps `last_error_at`).
-    pub last_error: &'a str,
-    pub claimed_by: &'a str,
-    pub claim_id: &'a str,
-    pub claimed_at: &'a str,
-    pub ended_by: &'a str,
-}
-
-/// `INSERT INTO work_order_log … SELECT … FROM {from} RETURNING …`, where `{from}` includes a
-/// relation `w` with the deleted order's columns (DESIGN.md §2: a finished order moves to the
-/// log). One place for the mapping, shared by every way an order finishes.
-pub(crate) fn log_insert(from: &str, v: &LogValues<'_>) -> String {
-    format!(
-        "INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds, \
-           claim_timeout_seconds, max_reclaims, tenant, targeting, outcome, message, retry_count, \
-           reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, source, \
-           ended_by, rerun_of, created_at, completed_at) \
-         SELECT w.id, w.work_type, w.yaml_content, w.max_retries, w.backoff_seconds, \
-           w.claim_timeout_seconds, w.max_reclaims, w.tenant, \
-           jsonb_build_object('agent_ids', to_jsonb(w.target_agent_ids), \
-             'agent_names', to_jsonb(w.target_agent_names), 'labels', to_jsonb(w.target_labels), \
-             'annotations', w.target_annotations), \
-           {outcome}, {message}, w.retry_count, w.reclaim_count, COALESCE({last_error}, w.last_error), \
-           CASE WHEN {last_error}::text IS NULL THEN w.last_error_at ELSE now() END, \
-           {claimed_by}, {claim_id}, {claimed_at}, w.source, {ended_by}, w.rerun_of, w.created_at, \
-           now() \
-         FROM {from} RETURNING {columns}",
-        outcome = v.outcome,
-        message = v.message,
-        last_error = v.last_error,
-        claimed_by = v.claimed_by,
-        claim_id = v.claim_id,
-        claimed_at = v.claimed_at,
-        ended_by = v.ended_by,
-        columns = log_columns(false),
-    )
 }
 
 /// Moves an active order to the log in the caller's transaction (DESIGN.md §2). Any live claim row
@@ -450,22 +377,7 @@ pub(crate) async fn finish(
     last_error: Option<&str>,
     claim: Option<FinalClaim>,
 ) -> Result<LogEntry, QueueError> {
-    let sql = format!(
-        "WITH w AS (DELETE FROM work_orders WHERE id = $1 RETURNING *) {}",
-        log_insert(
-            "w",
-            &LogValues {
-                outcome: "$2",
-                message: "$3",
-                last_error: "$4",
-                claimed_by: "COALESCE($5, w.last_claimed_by)",
-                claim_id: "COALESCE($6, w.last_claim_id)",
-                claimed_at: "$7",
-                ended_by: "$8",
-            }
-        )
-    );
-    let row: LogRow = sqlx::query_as(&sql)
+    let row: LogRow = sqlx::query_as(sql::FINISH_ORDER)
         .bind(id)
         .bind(outcome.as_str())
         .bind(message)
@@ -503,8 +415,7 @@ pub struct Created {
 
 /// Inserts a new `PENDING` order and returns it as written (no claim). Nothing is inserted, and
 /// `None` returned, when the id is active already or finished (in the log).
-/// $1 id, $2 work type, $3 YAML, $4–$7 retry and timeout settings, $8 tenant, $9–$13 targeting,
-/// $14 source, $15 the order re-run (or NULL).
+/// `sql/insert_order.sql`.
 pub(super) async fn insert_order(
     exec: impl sqlx::PgExecutor<'_>,
     id: Uuid,
@@ -512,21 +423,8 @@ pub(super) async fn insert_order(
     source: &str,
     rerun_of: Option<Uuid>,
 ) -> Result<Option<OrderRow>, QueueError> {
-    static INSERT_ORDER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!(
-            "WITH w AS (INSERT INTO work_orders (id, work_type, yaml_content, max_retries, \
-               backoff_seconds, claim_timeout_seconds, max_reclaims, tenant, target_agent_ids, \
-               target_agent_names, target_labels, target_annotations, target_annotation_pairs, \
-               status, source, rerun_of) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'PENDING', $14, $15 \
-             WHERE NOT EXISTS (SELECT 1 FROM work_order_log WHERE id = $1) \
-             ON CONFLICT (id) DO NOTHING RETURNING *) \
-             SELECT {} FROM w LEFT JOIN work_order_claims c ON false",
-            order_columns(true)
-        )
-    });
-    let pairs = rules::annotation_pairs(&spec.targeting.annotations);
-    Ok(sqlx::query_as(&INSERT_ORDER)
+    let pairs = super::eligibility::annotation_pairs(&spec.targeting.annotations);
+    Ok(sqlx::query_as(sql::INSERT_ORDER)
         .bind(id)
         .bind(spec.work_type.as_str())
         .bind(&spec.yaml_content)

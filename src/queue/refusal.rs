@@ -4,9 +4,8 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{
-    Completion, CompletionResult, ConflictCode, LogRow, Outcome, Queue, QueueError, log_columns,
-};
+use super::sql;
+use super::{Completion, CompletionResult, ConflictCode, LogRow, Outcome, Queue, QueueError};
 
 /// How a claim ended, as far as a repeated complete of it needs to know.
 enum EndedClaim {
@@ -89,29 +88,16 @@ impl Queue {
     ) -> Result<Option<EndedClaim>, QueueError> {
         // Active again after a retry: the claim is the order's last, no claim is live, the reaper
         // did not release it (released_claims), and the retry time is set (a claim clears it).
-        let retry: Option<(DateTime<Utc>,)> = sqlx::query_as(
-            "SELECT w.next_retry_after FROM work_orders w \
-             WHERE w.id = $1 AND w.last_claimed_by = $2 \
-               AND w.last_claim_id = $3 \
-               AND w.status IN ('RETRY_PENDING', 'PENDING') AND w.next_retry_after IS NOT NULL \
-               AND NOT EXISTS (SELECT 1 FROM work_order_claims c WHERE c.work_order_id = w.id) \
-               AND NOT EXISTS (SELECT 1 FROM released_claims r \
-                 WHERE r.work_order_id = w.id AND r.claim_id = w.last_claim_id)",
-        )
-        .bind(order_id)
-        .bind(agent_id)
-        .bind(claim_id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let retry: Option<(DateTime<Utc>,)> = sqlx::query_as(sql::RETRY_SCHEDULED_BY_HOLDER)
+            .bind(order_id)
+            .bind(agent_id)
+            .bind(claim_id)
+            .fetch_optional(&self.pool)
+            .await?;
         if let Some((next_retry_after,)) = retry {
             return Ok(Some(EndedClaim::RetryScheduled(next_retry_after)));
         }
-        let sql = format!(
-            "SELECT {} FROM work_order_log WHERE id = $1 AND ended_by = 'agent' \
-               AND claimed_by = $2 AND claim_id = $3",
-            log_columns(false)
-        );
-        let entry: Option<LogRow> = sqlx::query_as(&sql)
+        let entry: Option<LogRow> = sqlx::query_as(sql::COMPLETED_BY_HOLDER)
             .bind(order_id)
             .bind(agent_id)
             .bind(claim_id)
@@ -129,18 +115,12 @@ impl Queue {
         agent_id: Uuid,
         claim_id: Option<Uuid>,
     ) -> Result<QueueError, QueueError> {
-        let active: Option<(Option<Uuid>, bool)> = sqlx::query_as(
-            "SELECT c.agent_id, EXISTS (SELECT 1 FROM released_claims r \
-               WHERE r.work_order_id = w.id AND r.agent_id = $2 \
-                 AND ($3::uuid IS NULL OR r.claim_id = $3)) \
-             FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
-             WHERE w.id = $1",
-        )
-        .bind(order_id)
-        .bind(agent_id)
-        .bind(claim_id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let active: Option<(Option<Uuid>, bool)> = sqlx::query_as(sql::REFUSAL_ACTIVE)
+            .bind(order_id)
+            .bind(agent_id)
+            .bind(claim_id)
+            .fetch_optional(&self.pool)
+            .await?;
         if let Some((holder, released)) = active {
             let (code, why) = if holder == Some(agent_id) {
                 (
@@ -163,12 +143,11 @@ impl Queue {
                 format!("agent {agent_id} does not hold work order {order_id}: {why}"),
             ));
         }
-        let finished: Option<(String, Option<Uuid>, Option<Uuid>)> = sqlx::query_as(
-            "SELECT ended_by, claimed_by, claim_id FROM work_order_log WHERE id = $1",
-        )
-        .bind(order_id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let finished: Option<(String, Option<Uuid>, Option<Uuid>)> =
+            sqlx::query_as(sql::REFUSAL_FINISHED)
+                .bind(order_id)
+                .fetch_optional(&self.pool)
+                .await?;
         let mine = |holder: Option<Uuid>, held_claim: Option<Uuid>| {
             holder == Some(agent_id) && claim_id.is_none_or(|c| held_claim == Some(c))
         };

@@ -1,13 +1,12 @@
-//! The queue's rules as pure functions (DESIGN.md §2–§4), kept apart from SQL so they can be tested
-//! directly and reused by the executor.
+//! The queue's rules as pure functions (DESIGN.md §2–§5), kept apart from SQL so they can be tested
+//! directly and reused by the executor: retries, the watch budget, agent health. Eligibility and
+//! claim liveness, which SQL repeats, live in `queue::eligibility`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
-use super::model::{AgentHealth, WorkType};
+use super::model::AgentHealth;
 
 /// Longest backoff before a retry, in seconds: 24 h (DESIGN.md §2).
 pub const MAX_BACKOFF_SECONDS: u64 = 86_400;
@@ -70,57 +69,6 @@ pub fn watch_budget(claim_timeout_seconds: u32) -> Duration {
 /// Smallest watch budget an order that needs watching may have (DESIGN.md §4).
 pub const MIN_WATCH_BUDGET: Duration = Duration::from_secs(60);
 
-/// An agent's side of eligibility (DESIGN.md §3).
-#[derive(Debug, Clone, Default)]
-pub struct AgentProfile {
-    pub id: Uuid,
-    pub name: String,
-    pub labels: Vec<String>,
-    pub annotations: BTreeMap<String, String>,
-    /// Empty = all types.
-    pub work_types: Vec<WorkType>,
-    pub tenant: Option<String>,
-    pub retired: bool,
-}
-
-/// An order's side of eligibility (DESIGN.md §3).
-#[derive(Debug, Clone)]
-pub struct OrderProfile<'a> {
-    pub work_type: WorkType,
-    pub tenant: Option<&'a str>,
-    pub targeting: &'a super::model::Targeting,
-}
-
-/// Whether `agent` may see `order` at all (DESIGN.md §3 rules 1–3 and the retired half of 4).
-/// Claimability right now (status, backoff, `max_concurrency`) is decided by the queue.
-pub fn agent_may_see(agent: &AgentProfile, order: &OrderProfile<'_>) -> bool {
-    if agent.retired {
-        return false;
-    }
-    let t = order.targeting;
-    let targeted = t.agent_ids.contains(&agent.id)
-        || t.agent_names.contains(&agent.name)
-        || t.labels.iter().any(|l| agent.labels.contains(l))
-        || t.annotations
-            .iter()
-            .any(|(k, v)| agent.annotations.get(k) == Some(v));
-    let capable = agent.work_types.is_empty() || agent.work_types.contains(&order.work_type);
-    let tenant_ok = match &agent.tenant {
-        None => true,
-        Some(tenant) => order.tenant == Some(tenant.as_str()),
-    };
-    targeted && capable && tenant_ok
-}
-
-/// Encodes annotations as `key=value` strings; "any annotation matches" becomes an array overlap in
-/// SQL. Keys are validated to hold no `=`, so the encoding is unambiguous.
-pub fn annotation_pairs(annotations: &BTreeMap<String, String>) -> Vec<String> {
-    annotations
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect()
-}
-
 /// Seconds without contact after which an agent is `stale`: 3 × its lease, or 5 minutes for an
 /// agent that claims without a lease (DESIGN.md §5).
 pub fn stale_after_seconds(lease_seconds: Option<i32>) -> i64 {
@@ -151,7 +99,6 @@ pub fn agent_health(
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::Targeting;
     use super::*;
 
     #[test]
@@ -199,78 +146,6 @@ mod tests {
         assert_eq!(watch_budget(119), Duration::from_secs(59));
         assert_eq!(watch_budget(120), Duration::from_secs(60));
         assert_eq!(watch_budget(30), Duration::ZERO);
-    }
-
-    fn agent() -> AgentProfile {
-        AgentProfile {
-            id: Uuid::from_u128(1),
-            name: "team-a/builder".into(),
-            labels: vec!["gpu".into(), "eu".into()],
-            annotations: BTreeMap::from([("zone".into(), "a".into())]),
-            work_types: vec![WorkType::Custom],
-            tenant: None,
-            retired: false,
-        }
-    }
-
-    fn sees(agent: &AgentProfile, work_type: WorkType, tenant: Option<&str>, t: Targeting) -> bool {
-        agent_may_see(
-            agent,
-            &OrderProfile {
-                work_type,
-                tenant,
-                targeting: &t,
-            },
-        )
-    }
-
-    #[test]
-    fn any_targeting_criterion_is_enough() {
-        let a = agent();
-        let by_id = Targeting {
-            agent_ids: vec![a.id],
-            ..Default::default()
-        };
-        let by_name = Targeting {
-            agent_names: vec!["team-a/builder".into()],
-            ..Default::default()
-        };
-        let by_label = Targeting {
-            labels: vec!["cpu".into(), "eu".into()],
-            ..Default::default()
-        };
-        let by_annotation = Targeting {
-            annotations: BTreeMap::from([("zone".into(), "a".into()), ("x".into(), "y".into())]),
-            ..Default::default()
-        };
-        let wrong_value = Targeting {
-            annotations: BTreeMap::from([("zone".into(), "b".into())]),
-            ..Default::default()
-        };
-        for t in [by_id, by_name, by_label, by_annotation] {
-            assert!(sees(&a, WorkType::Custom, None, t));
-        }
-        assert!(!sees(&a, WorkType::Custom, None, wrong_value));
-    }
-
-    #[test]
-    fn capabilities_tenant_and_retirement_gate() {
-        let mut a = agent();
-        let t = Targeting {
-            labels: vec!["gpu".into()],
-            ..Default::default()
-        };
-        assert!(!sees(&a, WorkType::Build, None, t.clone()));
-        a.work_types.clear();
-        assert!(sees(&a, WorkType::Build, None, t.clone()));
-        a.tenant = Some("team-a".into());
-        assert!(!sees(&a, WorkType::Build, None, t.clone()));
-        assert!(!sees(&a, WorkType::Build, Some("team-b"), t.clone()));
-        assert!(sees(&a, WorkType::Build, Some("team-a"), t.clone()));
-        a.tenant = None;
-        assert!(sees(&a, WorkType::Build, Some("team-b"), t.clone()));
-        a.retired = true;
-        assert!(!sees(&a, WorkType::Build, None, t));
     }
 
     #[test]

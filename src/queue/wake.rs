@@ -21,7 +21,7 @@ use serde::Deserialize;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
-use super::rules::{self, AgentProfile, OrderProfile};
+use super::eligibility::{self, AgentProfile, OrderProfile};
 use super::{ClaimRequest, Notifications, Queue, QueueError, Targeting, WorkOrder, WorkType};
 
 impl Queue {
@@ -95,6 +95,11 @@ struct PayloadTargeting {
 }
 
 impl Notice {
+    /// The order that became claimable.
+    pub(crate) fn id(&self) -> Uuid {
+        self.id
+    }
+
     /// Parses a payload; `None` when it lacks the targeting or is anything else (then every
     /// waiter is woken).
     pub(crate) fn parse(payload: &str) -> Option<Notice> {
@@ -122,15 +127,17 @@ pub(crate) struct WakeFilter {
 }
 
 impl WakeFilter {
-    fn admits(&self, notice: &Notice) -> bool {
-        rules::agent_may_see(
+    /// Whether this waiter may take the order of `notice` (the Rust side of
+    /// `queue::eligibility`, DESIGN.md §3 rules 1–3, narrowed to the claim's work types).
+    pub(crate) fn admits(&self, notice: &Notice) -> bool {
+        eligibility::agent_may_see(
             &self.agent,
             &OrderProfile {
                 work_type: notice.work_type,
                 tenant: notice.tenant.as_deref(),
                 targeting: &notice.targeting,
             },
-        ) && (self.types.is_empty() || self.types.contains(&notice.work_type))
+        ) && eligibility::narrowed_to(&self.types, notice.work_type)
     }
 }
 
@@ -143,7 +150,7 @@ pub(crate) struct Delivery {
 
 impl Delivery {
     pub(crate) fn order_id(&self) -> Uuid {
-        self.notice.id
+        self.notice.id()
     }
 }
 

@@ -5,9 +5,10 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{CONTACT_DUE, Heartbeat};
+use super::Heartbeat;
 use crate::queue::orders::{EndedBy, FinalClaim, finish};
 use crate::queue::rules::{self, FailureDecision};
+use crate::queue::sql;
 use crate::queue::{Completion, CompletionResult, Outcome, Queue, QueueError, text};
 
 impl Queue {
@@ -23,18 +24,12 @@ impl Queue {
         // One transaction, so one WAL flush; the agent row first, as everywhere (lock order).
         let mut tx = self.pool.begin().await?;
         touch_agent(&mut *tx, agent_id).await?;
-        let row: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = sqlx::query_as(
-            "UPDATE work_order_claims SET lease_expires_at = CASE WHEN lease_seconds IS NULL \
-               THEN NULL ELSE LEAST(now() + make_interval(secs => lease_seconds), deadline) END \
-             WHERE work_order_id = $1 AND agent_id = $2 AND ($3::uuid IS NULL OR claim_id = $3) \
-               AND deadline > now() AND (lease_expires_at IS NULL OR lease_expires_at > now()) \
-             RETURNING lease_expires_at, deadline",
-        )
-        .bind(order_id)
-        .bind(agent_id)
-        .bind(claim_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let row: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = sqlx::query_as(sql::HEARTBEAT)
+            .bind(order_id)
+            .bind(agent_id)
+            .bind(claim_id)
+            .fetch_optional(&mut *tx)
+            .await?;
         tx.commit().await?;
         match row {
             Some((lease_expires_at, claim_expires_at)) => Ok(Heartbeat {
@@ -79,27 +74,19 @@ impl Queue {
         // First, keeping the lock order agent → order → claim; and in this transaction, because
         // a separate statement would cost a second WAL flush per completion.
         touch_agent(&mut *tx, agent_id).await?;
-        let order: Option<(i32, i32, i32)> = sqlx::query_as(
-            "SELECT retry_count, max_retries, backoff_seconds FROM work_orders \
-             WHERE id = $1 FOR UPDATE",
-        )
-        .bind(order_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let order: Option<(i32, i32, i32)> = sqlx::query_as(sql::LOCK_ORDER_FOR_FAILURE)
+            .bind(order_id)
+            .fetch_optional(&mut *tx)
+            .await?;
         let claim: Option<(Uuid, DateTime<Utc>)> = match order {
             None => None,
             Some(_) => {
-                sqlx::query_as(
-                    "DELETE FROM work_order_claims WHERE work_order_id = $1 AND agent_id = $2 \
-                   AND ($3::uuid IS NULL OR claim_id = $3) AND deadline > now() \
-                   AND (lease_expires_at IS NULL OR lease_expires_at > now()) \
-                 RETURNING claim_id, claimed_at",
-                )
-                .bind(order_id)
-                .bind(agent_id)
-                .bind(claim_id)
-                .fetch_optional(&mut *tx)
-                .await?
+                sqlx::query_as(sql::END_LIVE_CLAIM)
+                    .bind(order_id)
+                    .bind(agent_id)
+                    .bind(claim_id)
+                    .fetch_optional(&mut *tx)
+                    .await?
             }
         };
         let (Some((retry_count, max_retries, backoff_seconds)), Some((claim_id, claimed_at))) =
@@ -127,24 +114,17 @@ impl Queue {
                 delay_seconds,
             } => {
                 // The claim ends here without finishing the order: it is kept as an attempt.
-                let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(
-                    "WITH attempt AS (INSERT INTO work_order_attempts \
-                       (claim_id, work_order_id, agent_id, started_at, ended, message) \
-                       VALUES ($5, $1, $6, $7, 'retry_scheduled', $4)) \
-                     UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = $2, \
-                     next_retry_after = now() + make_interval(secs => $3), last_error = $4, \
-                     last_error_at = now(), updated_at = now() WHERE id = $1 \
-                     RETURNING next_retry_after",
-                )
-                .bind(order_id)
-                .bind(retry_count)
-                .bind(delay_seconds as f64)
-                .bind(error)
-                .bind(final_claim.claim_id)
-                .bind(agent_id)
-                .bind(final_claim.claimed_at)
-                .fetch_one(&mut *tx)
-                .await?;
+                // $1 order, $2 retry count, $3 delay, $4 error, $5–$7 the ended claim.
+                let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(sql::SCHEDULE_RETRY)
+                    .bind(order_id)
+                    .bind(retry_count)
+                    .bind(delay_seconds as f64)
+                    .bind(error)
+                    .bind(final_claim.claim_id)
+                    .bind(agent_id)
+                    .bind(final_claim.claimed_at)
+                    .fetch_one(&mut *tx)
+                    .await?;
                 CompletionResult::RetryScheduled { next_retry_after }
             }
             FailureDecision::Fail => CompletionResult::Finished(Box::new(
@@ -165,15 +145,11 @@ impl Queue {
     }
 }
 
-/// Records contact with the agent (`last_seen_at`, DESIGN.md §5 agent health) when it is due
-/// ([`CONTACT_DUE`]). When it is, the agent row is locked first, as the lock order says; when it
-/// is not, the caller takes no agent lock at all.
+/// Records contact with the agent when it is due (`sql/record_contact.sql`).
 async fn touch_agent(exec: impl sqlx::PgExecutor<'_>, agent_id: Uuid) -> Result<(), QueueError> {
-    sqlx::query(&format!(
-        "UPDATE agents SET last_seen_at = now() WHERE id = $1 AND {CONTACT_DUE}"
-    ))
-    .bind(agent_id)
-    .execute(exec)
-    .await?;
+    sqlx::query(sql::RECORD_CONTACT)
+        .bind(agent_id)
+        .execute(exec)
+        .await?;
     Ok(())
 }

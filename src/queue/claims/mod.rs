@@ -1,23 +1,24 @@
 //! The claim protocol (DESIGN.md §2, §3, §5): pending list, claim by id, claim-next here;
-//! heartbeat and complete in `holder`; one-statement forms of the hot paths in `fastpath`.
+//! heartbeat and complete in `holder`; the one-statement successful complete in `fastpath`.
+//! Statements: `src/queue/sql/` (`queue::sql`). Rules: `queue::eligibility`.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgArguments;
-use sqlx::query::QueryAs;
+use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::{Postgres, Transaction};
+use sqlx::{FromRow, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 mod fastpath;
 mod holder;
 
-use super::rules::{self, AgentProfile, OrderProfile};
+use super::eligibility::{self, AgentProfile, OrderProfile, at_capacity};
+use super::sql;
 use super::wake::WakeFilter;
 use super::{
-    ConflictCode, OrderRow, Page, Queue, QueueError, Targeting, WorkOrder, WorkType, cursor,
-    order_columns,
+    ConflictCode, OrderRow, OrderStatus, Page, Queue, QueueError, Targeting, WorkOrder, WorkType,
+    cursor,
 };
 
 /// Who claims, and with what lease (seconds; `None` = no lease, DESIGN.md §2).
@@ -35,57 +36,9 @@ pub struct Heartbeat {
     pub claim_expires_at: DateTime<Utc>,
 }
 
-/// SQL expressions naming the claiming agent's side of eligibility (DESIGN.md §3): bound
-/// parameters, or sub-queries on a locked agent row.
-struct AgentSql<'a> {
-    id: &'a str,
-    name: &'a str,
-    labels: &'a str,
-    annotation_pairs: &'a str,
-    /// A condition on `w.work_type` (capabilities and the request's narrowing).
-    work_types: &'a str,
-    tenant: &'a str,
-}
-
-/// The agent bound as $1 id, $2 name, $3 labels, $4 annotation pairs, $5 effective work types
-/// (empty = all), $6 tenant.
-const BOUND_AGENT: AgentSql<'static> = AgentSql {
-    id: "$1::uuid",
-    name: "$2::text",
-    labels: "$3::text[]",
-    annotation_pairs: "$4::text[]",
-    work_types: "(cardinality($5::text[]) = 0 OR w.work_type = ANY($5::text[]))",
-    tenant: "$6::text",
-};
-
-/// Eligibility of order `w` for an agent (DESIGN.md §3). The first conjunct repeats the partial
-/// index predicate so the planner can use `work_orders_claimable`.
-fn eligible(a: &AgentSql<'_>) -> String {
-    format!(
-        "w.status IN ('PENDING', 'RETRY_PENDING') \
-         AND (w.status = 'PENDING' OR w.next_retry_after <= now()) \
-         AND (w.target_agent_ids @> ARRAY[{id}] OR {name} = ANY(w.target_agent_names) \
-              OR w.target_labels && {labels} OR w.target_annotation_pairs && {pairs}) \
-         AND {types} AND ({tenant} IS NULL OR w.tenant = {tenant})",
-        id = a.id,
-        name = a.name,
-        labels = a.labels,
-        pairs = a.annotation_pairs,
-        types = a.work_types,
-        tenant = a.tenant,
-    )
-}
-
-/// When recording contact (`last_seen_at`) is due: at most once a second per agent. Every record
-/// rewrites the agent's row; done on each claim and completion, the 16-row `agents` heap grew to
-/// 1.3 MiB in a 10-minute soak while the agent was found by a sequential scan (planned when the
-/// table was one page), and autovacuum never ran (HOT pruning kept the dead-row count under its
-/// threshold, so the free space map never learned of the space). Health thresholds are minutes
-/// (DESIGN.md §5), so a second is fine-grained enough.
-const CONTACT_DUE: &str = "(last_seen_at IS NULL OR last_seen_at < now() - interval '1 second')";
-
-/// The claiming agent's row, read under its row lock. Columns are prefixed `a_` so they can
-/// share a result row with an order's ([`CLAIMER_COLUMNS`]).
+/// The claiming agent's row (`sql/lock_claimer.sql`, `sql/read_claimer.sql`,
+/// `sql/claim_next.sql`). Columns are prefixed `a_` so they can share a result row with an
+/// order's.
 #[derive(sqlx::FromRow)]
 struct AgentLockRow {
     #[sqlx(rename = "a_id")]
@@ -96,8 +49,6 @@ struct AgentLockRow {
     labels: Vec<String>,
     #[sqlx(rename = "a_annotations")]
     annotations: Json<BTreeMap<String, String>>,
-    #[sqlx(rename = "a_annotation_pairs")]
-    annotation_pairs: Vec<String>,
     #[sqlx(rename = "a_work_types")]
     work_types: Vec<String>,
     #[sqlx(rename = "a_tenant")]
@@ -110,8 +61,7 @@ struct AgentLockRow {
 
 /// The claiming agent as its claim sees it.
 pub(in crate::queue) struct Claimer {
-    profile: AgentProfile,
-    annotation_pairs: Vec<String>,
+    pub(in crate::queue) profile: AgentProfile,
     max_concurrency: Option<i32>,
 }
 
@@ -127,64 +77,19 @@ impl From<AgentLockRow> for Claimer {
                 tenant: r.tenant,
                 retired: r.retired_at.is_some(),
             },
-            annotation_pairs: r.annotation_pairs,
             max_concurrency: r.max_concurrency,
         }
     }
 }
 
-const CLAIMER_COLUMNS: &str = "id AS a_id, name AS a_name, labels AS a_labels, \
-    annotations AS a_annotations, annotation_pairs AS a_annotation_pairs, \
-    work_types AS a_work_types, tenant AS a_tenant, max_concurrency AS a_max_concurrency, \
-    retired_at AS a_retired_at";
-
 impl Claimer {
-    /// Which claimable-order notices this claim-next would act on (see `queue::wake`).
+    /// Which claimable-order notices this claim-next would act on (see `queue::wake`): the
+    /// agent, and the work types the claim asked for.
     pub(in crate::queue) fn wake_filter(&self, requested: &[WorkType]) -> WakeFilter {
-        let mut agent = self.profile.clone();
-        let types = match self.effective_types(requested) {
-            Some(types) => types,
-            // Nothing this call may take: a filter that admits no notice.
-            None => {
-                agent.retired = true;
-                vec![]
-            }
-        };
-        WakeFilter { agent, types }
-    }
-
-    /// Binds [`BOUND_AGENT`]'s $1–$6 with this agent and the effective `types`.
-    fn bind<'q, O>(
-        &'q self,
-        query: QueryAs<'q, Postgres, O, PgArguments>,
-        types: &'q Vec<&'static str>,
-    ) -> QueryAs<'q, Postgres, O, PgArguments> {
-        query
-            .bind(self.profile.id)
-            .bind(&self.profile.name)
-            .bind(&self.profile.labels)
-            .bind(&self.annotation_pairs)
-            .bind(types)
-            .bind(&self.profile.tenant)
-    }
-
-    /// Work types this claim may take: the agent's capabilities narrowed by the request.
-    /// `None` when nothing is left; `Some(empty)` = all types.
-    fn effective_types(&self, requested: &[WorkType]) -> Option<Vec<WorkType>> {
-        let caps = &self.profile.work_types;
-        let types: Vec<WorkType> = match (caps.is_empty(), requested.is_empty()) {
-            (true, _) => requested.to_vec(),
-            (false, true) => caps.clone(),
-            (false, false) => requested
-                .iter()
-                .copied()
-                .filter(|t| caps.contains(t))
-                .collect(),
-        };
-        if types.is_empty() && !(caps.is_empty() && requested.is_empty()) {
-            return None;
+        WakeFilter {
+            agent: self.profile.clone(),
+            types: requested.to_vec(),
         }
-        Some(types)
     }
 }
 
@@ -194,11 +99,7 @@ async fn lock_claimer(
     tx: &mut Transaction<'_, Postgres>,
     req: &ClaimRequest,
 ) -> Result<Claimer, QueueError> {
-    let sql = format!(
-        "UPDATE agents SET last_seen_at = now(), lease_seconds = COALESCE($2, lease_seconds) \
-         WHERE id = $1 RETURNING {CLAIMER_COLUMNS}"
-    );
-    let row: Option<AgentLockRow> = sqlx::query_as(&sql)
+    let row: Option<AgentLockRow> = sqlx::query_as(sql::LOCK_CLAIMER)
         .bind(req.agent_id)
         .bind(req.lease_seconds)
         .fetch_optional(&mut **tx)
@@ -228,63 +129,18 @@ fn retired(agent_id: Uuid) -> QueueError {
 }
 
 async fn held_claims(exec: impl sqlx::PgExecutor<'_>, agent_id: Uuid) -> Result<i64, QueueError> {
-    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM work_order_claims WHERE agent_id = $1")
+    let (n,): (i64,) = sqlx::query_as(sql::COUNT_HELD_CLAIMS)
         .bind(agent_id)
         .fetch_one(exec)
         .await?;
     Ok(n)
 }
 
-fn at_capacity(max_concurrency: Option<i32>, held: i64) -> bool {
-    max_concurrency.is_some_and(|max| held >= i64::from(max))
-}
-
-/// CTEs `claim` (inserts the claim row) and `upd` (marks the order `CLAIMED`) for the order
-/// named by relation `target` (column `id`); the arguments are SQL expressions for the new claim
-/// id, the agent id and the lease seconds (NULL = no lease).
-fn claim_ctes(claim_id: &str, agent_id: &str, lease: &str) -> String {
-    format!(
-        "claim AS (INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, \
-             deadline, lease_seconds, lease_expires_at) \
-           SELECT w.id, {claim_id}, {agent_id}, now(), \
-             now() + make_interval(secs => w.claim_timeout_seconds), \
-             {lease}::int, CASE WHEN {lease}::int IS NULL THEN NULL ELSE \
-               LEAST(now() + make_interval(secs => {lease}::int), \
-                     now() + make_interval(secs => w.claim_timeout_seconds)) END \
-           FROM target JOIN work_orders w ON w.id = target.id RETURNING *), \
-         upd AS (UPDATE work_orders w SET status = 'CLAIMED', last_claimed_by = claim.agent_id, \
-             last_claim_id = claim.claim_id, next_retry_after = NULL, updated_at = now() \
-           FROM claim WHERE w.id = claim.work_order_id RETURNING w.*)"
-    )
-}
-
-/// The claimed order with `yaml_content`, from the CTEs of [`claim_ctes`].
-fn claimed_order_select() -> String {
-    format!(
-        "SELECT {} FROM upd w JOIN claim c ON c.work_order_id = w.id",
-        order_columns(true)
-    )
-}
-
-/// Claims the order named by `target` (a query yielding column `id`); see [`claim_ctes`]. The
-/// claim id, agent id and lease seconds are bound as `$n`, `$n+1`, `$n+2` with `n = first`,
-/// after the target's own parameters.
-fn claim_statement(target: &str, first: usize) -> String {
-    format!(
-        "WITH target AS ({target}), {} {}",
-        claim_ctes(
-            &format!("${first}"),
-            &format!("${}", first + 1),
-            &format!("${}", first + 2)
-        ),
-        claimed_order_select()
-    )
-}
-
 impl Queue {
     /// What `agent_id` may claim now, oldest first, without `yaml_content` (DESIGN.md §5
-    /// `GET /agents/{id}/work-orders/pending`). Side-effect free. Empty for a retired agent or one
-    /// at its `max_concurrency`, because claim would accept nothing then.
+    /// `GET /agents/{id}/work-orders/pending`; `sql/pending_for_agent.sql`). Side-effect free.
+    /// Empty for a retired agent or one at its `max_concurrency`, because claim would accept
+    /// nothing then.
     pub async fn pending_for_agent(
         &self,
         agent_id: Uuid,
@@ -293,42 +149,19 @@ impl Queue {
         cursor_text: Option<&str>,
     ) -> Result<Page<WorkOrder>, QueueError> {
         let after = cursor_text.map(cursor::decode).transpose()?;
-        let sql = format!("SELECT {CLAIMER_COLUMNS} FROM agents WHERE id = $1");
-        let row: Option<AgentLockRow> = sqlx::query_as(&sql)
-            .bind(agent_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        let claimer: Claimer = row
-            .ok_or_else(|| QueueError::NotFound {
-                what: "agent",
-                id: agent_id.to_string(),
-            })?
-            .into();
-        let empty = Page {
-            items: vec![],
-            next_cursor: None,
-        };
-        if claimer.profile.retired
-            || at_capacity(
-                claimer.max_concurrency,
-                held_claims(&self.pool, agent_id).await?,
-            )
-        {
-            return Ok(empty);
+        let claimer = self.read_claimer(agent_id).await?;
+        if at_capacity(
+            claimer.max_concurrency,
+            held_claims(&self.pool, agent_id).await?,
+        ) {
+            return Ok(Page {
+                items: vec![],
+                next_cursor: None,
+            });
         }
-        let Some(types) = claimer.effective_types(work_types) else {
-            return Ok(empty);
-        };
-        let types = type_names(&types);
-        let sql = format!(
-            "SELECT {} FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id \
-             WHERE {} AND ($7::timestamptz IS NULL OR (w.created_at, w.id) > ($7, $8)) \
-             ORDER BY w.created_at, w.id LIMIT $9",
-            order_columns(false),
-            eligible(&BOUND_AGENT)
-        );
-        let rows: Vec<OrderRow> = claimer
-            .bind(sqlx::query_as(&sql), &types)
+        let rows: Vec<OrderRow> = sqlx::query_as(sql::PENDING_FOR_AGENT)
+            .bind(agent_id)
+            .bind(type_names(work_types))
             .bind(after.map(|a| a.0))
             .bind(after.map(|a| a.1))
             .bind(limit)
@@ -339,6 +172,23 @@ impl Queue {
             .then(|| items.last().map(|o| cursor::encode(o.created_at, o.id)))
             .flatten();
         Ok(Page { items, next_cursor })
+    }
+
+    /// The agent's side of eligibility (`sql/read_claimer.sql`); `404` for an unknown agent.
+    pub(in crate::queue) async fn read_claimer(
+        &self,
+        agent_id: Uuid,
+    ) -> Result<Claimer, QueueError> {
+        let row: Option<AgentLockRow> = sqlx::query_as(sql::READ_CLAIMER)
+            .bind(agent_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row
+            .ok_or_else(|| QueueError::NotFound {
+                what: "agent",
+                id: agent_id.to_string(),
+            })?
+            .into())
     }
 
     /// Claims the oldest order eligible for the agent (DESIGN.md §3), at most once under any
@@ -353,57 +203,59 @@ impl Queue {
     }
 
     /// [`Self::claim_next`], also returning the claimer (the wait list learns from it which
-    /// orders it may take).
+    /// orders it may take). One statement (`sql/claim_next.sql`) for an agent without
+    /// `max_concurrency`; a transaction for one with it ([`Self::claim_next_capped`]).
     pub(super) async fn claim_next_as(
         &self,
         req: &ClaimRequest,
         work_types: &[WorkType],
     ) -> Result<(Option<WorkOrder>, Claimer), QueueError> {
-        let (claimer, order) = self.claim_next_one_trip(req, work_types).await?;
+        let row: Option<PgRow> = sqlx::query(sql::CLAIM_NEXT)
+            .bind(req.agent_id)
+            .bind(req.lease_seconds)
+            .bind(type_names(work_types))
+            .bind(Uuid::new_v4())
+            .fetch_optional(&self.pool)
+            .await?;
+        let row = row.ok_or_else(|| QueueError::NotFound {
+            what: "agent",
+            id: req.agent_id.to_string(),
+        })?;
+        let claimer: Claimer = AgentLockRow::from_row(&row)?.into();
         if claimer.profile.retired {
             return Err(retired(req.agent_id));
         }
+        let order: Option<WorkOrder> = match row.try_get::<Option<Uuid>, _>("id")? {
+            Some(_) => Some(OrderRow::from_row(&row)?.into()),
+            None => None,
+        };
         if order.is_some() || claimer.max_concurrency.is_none() {
             return Ok((order, claimer));
         }
-        self.claim_next_locked(req, work_types).await
+        self.claim_next_capped(req, work_types).await
     }
 
-    /// Claim-next as a transaction: locks the agent row, then counts its claims in a later
-    /// statement (so with a fresh snapshot, which `max_concurrency` needs under concurrency).
-    async fn claim_next_locked(
+    /// Claim-next for an agent with `max_concurrency`, as a transaction: locks the agent row,
+    /// then counts its claims in a later statement (so with a fresh snapshot, which the cap
+    /// needs under concurrency), then claims (`sql/claim_next_capped.sql`).
+    async fn claim_next_capped(
         &self,
         req: &ClaimRequest,
         work_types: &[WorkType],
     ) -> Result<(Option<WorkOrder>, Claimer), QueueError> {
         let mut tx = self.pool.begin().await?;
         let claimer = lock_claimer(&mut tx, req).await?;
-        let Some(types) = claimer.effective_types(work_types) else {
-            tx.commit().await?;
-            return Ok((None, claimer));
-        };
-        let types = type_names(&types);
-        if claimer.max_concurrency.is_some()
-            && at_capacity(
-                claimer.max_concurrency,
-                held_claims(&mut *tx, req.agent_id).await?,
-            )
-        {
+        if at_capacity(
+            claimer.max_concurrency,
+            held_claims(&mut *tx, req.agent_id).await?,
+        ) {
             tx.commit().await?;
             return Ok((None, claimer));
         }
-        let sql = claim_statement(
-            &format!(
-                "SELECT w.id FROM work_orders w WHERE {} \
-                 ORDER BY w.created_at, w.id LIMIT 1 FOR UPDATE SKIP LOCKED",
-                eligible(&BOUND_AGENT)
-            ),
-            7,
-        );
-        let row: Option<OrderRow> = claimer
-            .bind(sqlx::query_as(&sql), &types)
-            .bind(Uuid::new_v4())
+        let row: Option<OrderRow> = sqlx::query_as(sql::CLAIM_NEXT_CAPPED)
             .bind(req.agent_id)
+            .bind(type_names(work_types))
+            .bind(Uuid::new_v4())
             .bind(req.lease_seconds)
             .fetch_optional(&mut *tx)
             .await?;
@@ -413,7 +265,9 @@ impl Queue {
 
     /// Claims one order by id (DESIGN.md §5 `POST /work-orders/{id}/claim`). `404` when unknown
     /// or not visible to the agent; `409` when visible but not claimable now (claimed, backing
-    /// off, agent at `max_concurrency`).
+    /// off, agent at `max_concurrency`). Eligibility is decided by the Rust side of
+    /// `queue::eligibility` on the locked order (`sql/claim_candidate.sql`), so the answer can
+    /// say which part failed.
     pub async fn claim(&self, order_id: Uuid, req: &ClaimRequest) -> Result<WorkOrder, QueueError> {
         let mut tx = self.pool.begin().await?;
         let claimer = lock_claimer(&mut tx, req).await?;
@@ -429,15 +283,10 @@ impl Queue {
             next_retry_after: Option<DateTime<Utc>>,
             due: bool,
         }
-        let candidate: Option<Candidate> = sqlx::query_as(
-            "SELECT work_type, tenant, target_agent_ids, target_agent_names, target_labels, \
-             target_annotations, status, next_retry_after, \
-             COALESCE(next_retry_after <= now(), true) AS due \
-             FROM work_orders WHERE id = $1 FOR UPDATE",
-        )
-        .bind(order_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let candidate: Option<Candidate> = sqlx::query_as(sql::CLAIM_CANDIDATE)
+            .bind(order_id)
+            .fetch_optional(&mut *tx)
+            .await?;
         let not_found = || QueueError::NotFound {
             what: "work order",
             id: order_id.to_string(),
@@ -450,7 +299,7 @@ impl Queue {
             annotations: c.target_annotations.0,
         };
         let work_type = WorkType::parse(&c.work_type).unwrap_or(WorkType::Custom);
-        let visible = rules::agent_may_see(
+        let visible = eligibility::agent_may_see(
             &claimer.profile,
             &OrderProfile {
                 work_type,
@@ -461,15 +310,10 @@ impl Queue {
         if !visible {
             return Err(not_found());
         }
-        match c.status.as_str() {
-            "CLAIMED" => {
-                return Err(QueueError::conflict(
-                    ConflictCode::AlreadyClaimed,
-                    format!("work order {order_id} is already claimed"),
-                ));
-            }
-            "RETRY_PENDING" if !c.due => {
-                return Err(QueueError::conflict(
+        let status = OrderStatus::parse(&c.status).unwrap_or(OrderStatus::Claimed);
+        if !eligibility::claimable_now(status, c.due) {
+            return Err(if status == OrderStatus::RetryPending {
+                QueueError::conflict(
                     ConflictCode::BackingOff,
                     format!(
                         "work order {order_id} is backing off until {}",
@@ -477,9 +321,13 @@ impl Queue {
                             .map(|t| t.to_rfc3339())
                             .unwrap_or_default()
                     ),
-                ));
-            }
-            _ => {}
+                )
+            } else {
+                QueueError::conflict(
+                    ConflictCode::AlreadyClaimed,
+                    format!("work order {order_id} is already claimed"),
+                )
+            });
         }
         if at_capacity(
             claimer.max_concurrency,
@@ -494,8 +342,7 @@ impl Queue {
                 ),
             ));
         }
-        let sql = claim_statement("SELECT $1::uuid AS id", 2);
-        let row: OrderRow = sqlx::query_as(&sql)
+        let row: OrderRow = sqlx::query_as(sql::CLAIM_BY_ID)
             .bind(order_id)
             .bind(Uuid::new_v4())
             .bind(req.agent_id)

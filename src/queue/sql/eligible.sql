@@ -1,0 +1,17 @@
+-- eligible: DESIGN.md §3 as SQL, a condition on order w and the one-row agent relation a
+-- (id, name, labels, annotation_pairs, work_types, tenant, retired_at, requested_types). Repeated
+-- verbatim in pending_for_agent.sql, claim_next.sql and claim_next_capped.sql; its Rust side
+-- and the tests that keep them together are in queue::eligibility. The first conjunct repeats
+-- the partial index predicate of work_orders_claimable, so the planner walks that index.
+w.status IN ('PENDING', 'RETRY_PENDING')
+AND (w.status = 'PENDING' OR w.next_retry_after <= now())
+AND (SELECT retired_at IS NULL FROM a)
+AND (w.target_agent_ids @> ARRAY[(SELECT id FROM a)]
+     OR (SELECT name FROM a) = ANY (w.target_agent_names)
+     OR w.target_labels && (SELECT labels FROM a)
+     OR w.target_annotation_pairs && (SELECT annotation_pairs FROM a))
+AND (cardinality((SELECT work_types FROM a)) = 0
+     OR w.work_type = ANY ((SELECT work_types FROM a)::text[]))
+AND (cardinality((SELECT requested_types FROM a)) = 0
+     OR w.work_type = ANY ((SELECT requested_types FROM a)::text[]))
+AND ((SELECT tenant FROM a) IS NULL OR w.tenant = (SELECT tenant FROM a))

@@ -1,0 +1,11 @@
+-- expire_log: deletes one batch of log entries past their retention (DESIGN.md §7), oldest
+-- first, with their attempts.
+-- $1 retention (float8 seconds)
+-- $2 batch size (bigint)
+WITH expired AS (
+  SELECT id FROM work_order_log
+  WHERE completed_at < now() - make_interval(secs => $1)
+  ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED
+),
+attempts AS (DELETE FROM work_order_attempts WHERE work_order_id IN (SELECT id FROM expired))
+DELETE FROM work_order_log WHERE id IN (SELECT id FROM expired)

@@ -1,0 +1,10 @@
+-- lock_claimer: locks the claiming agent's row for the rest of the transaction (serializing this
+-- agent's claims, so max_concurrency holds) and records its contact and lease.
+-- $1 agent id (uuid)
+-- $2 lease seconds (int, NULL = keep the recorded one)
+-- Returns the agent's side of eligibility (a_* columns, as claim_next.sql), or no row.
+UPDATE agents SET last_seen_at = now(), lease_seconds = COALESCE($2, lease_seconds)
+WHERE id = $1
+RETURNING id AS a_id, name AS a_name, labels AS a_labels, annotations AS a_annotations,
+          work_types AS a_work_types,
+          tenant AS a_tenant, max_concurrency AS a_max_concurrency, retired_at AS a_retired_at

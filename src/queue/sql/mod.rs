@@ -1,0 +1,317 @@
+//! Every SQL statement of the queue, one file each, named after its operation; its parameters
+//! are listed at its head. Read a statement whole in its `.sql` file; the constants here are the
+//! files' text (`include_str!`), nothing is assembled at run time.
+//!
+//! Rules that several statements repeat (eligibility, claim liveness) are written once in
+//! `queue::eligibility` and repeated verbatim in each statement that needs them; tests in that
+//! module fail when a copy drifts.
+
+// The fragments `eligible.sql` and `live_claim.sql` are the rules' SQL sides, included by
+// `queue::eligibility`.
+
+// Claiming (DESIGN.md §3, §5; `queue::claims`).
+
+/// `pending_for_agent.sql`.
+pub(in crate::queue) const PENDING_FOR_AGENT: &str = include_str!("pending_for_agent.sql");
+
+/// `read_claimer.sql`.
+pub(in crate::queue) const READ_CLAIMER: &str = include_str!("read_claimer.sql");
+
+/// `claim_next.sql`.
+pub(in crate::queue) const CLAIM_NEXT: &str = include_str!("claim_next.sql");
+
+/// `lock_claimer.sql`.
+pub(in crate::queue) const LOCK_CLAIMER: &str = include_str!("lock_claimer.sql");
+
+/// `count_held_claims.sql`.
+pub(in crate::queue) const COUNT_HELD_CLAIMS: &str = include_str!("count_held_claims.sql");
+
+/// `claim_next_capped.sql`.
+pub(in crate::queue) const CLAIM_NEXT_CAPPED: &str = include_str!("claim_next_capped.sql");
+
+/// `claim_candidate.sql`.
+pub(in crate::queue) const CLAIM_CANDIDATE: &str = include_str!("claim_candidate.sql");
+
+/// `claim_by_id.sql`.
+pub(in crate::queue) const CLAIM_BY_ID: &str = include_str!("claim_by_id.sql");
+
+// Holding a claim: heartbeat and complete (DESIGN.md §2, §5; `queue::claims::holder`, `fastpath`).
+
+/// `record_contact.sql`.
+pub(in crate::queue) const RECORD_CONTACT: &str = include_str!("record_contact.sql");
+
+/// `heartbeat.sql`.
+pub(in crate::queue) const HEARTBEAT: &str = include_str!("heartbeat.sql");
+
+/// `complete_success.sql`.
+pub(in crate::queue) const COMPLETE_SUCCESS: &str = include_str!("complete_success.sql");
+
+/// `lock_order_for_failure.sql`.
+pub(in crate::queue) const LOCK_ORDER_FOR_FAILURE: &str =
+    include_str!("lock_order_for_failure.sql");
+
+/// `end_live_claim.sql`.
+pub(in crate::queue) const END_LIVE_CLAIM: &str = include_str!("end_live_claim.sql");
+
+/// `schedule_retry.sql`.
+pub(in crate::queue) const SCHEDULE_RETRY: &str = include_str!("schedule_retry.sql");
+
+// Refusals and replays of heartbeat and complete (`queue::refusal`).
+
+/// `refusal_active.sql`.
+pub(in crate::queue) const REFUSAL_ACTIVE: &str = include_str!("refusal_active.sql");
+
+/// `refusal_finished.sql`.
+pub(in crate::queue) const REFUSAL_FINISHED: &str = include_str!("refusal_finished.sql");
+
+/// `retry_scheduled_by_holder.sql`.
+pub(in crate::queue) const RETRY_SCHEDULED_BY_HOLDER: &str =
+    include_str!("retry_scheduled_by_holder.sql");
+
+/// `completed_by_holder.sql`.
+pub(in crate::queue) const COMPLETED_BY_HOLDER: &str = include_str!("completed_by_holder.sql");
+
+// Orders: create, read, list, cancel, finish (`queue::orders`).
+
+/// `insert_order.sql`.
+pub(in crate::queue) const INSERT_ORDER: &str = include_str!("insert_order.sql");
+
+/// `order_finished.sql`.
+pub(in crate::queue) const ORDER_FINISHED: &str = include_str!("order_finished.sql");
+
+/// `insert_idempotency_key.sql`.
+pub(in crate::queue) const INSERT_IDEMPOTENCY_KEY: &str =
+    include_str!("insert_idempotency_key.sql");
+
+/// `record_idempotent_response.sql`.
+pub(in crate::queue) const RECORD_IDEMPOTENT_RESPONSE: &str =
+    include_str!("record_idempotent_response.sql");
+
+/// `idempotency_key.sql`.
+pub(in crate::queue) const IDEMPOTENCY_KEY: &str = include_str!("idempotency_key.sql");
+
+/// `get_order.sql`.
+pub(in crate::queue) const GET_ORDER: &str = include_str!("get_order.sql");
+
+/// `get_order_summary.sql`.
+pub(in crate::queue) const GET_ORDER_SUMMARY: &str = include_str!("get_order_summary.sql");
+
+/// `list_work_orders.sql`.
+pub(in crate::queue) const LIST_WORK_ORDERS: &str = include_str!("list_work_orders.sql");
+
+/// `lock_order.sql`.
+pub(in crate::queue) const LOCK_ORDER: &str = include_str!("lock_order.sql");
+
+/// `cancel_claim.sql`.
+pub(in crate::queue) const CANCEL_CLAIM: &str = include_str!("cancel_claim.sql");
+
+/// `finish_order.sql`.
+pub(in crate::queue) const FINISH_ORDER: &str = include_str!("finish_order.sql");
+
+/// `get_log_entry.sql`.
+pub(in crate::queue) const GET_LOG_ENTRY: &str = include_str!("get_log_entry.sql");
+
+/// `get_log_entry_summary.sql`.
+pub(in crate::queue) const GET_LOG_ENTRY_SUMMARY: &str = include_str!("get_log_entry_summary.sql");
+
+/// `list_log.sql`.
+pub(in crate::queue) const LIST_LOG: &str = include_str!("list_log.sql");
+
+/// `attempts.sql`.
+pub(in crate::queue) const ATTEMPTS: &str = include_str!("attempts.sql");
+
+// Agents (`queue::registry`).
+
+/// `insert_agent.sql`.
+pub(in crate::queue) const INSERT_AGENT: &str = include_str!("insert_agent.sql");
+
+/// `update_agent.sql`.
+pub(in crate::queue) const UPDATE_AGENT: &str = include_str!("update_agent.sql");
+
+/// `insert_agent_token.sql`.
+pub(in crate::queue) const INSERT_AGENT_TOKEN: &str = include_str!("insert_agent_token.sql");
+
+/// `revoke_agent_tokens.sql`.
+pub(in crate::queue) const REVOKE_AGENT_TOKENS: &str = include_str!("revoke_agent_tokens.sql");
+
+/// `live_agent_token.sql`.
+pub(in crate::queue) const LIVE_AGENT_TOKEN: &str = include_str!("live_agent_token.sql");
+
+/// `lock_agent.sql`.
+pub(in crate::queue) const LOCK_AGENT: &str = include_str!("lock_agent.sql");
+
+/// `retire_agent.sql`.
+pub(in crate::queue) const RETIRE_AGENT: &str = include_str!("retire_agent.sql");
+
+/// `release_agent_claims.sql`.
+pub(in crate::queue) const RELEASE_AGENT_CLAIMS: &str = include_str!("release_agent_claims.sql");
+
+/// `get_agent.sql`.
+pub(in crate::queue) const GET_AGENT: &str = include_str!("get_agent.sql");
+
+/// `list_agents.sql`.
+pub(in crate::queue) const LIST_AGENTS: &str = include_str!("list_agents.sql");
+
+// Maintenance (DESIGN.md §2, §7; `queue::maintenance`).
+
+/// `find_expired_claims.sql`.
+pub(in crate::queue) const FIND_EXPIRED_CLAIMS: &str = include_str!("find_expired_claims.sql");
+
+/// `release_expired_claims.sql`.
+pub(in crate::queue) const RELEASE_EXPIRED_CLAIMS: &str =
+    include_str!("release_expired_claims.sql");
+
+/// `requeue_reclaimed.sql`.
+pub(in crate::queue) const REQUEUE_RECLAIMED: &str = include_str!("requeue_reclaimed.sql");
+
+/// `promote_due_retries.sql`.
+pub(in crate::queue) const PROMOTE_DUE_RETRIES: &str = include_str!("promote_due_retries.sql");
+
+/// `next_retry_due_in.sql`.
+pub(in crate::queue) const NEXT_RETRY_DUE_IN: &str = include_str!("next_retry_due_in.sql");
+
+/// `expire_log.sql`.
+pub(in crate::queue) const EXPIRE_LOG: &str = include_str!("expire_log.sql");
+
+/// `expire_idempotency_keys.sql`.
+pub(in crate::queue) const EXPIRE_IDEMPOTENCY_KEYS: &str =
+    include_str!("expire_idempotency_keys.sql");
+
+/// `oldest_claimable_age.sql`.
+pub(in crate::queue) const OLDEST_CLAIMABLE_AGE: &str = include_str!("oldest_claimable_age.sql");
+
+/// `agent_contacts.sql`.
+pub(in crate::queue) const AGENT_CONTACTS: &str = include_str!("agent_contacts.sql");
+
+// Health and readiness (`queue`).
+
+/// `count_by_status.sql`.
+pub(in crate::queue) const COUNT_BY_STATUS: &str = include_str!("count_by_status.sql");
+
+/// `applied_migrations.sql`.
+pub(in crate::queue) const APPLIED_MIGRATIONS: &str = include_str!("applied_migrations.sql");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement, by file name (the fragments `eligible` and `live_claim` excepted).
+    const STATEMENTS: &[(&str, &str)] = &[
+        ("pending_for_agent", PENDING_FOR_AGENT),
+        ("read_claimer", READ_CLAIMER),
+        ("claim_next", CLAIM_NEXT),
+        ("lock_claimer", LOCK_CLAIMER),
+        ("count_held_claims", COUNT_HELD_CLAIMS),
+        ("claim_next_capped", CLAIM_NEXT_CAPPED),
+        ("claim_candidate", CLAIM_CANDIDATE),
+        ("claim_by_id", CLAIM_BY_ID),
+        ("record_contact", RECORD_CONTACT),
+        ("heartbeat", HEARTBEAT),
+        ("complete_success", COMPLETE_SUCCESS),
+        ("lock_order_for_failure", LOCK_ORDER_FOR_FAILURE),
+        ("end_live_claim", END_LIVE_CLAIM),
+        ("schedule_retry", SCHEDULE_RETRY),
+        ("refusal_active", REFUSAL_ACTIVE),
+        ("refusal_finished", REFUSAL_FINISHED),
+        ("retry_scheduled_by_holder", RETRY_SCHEDULED_BY_HOLDER),
+        ("completed_by_holder", COMPLETED_BY_HOLDER),
+        ("insert_order", INSERT_ORDER),
+        ("order_finished", ORDER_FINISHED),
+        ("insert_idempotency_key", INSERT_IDEMPOTENCY_KEY),
+        ("record_idempotent_response", RECORD_IDEMPOTENT_RESPONSE),
+        ("idempotency_key", IDEMPOTENCY_KEY),
+        ("get_order", GET_ORDER),
+        ("get_order_summary", GET_ORDER_SUMMARY),
+        ("list_work_orders", LIST_WORK_ORDERS),
+        ("lock_order", LOCK_ORDER),
+        ("cancel_claim", CANCEL_CLAIM),
+        ("finish_order", FINISH_ORDER),
+        ("get_log_entry", GET_LOG_ENTRY),
+        ("get_log_entry_summary", GET_LOG_ENTRY_SUMMARY),
+        ("list_log", LIST_LOG),
+        ("attempts", ATTEMPTS),
+        ("insert_agent", INSERT_AGENT),
+        ("update_agent", UPDATE_AGENT),
+        ("insert_agent_token", INSERT_AGENT_TOKEN),
+        ("revoke_agent_tokens", REVOKE_AGENT_TOKENS),
+        ("live_agent_token", LIVE_AGENT_TOKEN),
+        ("lock_agent", LOCK_AGENT),
+        ("retire_agent", RETIRE_AGENT),
+        ("release_agent_claims", RELEASE_AGENT_CLAIMS),
+        ("get_agent", GET_AGENT),
+        ("list_agents", LIST_AGENTS),
+        ("find_expired_claims", FIND_EXPIRED_CLAIMS),
+        ("release_expired_claims", RELEASE_EXPIRED_CLAIMS),
+        ("requeue_reclaimed", REQUEUE_RECLAIMED),
+        ("promote_due_retries", PROMOTE_DUE_RETRIES),
+        ("next_retry_due_in", NEXT_RETRY_DUE_IN),
+        ("expire_log", EXPIRE_LOG),
+        ("expire_idempotency_keys", EXPIRE_IDEMPOTENCY_KEYS),
+        ("oldest_claimable_age", OLDEST_CLAIMABLE_AGE),
+        ("agent_contacts", AGENT_CONTACTS),
+        ("count_by_status", COUNT_BY_STATUS),
+        ("applied_migrations", APPLIED_MIGRATIONS),
+    ];
+
+    #[test]
+    fn every_sql_file_is_a_named_statement() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/queue/sql");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter_map(|f| f.strip_suffix(".sql").map(str::to_owned))
+            .filter(|f| f != "eligible" && f != "live_claim")
+            .collect();
+        files.sort();
+        let mut named: Vec<String> = STATEMENTS.iter().map(|(n, _)| n.to_string()).collect();
+        named.sort();
+        assert_eq!(files, named);
+    }
+
+    /// A statement opens with `-- <its name>:` and lists each `$n` it uses in its head comment.
+    #[test]
+    fn every_statement_names_itself_and_lists_its_parameters() {
+        for (name, sql) in STATEMENTS {
+            assert!(
+                sql.starts_with(&format!("-- {name}: ")),
+                "{name}.sql must open with `-- {name}: …`"
+            );
+            let head: String = sql
+                .lines()
+                .take_while(|l| l.starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let body: String = sql
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let used = parameters(&body);
+            for n in 1..=used.iter().copied().max().unwrap_or(0) {
+                assert!(used.contains(&n), "{name}.sql skips ${n}");
+                assert!(
+                    parameters(&head).contains(&n),
+                    "{name}.sql uses ${n} but does not list it at its head"
+                );
+            }
+        }
+    }
+
+    /// The `$n` numbers in `text`.
+    fn parameters(text: &str) -> std::collections::BTreeSet<usize> {
+        let bytes = text.as_bytes();
+        let mut found = std::collections::BTreeSet::new();
+        for (i, b) in bytes.iter().enumerate() {
+            if *b == b'$' {
+                let digits: String = text[i + 1..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                if let Ok(n) = digits.parse() {
+                    found.insert(n);
+                }
+            }
+        }
+        found
+    }
+}

@@ -1,0 +1,38 @@
+-- pending_for_agent: what an agent may claim now, oldest first, one page, without yaml_content
+-- (DESIGN.md §5 GET /agents/{id}/work-orders/pending). Side-effect free. The caller answers an
+-- empty page for an agent at max_concurrency without running it.
+-- $1 agent id (uuid)
+-- $2 requested work types (text[], empty = any)
+-- $3 cursor: created_at of the previous page's last row (timestamptz, NULL = first page)
+-- $4 cursor: id of the previous page's last row (uuid)
+-- $5 page size (bigint)
+WITH a AS (
+  SELECT id, name, labels, annotation_pairs, work_types, tenant, retired_at,
+         $2::text[] AS requested_types
+  FROM agents WHERE id = $1
+)
+SELECT w.id, w.work_type, NULL::text AS yaml_content, w.status, w.max_retries,
+       w.backoff_seconds, w.claim_timeout_seconds, w.max_reclaims, w.tenant, w.target_agent_ids,
+       w.target_agent_names, w.target_labels, w.target_annotations, w.retry_count,
+       w.reclaim_count, w.last_error, w.last_error_at, w.next_retry_after,
+       c.agent_id AS claimed_by, c.claimed_at, c.claim_id, c.lease_seconds, c.lease_expires_at,
+       w.rerun_of, w.created_at, w.updated_at
+FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id
+WHERE
+  -- eligible (queue::eligibility::ELIGIBLE_SQL, verbatim)
+  w.status IN ('PENDING', 'RETRY_PENDING')
+  AND (w.status = 'PENDING' OR w.next_retry_after <= now())
+  AND (SELECT retired_at IS NULL FROM a)
+  AND (w.target_agent_ids @> ARRAY[(SELECT id FROM a)]
+       OR (SELECT name FROM a) = ANY (w.target_agent_names)
+       OR w.target_labels && (SELECT labels FROM a)
+       OR w.target_annotation_pairs && (SELECT annotation_pairs FROM a))
+  AND (cardinality((SELECT work_types FROM a)) = 0
+       OR w.work_type = ANY ((SELECT work_types FROM a)::text[]))
+  AND (cardinality((SELECT requested_types FROM a)) = 0
+       OR w.work_type = ANY ((SELECT requested_types FROM a)::text[]))
+  AND ((SELECT tenant FROM a) IS NULL OR w.tenant = (SELECT tenant FROM a))
+  -- end eligible
+  AND ($3::timestamptz IS NULL OR (w.created_at, w.id) > ($3, $4))
+ORDER BY w.created_at, w.id
+LIMIT $5

@@ -1,0 +1,12 @@
+//! Test and benchmark set-up shared by `tests/` and `bench/` (feature `testing`): one throwaway
+//! PostgreSQL per process, a fresh migrated database per test, and the API server in-process on
+//! an ephemeral port, wired as `pullman serve` wires it.
+//!
+//! Built only with the `testing` feature, which the crate's own dev-dependency on itself turns on
+//! for tests and benches; `pullman` as shipped does not contain it.
+
+mod postgres;
+mod server;
+
+pub use postgres::{free_port, fresh_database_url, fresh_pool, server_url};
+pub use server::{ADMIN_TOKEN, TestServer, configmap_order, eventually};

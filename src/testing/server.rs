@@ -1,0 +1,211 @@
+//! The API server in-process, over a fresh database, and request helpers for tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::fresh_pool;
+use crate::api::{self, AppState};
+use crate::auth::AdminToken;
+use crate::queue::{self, Notifications, Queue};
+use crate::telemetry::Metrics;
+
+/// The admin token of every [`TestServer`].
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
+
+/// An API server on an ephemeral port over one database, wired as `serve` wires it
+/// (notification listener, availability probe). Maintenance does not run on its own unless
+/// started with [`TestServer::start_maintained`]; tests call `queue.maintain()` to make the
+/// reaper deterministic. Dropping it stops the server.
+pub struct TestServer {
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    pub queue: Queue,
+    pub notifications: Notifications,
+    pub pool: PgPool,
+    pub http: reqwest::Client,
+    pub metrics: Arc<Metrics>,
+    pub shutdown: CancellationToken,
+}
+
+impl TestServer {
+    /// A server over a fresh database (64 connections, 1024 long-polls).
+    pub async fn start() -> Self {
+        Self::start_with(64, 1024).await
+    }
+
+    /// A server whose maintenance (reaper, retry promotion) runs every second, as `serve` does.
+    pub async fn start_maintained() -> Self {
+        let s = Self::start().await;
+        tokio::spawn(queue::run_maintenance(
+            s.queue.clone(),
+            Duration::from_secs(1),
+            None,
+            s.shutdown.clone(),
+            |_| {},
+        ));
+        s
+    }
+
+    /// A server over a fresh database of `max_connections`, admitting `max_long_polls`.
+    pub async fn start_with(max_connections: u32, max_long_polls: usize) -> Self {
+        Self::start_on(fresh_pool(max_connections).await, max_long_polls).await
+    }
+
+    /// A server over `pool` (migrated), admitting `max_long_polls`.
+    pub async fn start_on(pool: PgPool, max_long_polls: usize) -> Self {
+        let queue = Queue::new(pool.clone());
+        let notifications = Notifications::new();
+        let shutdown = CancellationToken::new();
+        queue::spawn_listener(&queue, notifications.clone(), shutdown.clone());
+        queue::spawn_availability_probe(queue.clone(), shutdown.clone());
+        let metrics = Arc::new(Metrics::new());
+        let state = AppState::new(
+            queue.clone(),
+            AdminToken::from_secret(ADMIN_TOKEN),
+            metrics.clone(),
+            notifications.clone(),
+            max_long_polls,
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding an ephemeral port");
+        let base = format!(
+            "http://{}",
+            listener.local_addr().expect("the listener's address")
+        );
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, api::router(state))
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+                .expect("the in-process server");
+        });
+        // Let the LISTEN connection come up before tests rely on wake-ups.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        TestServer {
+            base,
+            queue,
+            notifications,
+            pool,
+            http: reqwest::Client::new(),
+            metrics,
+            shutdown,
+        }
+    }
+
+    /// `base` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends a request with an optional bearer token and JSON body; returns status and JSON body
+    /// (`Value::Null` when empty, a string when not JSON).
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request failed");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("a response body");
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        (status, value)
+    }
+
+    /// [`Self::call`] with the admin token.
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        self.call(method, path, Some(ADMIN_TOKEN), body).await
+    }
+
+    /// Waits up to `secs` seconds for work order `id` to reach the log; returns the entry.
+    pub async fn log_entry(&self, id: &str, secs: u64) -> Value {
+        eventually(secs, &format!("work order {id} in the log"), || async {
+            let (st, v) = self
+                .admin(
+                    reqwest::Method::GET,
+                    &format!("/api/v1/work-order-log/{id}"),
+                    None,
+                )
+                .await;
+            (st == 200).then_some(v)
+        })
+        .await
+    }
+
+    /// Registers an agent; returns (id, token).
+    pub async fn agent(&self, body: Value) -> (String, String) {
+        let (status, v) = self
+            .admin(reqwest::Method::POST, "/api/v1/agents", Some(body))
+            .await;
+        assert_eq!(status, 201, "{v}");
+        (
+            v["agent"]["id"].as_str().expect("agent.id").to_string(),
+            v["token"].as_str().expect("token").to_string(),
+        )
+    }
+
+    /// Creates a work order; returns its id.
+    pub async fn order(&self, body: Value) -> String {
+        let (status, v) = self
+            .admin(reqwest::Method::POST, "/api/v1/work-orders", Some(body))
+            .await;
+        assert_eq!(status, 201, "{v}");
+        v["id"].as_str().expect("id").to_string()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics after `secs` seconds naming `what`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {secs} s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A ConfigMap-only custom order targeted at `label`.
+pub fn configmap_order(label: &str) -> Value {
+    json!({
+        "work_type": "custom",
+        "yaml_content": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\ndata:\n  a: b\n",
+        "targeting": {"labels": [label]}
+    })
+}
