@@ -20,8 +20,6 @@ use crate::pull::{
 };
 use crate::queue::WorkOrder;
 
-/// Kept for callers of the old path; the helper lives with the pull loop now.
-
 /// Most bytes of output reported as the result message.
 pub const MESSAGE_TAIL_BYTES: usize = 4096;
 /// Exit code of CMD meaning "failed, do not retry".

@@ -74,7 +74,8 @@ pub async fn connect_as_agent(
     token_file: &Path,
     stop: &CancellationToken,
 ) -> Result<(Client, Uuid), ConnectError> {
-    let client = Client::new(server, &crate::client::read_token_file(token_file)?).map_err(anyhow::Error::from)?;
+    let client = Client::new(server, &crate::client::read_token_file(token_file)?)
+        .map_err(anyhow::Error::from)?;
     let mut backoff = Backoff::default();
     let me = loop {
         match client.whoami().await {
