@@ -89,6 +89,12 @@ fn opts() -> Opts {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs this binary too, without `--bench`: it only says how to run
+    // it (a scale run takes minutes and needs a release build of pullman).
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("a benchmark: cargo build --release && cargo bench --bench k8s_scale");
+        return;
+    }
     let o = opts();
     if std::env::var_os("KUBECONFIG").is_none() {
         eprintln!("k8s_scale needs a cluster: eval \"$(e2e/testenv/up.sh)\" first");
