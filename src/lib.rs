@@ -12,6 +12,7 @@
 //! - [`postgres`]: the embedded PostgreSQL used when no `DATABASE_URL` is given.
 //! - [`pull`]: the pull loop of agents (claim, heartbeat, complete) and the life of one order,
 //!   shared by [`worker`] and [`executor`].
+//! - [`wire`]: the HTTP API's request, answer and error shapes, shared by server and clients.
 //! - `testing` (feature `testing`): the set-up shared by `tests/` and `bench/`.
 
 pub mod admin;
@@ -31,4 +32,5 @@ pub mod signals;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod wire;
 pub mod worker;

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::pull::{
     self, Abandon, Carrier, ConnectError, Ended, LoopConfig, PullError, Reported, Shutdown, Verdict,
 };
-use crate::queue::WorkOrder;
+use crate::wire::WorkOrder;
 
 /// Most bytes of output reported as the result message.
 pub const MESSAGE_TAIL_BYTES: usize = 4096;

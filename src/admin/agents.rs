@@ -10,7 +10,7 @@ use super::args::{AgentsCommand, Connection, Output};
 use super::render::{opt, print_document, print_table, relative, when};
 use super::{MAX_PAGE, collect_pages, query};
 use crate::client::Client;
-use crate::queue::{Agent, NewAgent};
+use crate::wire::{Agent, NewAgent};
 
 /// Every agent (all pages), for name look-ups and the AGENT column of order tables.
 pub async fn all_agents(client: &Client) -> anyhow::Result<Vec<Agent>> {

@@ -7,7 +7,7 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use super::render::{one_line, print_table, relative, when};
-use crate::queue::Attempt;
+use crate::wire::Attempt;
 
 const ATTEMPT_HEADERS: &[&str] = &[
     "#", "AGENT", "CLAIM", "STARTED", "TOOK", "RESULT", "MESSAGE",

@@ -14,7 +14,7 @@ use super::render::{
     relative_and_exact, when,
 };
 use super::{collect_pages, query};
-use crate::queue::LogEntry;
+use crate::wire::LogEntry;
 
 /// Prints a result message in full; a message the server cut at its limit is marked as cut.
 pub fn print_message(message: &str) {

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::query;
 use crate::client::Client;
-use crate::queue::{LogEntry, WorkOrder};
+use crate::wire::{LogEntry, WorkOrder};
 use serde::de::DeserializeOwned;
 
 /// Where an order is looked for.

@@ -23,7 +23,7 @@ pub use log::log;
 pub use orders::work_orders;
 
 use crate::client::{Client, ClientError, read_token_file};
-use crate::queue::Page;
+use crate::wire::Page;
 
 impl Connection {
     /// A client with the admin token: `--token`, else `--token-file`, else the file `serve`

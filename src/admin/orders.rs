@@ -20,7 +20,7 @@ use super::render::{
 };
 use super::{collect_pages, query, wait};
 use crate::client::Client;
-use crate::queue::{OrderStatus, WorkOrder};
+use crate::wire::{OrderStatus, WorkOrder};
 
 /// Columns of `work-orders list` and of `--watch` lines.
 pub const ORDER_HEADERS: &[&str] = &[

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::args::Output;
-use crate::queue::text::CUT_MARKER;
+use crate::wire::CUT_MARKER;
 
 /// Prints `value` as the API's JSON (pretty) or the same document in YAML; `false` when `output`
 /// is neither, so the caller prints its own table or names.

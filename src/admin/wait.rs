@@ -15,7 +15,7 @@ use super::log::print_message;
 use super::orders::{NEXT_COLUMN, ORDER_HEADERS, STATE_COLUMN, list_orders, order_rows};
 use super::render::{print_rows, print_table};
 use crate::client::{Client, ClientError};
-use crate::queue::{LogEntry, Outcome, WorkOrder};
+use crate::wire::{LogEntry, Outcome, WorkOrder};
 
 /// Exit status: the order failed (retries exhausted, not retryable, or reclaims exhausted).
 pub const EXIT_FAILED: u8 = 3;

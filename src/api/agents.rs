@@ -13,6 +13,7 @@ use super::{ApiError, AppState, Caller, ErrorBody};
 use crate::auth::Principal;
 use crate::queue::validate::{parse_work_type, validate_agent};
 use crate::queue::{Agent, AgentWithToken, NewAgent, Page, WorkOrder, WorkType};
+pub use crate::wire::WhoAmI;
 
 /// Query of `GET /api/v1/agents`.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -155,15 +156,6 @@ pub async fn pending(
     ))
 }
 
-/// Who a bearer token belongs to (`GET /api/v1/whoami`).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct WhoAmI {
-    /// `admin` or `agent`.
-    pub kind: String,
-    /// The agent the token is bound to (agent tokens only).
-    pub agent_id: Option<Uuid>,
-    pub agent_name: Option<String>,
-}
 
 /// Who the presented token belongs to. Not in DESIGN.md §5: added so that workers given only a
 /// token file learn their agent id, and so CLIs can check a token before using it.

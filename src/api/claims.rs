@@ -15,76 +15,16 @@ use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, parse_optional_json};
 use super::{ApiError, AppState, Caller, ErrorBody, MAX_WAIT_CAP};
+pub use crate::wire::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetryScheduled};
 use crate::queue::validate::{parse_work_type, validate_lease};
 use crate::queue::{
     ClaimRequest, Completion, CompletionResult, Heartbeat, LogEntry, WorkOrder, WorkType,
 };
 
-/// Body of `POST /work-orders/{id}/claim`.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ClaimBody {
-    pub agent_id: Uuid,
-    /// Lease in seconds (5–86400); absent = no lease, the claim timeout alone governs.
-    #[serde(default)]
-    #[schema(minimum = 5, maximum = 86400)]
-    pub lease_seconds: Option<i64>,
-}
 
-/// Body of `POST /agents/{agent_id}/claim` (may be empty).
-#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ClaimNextBody {
-    /// Narrow this claim to these work types (within the agent's capabilities).
-    #[serde(default)]
-    #[schema(value_type = Option<Vec<WorkType>>)]
-    pub work_types: Option<Vec<String>>,
-    /// Seconds to wait for an order to appear, at least 0 (larger values than 30 are capped
-    /// at 30).
-    #[serde(default)]
-    #[schema(minimum = 0)]
-    pub max_wait_seconds: Option<i64>,
-    /// Lease in seconds (5–86400); absent = no lease.
-    #[serde(default)]
-    #[schema(minimum = 5, maximum = 86400)]
-    pub lease_seconds: Option<i64>,
-}
 
-/// Body of `POST /work-orders/{id}/heartbeat`.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HeartbeatBody {
-    pub agent_id: Uuid,
-    /// The claim's fencing token; when given, only that claim is extended.
-    #[serde(default)]
-    pub claim_id: Option<Uuid>,
-}
 
-/// Body of `POST /work-orders/{id}/complete`.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CompleteBody {
-    pub agent_id: Uuid,
-    /// The claim's fencing token; when given, only that claim may complete.
-    #[serde(default)]
-    pub claim_id: Option<Uuid>,
-    pub success: bool,
-    /// Result or error text. U+0000 is removed; text over 64 KiB is stored cut at a character
-    /// boundary, ending with a marker (DESIGN.md §5).
-    #[serde(default)]
-    pub message: Option<String>,
-    /// Default true; false sends a failure straight to the log.
-    #[serde(default)]
-    pub retryable: Option<bool>,
-}
 
-/// `202` body of complete when a retry was scheduled.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
-pub struct RetryScheduled {
-    /// Always `retry_scheduled`.
-    pub status: String,
-    pub next_retry_after: DateTime<Utc>,
-}
 
 fn claimed(state: &AppState, order: &WorkOrder, started: Instant) {
     state.metrics.claims.inc();

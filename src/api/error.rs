@@ -13,19 +13,9 @@ use utoipa::ToSchema;
 
 use crate::auth::AuthError;
 use crate::queue::{ConflictCode, QueueError};
+pub use crate::wire::{ErrorBody, ErrorDetail};
 
-/// `{"error": {...}}`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
 
-/// What went wrong: a stable snake_case `code` and a message naming the field.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ErrorDetail {
-    pub code: String,
-    pub message: String,
-}
 
 /// An error answer: status, code, message, and optionally `Retry-After` seconds.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, ListParams, Propa
 
 use super::apply::{Applier, WORK_ORDER_LABEL};
 use crate::manifest;
-use crate::queue::WorkOrder;
+use crate::wire::WorkOrder;
 
 /// Deletes the Jobs and BuildRuns `order` created, in every namespace its documents name.
 pub async fn delete_created(applier: &Applier, order: &WorkOrder) {

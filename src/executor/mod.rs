@@ -29,7 +29,7 @@ pub use verdict::{ObjectVerdict, buildrun_verdict, job_verdict, keep_verdict_fie
 pub use watch::{WatchEnd, Watches};
 
 use crate::pull::{self, Carrier, ConnectError, LoopConfig, Shutdown, Verdict};
-use crate::queue::WorkOrder;
+use crate::wire::WorkOrder;
 
 /// What `pullman executor --help` says after the flags.
 pub const EXECUTOR_HELP: &str = "\

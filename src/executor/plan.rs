@@ -13,7 +13,7 @@ use super::watch::{WatchEnd, Watches};
 use crate::manifest;
 use crate::pull::Verdict;
 use crate::queue::rules::watch_budget;
-use crate::queue::{WorkOrder, WorkType};
+use crate::wire::{WorkOrder, WorkType};
 
 /// Longest a BuildRun is watched, whatever the budget (DESIGN.md §4).
 pub const BUILD_WINDOW: Duration = Duration::from_secs(15 * 60);

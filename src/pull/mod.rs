@@ -28,7 +28,7 @@ use uuid::Uuid;
 pub use connect::{Backoff, ConnectError, connect_as_agent};
 pub use order::{Abandon, Carrier, Ended, Reported, Stage, Verdict};
 
-use crate::api::ClaimNextBody;
+use crate::wire::ClaimNextBody;
 use crate::client::{Client, ClientError};
 
 /// Settings of the pull loop.

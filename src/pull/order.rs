@@ -19,9 +19,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::heartbeat::Heartbeats;
-use crate::api::CompleteBody;
+use crate::wire::CompleteBody;
 use crate::client::{Client, ClientError, Completed};
-use crate::queue::WorkOrder;
+use crate::wire::WorkOrder;
 
 /// The result of carrying out one order.
 #[derive(Debug, Clone, PartialEq, Eq)]

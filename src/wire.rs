@@ -1,0 +1,107 @@
+//! The shapes both sides of the HTTP API use (DESIGN.md §5): the request and answer bodies of the
+//! pull protocol and the error body, defined once for the server (`api`, which also describes
+//! them in the OpenAPI document) and its clients (`client`, `pull`, `admin`). The shapes of work
+//! orders, log entries and agents are the queue's own records and are re-exported here, so a
+//! client needs nothing but this module.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+pub use crate::queue::Heartbeat;
+pub use crate::queue::model::{
+    Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, LogEntry, NewAgent, NewWorkOrder,
+    OrderStatus, Outcome, Page, Targeting, WorkOrder, WorkType,
+};
+/// Ends a result message the server cut at its limit (DESIGN.md §5).
+pub use crate::queue::text::CUT_MARKER;
+
+/// Body of `POST /work-orders/{id}/claim`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimBody {
+    pub agent_id: Uuid,
+    /// Lease in seconds (5–86400); absent = no lease, the claim timeout alone governs.
+    #[serde(default)]
+    #[schema(minimum = 5, maximum = 86400)]
+    pub lease_seconds: Option<i64>,
+}
+
+/// Body of `POST /agents/{agent_id}/claim` (may be empty).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimNextBody {
+    /// Narrow this claim to these work types (within the agent's capabilities).
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<WorkType>>)]
+    pub work_types: Option<Vec<String>>,
+    /// Seconds to wait for an order to appear, at least 0 (larger values than 30 are capped
+    /// at 30).
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub max_wait_seconds: Option<i64>,
+    /// Lease in seconds (5–86400); absent = no lease.
+    #[serde(default)]
+    #[schema(minimum = 5, maximum = 86400)]
+    pub lease_seconds: Option<i64>,
+}
+
+/// Body of `POST /work-orders/{id}/heartbeat`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatBody {
+    pub agent_id: Uuid,
+    /// The claim's fencing token; when given, only that claim is extended.
+    #[serde(default)]
+    pub claim_id: Option<Uuid>,
+}
+
+/// Body of `POST /work-orders/{id}/complete`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteBody {
+    pub agent_id: Uuid,
+    /// The claim's fencing token; when given, only that claim may complete.
+    #[serde(default)]
+    pub claim_id: Option<Uuid>,
+    pub success: bool,
+    /// Result or error text. U+0000 is removed; text over 64 KiB is stored cut at a character
+    /// boundary, ending with a marker (DESIGN.md §5).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Default true; false sends a failure straight to the log.
+    #[serde(default)]
+    pub retryable: Option<bool>,
+}
+
+/// `202` body of complete when a retry was scheduled.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct RetryScheduled {
+    /// Always `retry_scheduled`.
+    pub status: String,
+    pub next_retry_after: DateTime<Utc>,
+}
+
+/// `{"error": {...}}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong: a stable snake_case `code` and a message naming the field.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
+
+/// Who a bearer token belongs to (`GET /api/v1/whoami`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WhoAmI {
+    /// `admin` or `agent`.
+    pub kind: String,
+    /// The agent the token is bound to (agent tokens only).
+    pub agent_id: Option<Uuid>,
+    pub agent_name: Option<String>,
+}
