@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::wire::{ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, RetryScheduled, WhoAmI};
 use crate::wire::{Agent, AgentWithToken, Heartbeat, LogEntry, NewAgent, Page, WorkOrder};
+use crate::wire::{ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, RetryScheduled, WhoAmI};
 
 /// Reads a bearer token from a file (surrounding whitespace ignored), naming the file in errors.
 /// Errors: the file cannot be read, or holds only whitespace.

@@ -4,8 +4,8 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Deserialize;
+use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
@@ -155,7 +155,6 @@ pub async fn pending(
             .await?,
     ))
 }
-
 
 /// Who the presented token belongs to. Not in DESIGN.md §5: added so that workers given only a
 /// token file learn their agent id, and so CLIs can check a token before using it.

@@ -8,23 +8,15 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, parse_optional_json};
 use super::{ApiError, AppState, Caller, ErrorBody, MAX_WAIT_CAP};
-pub use crate::wire::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetryScheduled};
 use crate::queue::validate::{parse_work_type, validate_lease};
 use crate::queue::{
     ClaimRequest, Completion, CompletionResult, Heartbeat, LogEntry, WorkOrder, WorkType,
 };
-
-
-
-
-
+pub use crate::wire::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetryScheduled};
 
 fn claimed(state: &AppState, order: &WorkOrder, started: Instant) {
     state.metrics.claims.inc();

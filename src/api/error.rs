@@ -8,14 +8,10 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::auth::AuthError;
 use crate::queue::{ConflictCode, QueueError};
 pub use crate::wire::{ErrorBody, ErrorDetail};
-
-
 
 /// An error answer: status, code, message, and optionally `Retry-After` seconds.
 #[derive(Debug)]

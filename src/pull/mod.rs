@@ -28,8 +28,8 @@ use uuid::Uuid;
 pub use connect::{Backoff, ConnectError, connect_as_agent};
 pub use order::{Abandon, Carrier, Ended, Reported, Stage, Verdict};
 
-use crate::wire::ClaimNextBody;
 use crate::client::{Client, ClientError};
+use crate::wire::ClaimNextBody;
 
 /// Settings of the pull loop.
 #[derive(Debug, Clone)]

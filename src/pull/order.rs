@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::heartbeat::Heartbeats;
-use crate::wire::CompleteBody;
 use crate::client::{Client, ClientError, Completed};
+use crate::wire::CompleteBody;
 use crate::wire::WorkOrder;
 
 /// The result of carrying out one order.
