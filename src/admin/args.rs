@@ -84,7 +84,8 @@ pub struct CreateAgent {
     /// Unique name of the agent (other commands accept it in place of the id).
     #[arg(long)]
     pub name: String,
-    /// Label (repeatable). Orders targeting a label go only to agents that carry it.
+    /// Label (repeatable). An order goes to agents matching any one of its targeted labels,
+    /// names, ids or annotations.
     #[arg(long = "label")]
     pub labels: Vec<String>,
     /// Annotation KEY=VALUE (repeatable).
@@ -93,7 +94,8 @@ pub struct CreateAgent {
     /// Work type it takes: build or custom (repeatable). Default: all work types.
     #[arg(long = "work-type")]
     pub work_types: Vec<String>,
-    /// Tenant it serves. Default: none (instance-wide: takes orders of no tenant).
+    /// Tenant it serves: it then takes only orders of this tenant. Default: none (instance-wide:
+    /// takes orders of any tenant or none).
     #[arg(long)]
     pub tenant: Option<String>,
     /// Most claims held at once. Default: unlimited.
@@ -203,7 +205,8 @@ pub struct CreateWorkOrder {
     /// build (one Shipwright Build) or custom (any Kubernetes YAML).
     #[arg(long, default_value = "custom")]
     pub work_type: String,
-    /// Target agents with this label (repeatable; an agent needs every one).
+    /// Target agents with this label (repeatable). An agent matching any one targeted label,
+    /// name, id or annotation may take the order.
     #[arg(long = "label")]
     pub labels: Vec<String>,
     /// Target the agent with this name (repeatable; any of them may take it).
@@ -212,11 +215,12 @@ pub struct CreateWorkOrder {
     /// Target the agent with this id (repeatable; any of them may take it).
     #[arg(long = "agent-id")]
     pub agent_ids: Vec<uuid::Uuid>,
-    /// Target agents with this annotation KEY=VALUE (repeatable; an agent needs every one).
+    /// Target agents with this annotation KEY=VALUE (repeatable; any one match is enough, as
+    /// for labels).
     #[arg(long = "annotation", value_parser = parse_key_value)]
     pub annotations: Vec<(String, String)>,
-    /// Tenant of the order: only agents of this tenant may take it. Default: none (agents of
-    /// no tenant take it).
+    /// Tenant of the order: agents of this tenant and instance-wide agents (no tenant) may take
+    /// it. Default: none (only instance-wide agents take it).
     #[arg(long)]
     pub tenant: Option<String>,
     /// Retries after a failure before the order fails for good, 0-100. Default: 3.
