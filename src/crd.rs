@@ -286,7 +286,7 @@ impl WorkOrderResourceSpec {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(NewWorkOrder {
-            work_type: WorkType::from(self.work_type).as_str().to_string(),
+            work_type: WorkType::from(self.work_type).into(),
             yaml_content: self.yaml_content.clone(),
             max_retries: Some(i64::from(self.max_retries)),
             backoff_seconds: Some(i64::from(self.backoff_seconds)),

@@ -12,7 +12,7 @@ use uuid::Uuid;
 pub use crate::queue::Heartbeat;
 pub use crate::queue::model::{
     Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, LogEntry, NewAgent, NewWorkOrder,
-    OrderStatus, Outcome, Page, Targeting, WorkOrder, WorkType,
+    OrderStatus, Outcome, Page, RequestedWorkType, Targeting, WorkOrder, WorkType,
 };
 /// Ends a result message the server cut at its limit (DESIGN.md §5).
 pub use crate::queue::text::CUT_MARKER;

@@ -117,10 +117,18 @@ async fn rotated_tokens_revoke_the_old_one() {
     let (a, old) = s.agent(json!({"name": "a", "labels": ["m"]})).await;
     let path = format!("/api/v1/agents/{a}/work-orders/pending");
     assert_eq!(s.call(Method::GET, &path, Some(&old), None).await.0, 200);
+    // Registering revokes nothing, so it leaves the tokens verified a moment ago trusted.
+    let revocations = s.queue.token_revocations();
+    s.agent(json!({"name": "b", "labels": ["m"]})).await;
+    assert_eq!(s.queue.token_revocations(), revocations);
     let (st, v) = s
         .admin(Method::POST, &format!("/api/v1/agents/{a}/token"), None)
         .await;
     assert_eq!(st, 201);
+    assert!(
+        s.queue.token_revocations() > revocations,
+        "a rotation is a revocation"
+    );
     let new = v["token"].as_str().unwrap();
     assert_eq!(s.call(Method::GET, &path, Some(&old), None).await.0, 401);
     assert_eq!(s.call(Method::GET, &path, Some(new), None).await.0, 200);

@@ -164,7 +164,7 @@ pub async fn agents(conn: &Connection, cmd: AgentsCommand) -> anyhow::Result<()>
                 name: c.name,
                 labels: c.labels,
                 annotations: c.annotations.into_iter().collect::<BTreeMap<_, _>>(),
-                work_types: c.work_types,
+                work_types: c.work_types.iter().map(|t| t.as_str().into()).collect(),
                 tenant: c.tenant,
                 max_concurrency: c.max_concurrency,
                 lease_seconds: None,

@@ -106,16 +106,10 @@ pub async fn create(
     caller.require_admin()?;
     let key = idempotency_key(&headers, &body)?;
     let spec = validate_work_order_off_thread(body).await?;
-    let created = match &key {
-        Some(key) => state.queue.create_work_order_once(&spec, key).await?,
-        None => Created {
-            order: state
-                .queue
-                .create_new_work_order(&spec, crate::queue::SOURCE_API)
-                .await?,
-            replayed: false,
-        },
-    };
+    let created = state
+        .queue
+        .create_new_work_order(&spec, key.as_ref())
+        .await?;
     let order = &created.order;
     if created.replayed {
         tracing::info!(work_order = %order.id, "create repeated with its Idempotency-Key; same order returned");

@@ -84,7 +84,7 @@ pub fn agent_spec(ex: &Executor) -> Result<AgentSpec, QueueError> {
             .spec
             .work_types
             .iter()
-            .map(|t| crate::queue::WorkType::from(*t).as_str().to_string())
+            .map(|t| crate::queue::WorkType::from(*t).into())
             .collect(),
         tenant: ex.spec.tenant.clone(),
         max_concurrency: ex.spec.max_concurrency.map(i64::from),

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::eligibility::{self, OrderProfile};
 use super::wake::Notice;
-use super::{ClaimRequest, ConflictCode, OrderStatus, Queue, QueueError, SOURCE_API, WorkType};
+use super::{ClaimRequest, ConflictCode, OrderStatus, Queue, QueueError, WorkType};
 
 const TYPES: [WorkType; 2] = [WorkType::Build, WorkType::Custom];
 
@@ -198,9 +198,10 @@ async fn check(
             )
             .unwrap();
             let id = queue
-                .create_new_work_order(&spec, SOURCE_API)
+                .create_new_work_order(&spec, None)
                 .await
                 .unwrap()
+                .order
                 .id;
             if o.state != State::Pending {
                 let due = if o.state == State::RetryDue {

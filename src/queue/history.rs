@@ -9,12 +9,10 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::orders::insert_order;
 use super::sql;
 use super::validate::WorkOrderSpec;
 use super::{
     Attempt, AttemptResult, ConflictCode, Created, IdempotencyKey, Lookup, Queue, QueueError,
-    SOURCE_API,
 };
 
 #[derive(sqlx::FromRow)]
@@ -140,17 +138,7 @@ impl Queue {
             tenant: entry.tenant,
             targeting: entry.targeting,
         };
-        if let Some(key) = key {
-            return self.create_once(&spec, key, Some(id)).await;
-        }
-        let order = insert_order(&self.pool, Uuid::new_v4(), &spec, SOURCE_API, Some(id))
-            .await?
-            .ok_or(QueueError::Database(sqlx::Error::RowNotFound))?
-            .into();
-        Ok(Created {
-            order,
-            replayed: false,
-        })
+        self.create_api_order(&spec, key, Some(id)).await
     }
 }
 

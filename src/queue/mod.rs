@@ -14,8 +14,8 @@
 //!   SQL side by side, with the tests that keep the copies in step; retries, the watch budget
 //!   and agent health (§2, §4, §5) in [`rules`]; wake-ups of long-polls in `wake`.
 //! - **Operations**: claiming in `claims` (pending list, claim by id, claim-next), holding a
-//!   claim in `claims::holder` (heartbeat, complete) and `claims::fastpath` (the one-statement
-//!   successful complete), refusals and replays in `refusal`, orders and the log in `orders`,
+//!   claim in `claims::holder` (heartbeat; complete, success in one statement and failure as a
+//!   transaction), refusals and replays in `refusal`, orders and the log in `orders`,
 //!   agents and the storage of their tokens in `registry` (checking tokens is `crate::auth`'s),
 //!   maintenance (reaper, retry promotion, retention) in `maintenance`.
 

@@ -47,6 +47,49 @@ impl std::fmt::Display for WorkType {
     }
 }
 
+/// A `work_type` as a create request names it (DESIGN.md §4, §5): one this version knows, or
+/// the text it does not, kept so that validation can answer `400 Unknown work type: <value>`
+/// naming it rather than a JSON type error. On the wire it is the string itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestedWorkType {
+    Known(WorkType),
+    Unknown(String),
+}
+
+impl From<WorkType> for RequestedWorkType {
+    fn from(t: WorkType) -> Self {
+        RequestedWorkType::Known(t)
+    }
+}
+
+impl From<&str> for RequestedWorkType {
+    fn from(value: &str) -> Self {
+        match WorkType::parse(value) {
+            Some(t) => RequestedWorkType::Known(t),
+            None => RequestedWorkType::Unknown(value.to_string()),
+        }
+    }
+}
+
+impl Serialize for RequestedWorkType {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(match self {
+            RequestedWorkType::Known(t) => t.as_str(),
+            RequestedWorkType::Unknown(value) => value,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestedWorkType {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = String::deserialize(deserializer)?;
+        Ok(match WorkType::parse(&value) {
+            Some(t) => RequestedWorkType::Known(t),
+            None => RequestedWorkType::Unknown(value),
+        })
+    }
+}
+
 /// Active states of a work order (DESIGN.md §2). Finished orders live in the log instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -143,7 +186,7 @@ impl Targeting {
 pub struct NewWorkOrder {
     /// `build` or `custom` (anything else: `400 Unknown work type: <value>`).
     #[schema(value_type = WorkType)]
-    pub work_type: String,
+    pub work_type: RequestedWorkType,
     /// One or more YAML documents, at most 1 MiB (`413` above), each with `apiVersion`, `kind`
     /// and `metadata`, nested at most 128 levels; a `build` holds exactly one Shipwright `Build`.
     #[schema(
@@ -329,7 +372,7 @@ pub struct NewAgent {
     /// Work types this agent takes; empty means all.
     #[serde(default)]
     #[schema(value_type = Vec<WorkType>)]
-    pub work_types: Vec<String>,
+    pub work_types: Vec<RequestedWorkType>,
     /// Tenant this agent serves; absent means instance-wide. 1–4096 characters.
     #[serde(default)]
     #[schema(min_length = 1, max_length = 4096)]

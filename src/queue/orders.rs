@@ -105,42 +105,38 @@ impl Queue {
         Ok(Lookup::Active(Box::new(row.into())))
     }
 
-    /// Creates a work order with a fresh random id (DESIGN.md §5 `POST /work-orders` without
-    /// `Idempotency-Key`): one statement, one commit, answered with the row as inserted, so the
-    /// answer is `PENDING` whatever an agent does with it a moment later.
+    /// Creates a work order with a fresh random id (DESIGN.md §5 `POST /work-orders`) and returns
+    /// it as inserted (`PENDING`, whatever an agent does with it a moment later).
+    ///
+    /// Without `key`: one statement, one commit. With an `Idempotency-Key` (§5 "Retry safety"):
+    /// the first call creates the order and records the answer under the key; a repeat with the
+    /// same key and the same request gets that recorded answer again (`replayed`), however the
+    /// order has fared since; the same key with a different request is `IdempotencyKeyReused`.
+    /// Concurrent calls with one key create one order: the second waits on the first's key row.
+    /// Keys are kept for [`IDEMPOTENCY_KEY_RETENTION`].
     pub async fn create_new_work_order(
         &self,
         spec: &WorkOrderSpec,
-        source: &str,
-    ) -> Result<WorkOrder, QueueError> {
-        // A random id that collided would be an `ON CONFLICT` no-op: say so rather than panic.
-        insert_order(&self.pool, Uuid::new_v4(), spec, source, None)
-            .await?
-            .map(Into::into)
-            .ok_or(QueueError::Database(sqlx::Error::RowNotFound))
-    }
-
-    /// Creates a work order under an `Idempotency-Key` (DESIGN.md §5 "Retry safety"): the first
-    /// call creates it and records the answer under the key; a repeat with the same key and the
-    /// same request gets that recorded answer again (`replayed`), however the order has fared
-    /// since. The same key with a different request is `IdempotencyKeyReused`. Concurrent calls
-    /// with one key create one order: the second waits on the first's key row. Keys are kept
-    /// for [`IDEMPOTENCY_KEY_RETENTION`].
-    pub async fn create_work_order_once(
-        &self,
-        spec: &WorkOrderSpec,
-        key: &IdempotencyKey,
+        key: Option<&IdempotencyKey>,
     ) -> Result<Created, QueueError> {
-        self.create_once(spec, key, None).await
+        self.create_api_order(spec, key, None).await
     }
 
-    /// [`Queue::create_work_order_once`], recording the order as a re-run of `rerun_of`.
-    pub(super) async fn create_once(
+    /// [`Queue::create_new_work_order`], recording the order as a re-run of `rerun_of` when given
+    /// (`Queue::rerun`).
+    pub(super) async fn create_api_order(
         &self,
         spec: &WorkOrderSpec,
-        key: &IdempotencyKey,
+        key: Option<&IdempotencyKey>,
         rerun_of: Option<Uuid>,
     ) -> Result<Created, QueueError> {
+        let Some(key) = key else {
+            let order = insert_fresh(&self.pool, Uuid::new_v4(), spec, rerun_of).await?;
+            return Ok(Created {
+                order,
+                replayed: false,
+            });
+        };
         let mut tx = self.pool.begin().await?;
         let id = Uuid::new_v4();
         let fresh: Option<(Uuid,)> = sqlx::query_as(sql::INSERT_IDEMPOTENCY_KEY)
@@ -153,10 +149,7 @@ impl Queue {
             drop(tx);
             return self.replay_creation(key).await;
         }
-        let order: WorkOrder = insert_order(&mut *tx, id, spec, SOURCE_API, rerun_of)
-            .await?
-            .ok_or(QueueError::Database(sqlx::Error::RowNotFound))?
-            .into();
+        let order = insert_fresh(&mut *tx, id, spec, rerun_of).await?;
         sqlx::query(sql::RECORD_IDEMPOTENT_RESPONSE)
             .bind(&key.key)
             .bind(sqlx::types::Json(&order))
@@ -411,6 +404,20 @@ pub struct IdempotencyKey {
 pub struct Created {
     pub order: WorkOrder,
     pub replayed: bool,
+}
+
+/// [`insert_order`] of an API order under an id just drawn at random: an id that collided would
+/// be an `ON CONFLICT` no-op, reported as an error rather than a panic.
+async fn insert_fresh(
+    exec: impl sqlx::PgExecutor<'_>,
+    id: Uuid,
+    spec: &WorkOrderSpec,
+    rerun_of: Option<Uuid>,
+) -> Result<WorkOrder, QueueError> {
+    insert_order(exec, id, spec, SOURCE_API, rerun_of)
+        .await?
+        .map(Into::into)
+        .ok_or(QueueError::Database(sqlx::Error::RowNotFound))
 }
 
 /// Inserts a new `PENDING` order and returns it as written (no claim). Nothing is inserted, and

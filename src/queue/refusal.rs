@@ -86,8 +86,9 @@ impl Queue {
         agent_id: Uuid,
         claim_id: Uuid,
     ) -> Result<Option<EndedClaim>, QueueError> {
-        // Active again after a retry: the claim is the order's last, no claim is live, the reaper
-        // did not release it (released_claims), and the retry time is set (a claim clears it).
+        // Active again after a retry: the claim is the order's last, no claim is live, it was not
+        // released (no reclaimed or released attempt), and the retry time is set (a claim
+        // clears it).
         let retry: Option<(DateTime<Utc>,)> = sqlx::query_as(sql::RETRY_SCHEDULED_BY_HOLDER)
             .bind(order_id)
             .bind(agent_id)

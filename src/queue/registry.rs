@@ -57,8 +57,24 @@ impl From<AgentRow> for Agent {
     }
 }
 
-fn work_type_strings(types: &[WorkType]) -> Vec<&'static str> {
-    types.iter().map(|t| t.as_str()).collect()
+/// Binds `$1` id and `$2`–`$9` the agent's attributes, in the order `sql/insert_agent.sql` and
+/// `sql/update_agent.sql` both list them.
+fn bind_agent<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    id: Uuid,
+    spec: &'q AgentSpec,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let work_types: Vec<&'static str> = spec.work_types.iter().map(|t| t.as_str()).collect();
+    query
+        .bind(id)
+        .bind(&spec.name)
+        .bind(&spec.labels)
+        .bind(Json(&spec.annotations))
+        .bind(eligibility::annotation_pairs(&spec.annotations))
+        .bind(work_types)
+        .bind(&spec.tenant)
+        .bind(spec.max_concurrency)
+        .bind(spec.lease_seconds)
 }
 
 impl Queue {
@@ -73,16 +89,7 @@ impl Queue {
         let id = id.unwrap_or_else(Uuid::new_v4);
         let minted = token::mint_agent_token();
         let mut tx = self.pool.begin().await?;
-        let inserted = sqlx::query(sql::INSERT_AGENT)
-            .bind(id)
-            .bind(&spec.name)
-            .bind(&spec.labels)
-            .bind(Json(&spec.annotations))
-            .bind(eligibility::annotation_pairs(&spec.annotations))
-            .bind(work_type_strings(&spec.work_types))
-            .bind(&spec.tenant)
-            .bind(spec.max_concurrency)
-            .bind(spec.lease_seconds)
+        let inserted = bind_agent(sqlx::query(sql::INSERT_AGENT), id, spec)
             .execute(&mut *tx)
             .await;
         if let Err(sqlx::Error::Database(db)) = &inserted
@@ -103,7 +110,8 @@ impl Queue {
         inserted?;
         insert_token(&mut tx, id, &minted).await?;
         tx.commit().await?;
-        self.note_tokens_revoked();
+        // A new token revokes nothing (and the verified-token cache keeps only successes), so
+        // the revocation count stays as it is.
         Ok(AgentWithToken {
             agent: self.get_agent(id).await?,
             token: minted.text,
@@ -113,16 +121,7 @@ impl Queue {
     /// Updates an agent's attributes in place (the Executor reconciler keeps them in step with
     /// the resource). The token is untouched. `404` for an unknown agent, `409` for a retired one.
     pub async fn update_agent(&self, id: Uuid, spec: &AgentSpec) -> Result<Agent, QueueError> {
-        let updated = sqlx::query(sql::UPDATE_AGENT)
-            .bind(id)
-            .bind(&spec.name)
-            .bind(&spec.labels)
-            .bind(Json(&spec.annotations))
-            .bind(eligibility::annotation_pairs(&spec.annotations))
-            .bind(work_type_strings(&spec.work_types))
-            .bind(&spec.tenant)
-            .bind(spec.max_concurrency)
-            .bind(spec.lease_seconds)
+        let updated = bind_agent(sqlx::query(sql::UPDATE_AGENT), id, spec)
             .execute(&self.pool)
             .await?;
         let agent = self.get_agent(id).await?;
@@ -249,8 +248,7 @@ impl Queue {
         }))
     }
 
-    /// How many times this process has revoked or replaced agent tokens (register, rotate,
-    /// retire), counted after each commit. A cache of verified tokens that notes this before its
+    /// How many times this process has revoked or replaced agent tokens (rotate, retire), counted after each commit. A cache of verified tokens that notes this before its
     /// database read, and trusts an entry only while it is unchanged, honours every revocation
     /// made through this process at once.
     pub fn token_revocations(&self) -> u64 {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::QueueError;
-use super::model::{NewAgent, NewWorkOrder, Targeting, WorkType};
+use super::model::{NewAgent, NewWorkOrder, RequestedWorkType, Targeting, WorkType};
 use super::rules::{MIN_WATCH_BUDGET, watch_budget};
 use super::text::{strip_nul, strip_nul_all, strip_nul_map};
 use crate::manifest;
@@ -144,6 +144,17 @@ pub fn parse_work_type(field: &str, value: &str) -> Result<WorkType, QueueError>
     })
 }
 
+/// The work type a request named, or DESIGN.md §4's `Unknown work type: <value>` against `field`.
+fn known_work_type(field: &str, requested: &RequestedWorkType) -> Result<WorkType, QueueError> {
+    match requested {
+        RequestedWorkType::Known(t) => Ok(*t),
+        RequestedWorkType::Unknown(value) => Err(QueueError::UnknownWorkType {
+            field: field.to_string(),
+            value: value.clone(),
+        }),
+    }
+}
+
 /// Validates a create body (DESIGN.md §5): bounds, targeting, YAML shape, and the watch budget of
 /// orders that need watching (§4). Errors name the field. U+0000 is removed from every text
 /// first (see [`super::text`]), so what is validated is what is stored.
@@ -151,7 +162,7 @@ pub fn parse_work_type(field: &str, value: &str) -> Result<WorkType, QueueError>
 /// Parsing `yaml_content` costs CPU in proportion to its size and nesting (bounded by
 /// [`crate::manifest`]); async callers run this on a blocking thread.
 pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, QueueError> {
-    let work_type = parse_work_type("work_type", &body.work_type)?;
+    let work_type = known_work_type("work_type", &body.work_type)?;
     if body.yaml_content.len() > MAX_YAML_BYTES {
         return Err(QueueError::TooLarge {
             field: "yaml_content".into(),
@@ -258,7 +269,7 @@ pub fn validate_agent(mut body: NewAgent) -> Result<AgentSpec, QueueError> {
     check_list("work_types", &body.work_types)?;
     let mut work_types = Vec::new();
     for t in &body.work_types {
-        let t = parse_work_type("work_types", t)?;
+        let t = known_work_type("work_types", t)?;
         if !work_types.contains(&t) {
             work_types.push(t);
         }

@@ -1,6 +1,16 @@
 //! The holder's side of a claim (DESIGN.md §2, §5): heartbeat and complete. Fencing: both act
 //! only on the live claim of the asking agent (and of the given `claim_id`), and only while its
 //! lease and deadline hold; anything else is a `409` that changes nothing.
+//!
+//! Complete has two shapes, both here:
+//! * success is one statement (`sql/complete_success.sql`, issue #7; its twin is
+//!   `sql/claim_next.sql`). As transactions of four to six statements, the two calls every order
+//!   goes through held the pull API to a third of the bare-SQL ceiling on two cores (round trips,
+//!   context switches, protocol). One statement is one round trip and one commit, and takes the
+//!   same row locks in the same order (agent → order → claim, see `queue`): each CTE that must
+//!   lock later reads the earlier one through a sub-query, so the earlier one has run first.
+//! * failure is a transaction: whether to retry is decided in Rust (`rules::decide_failure`)
+//!   between locking the order and writing it.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -9,7 +19,9 @@ use super::Heartbeat;
 use crate::queue::orders::{EndedBy, FinalClaim, finish};
 use crate::queue::rules::{self, FailureDecision};
 use crate::queue::sql;
-use crate::queue::{Completion, CompletionResult, Outcome, Queue, QueueError, text};
+use crate::queue::{
+    Completion, CompletionResult, LogEntry, LogRow, Outcome, Queue, QueueError, text,
+};
 
 impl Queue {
     /// Extends the lease of the agent's live claim (DESIGN.md §2, §5). A lease never extends past
@@ -142,6 +154,27 @@ impl Queue {
         };
         tx.commit().await?;
         Ok(result)
+    }
+}
+
+impl Queue {
+    /// A successful complete in one statement (`sql/complete_success.sql`). `None` when the
+    /// agent holds no live claim on the order (the caller explains the 409).
+    pub(super) async fn complete_success_one_trip(
+        &self,
+        order_id: Uuid,
+        agent_id: Uuid,
+        claim_id: Option<Uuid>,
+        message: Option<&str>,
+    ) -> Result<Option<LogEntry>, QueueError> {
+        let row: Option<LogRow> = sqlx::query_as(sql::COMPLETE_SUCCESS)
+            .bind(order_id)
+            .bind(agent_id)
+            .bind(claim_id)
+            .bind(message)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(Into::into))
     }
 }
 

@@ -1,5 +1,5 @@
 //! The claim protocol (DESIGN.md §2, §3, §5): pending list, claim by id, claim-next here;
-//! heartbeat and complete in `holder`; the one-statement successful complete in `fastpath`.
+//! heartbeat and complete (both shapes) in `holder`.
 //! Statements: `src/queue/sql/` (`queue::sql`). Rules: `queue::eligibility`.
 
 use std::collections::BTreeMap;
@@ -10,7 +10,6 @@ use sqlx::types::Json;
 use sqlx::{FromRow, Postgres, Row, Transaction};
 use uuid::Uuid;
 
-mod fastpath;
 mod holder;
 
 use super::eligibility::{self, AgentProfile, OrderProfile, at_capacity};
@@ -117,6 +116,19 @@ async fn lock_claimer(
 }
 
 /// Work types as bound to SQL (`text[]`).
+/// A claiming statement (`sql/claim_next.sql`, `claim_next_capped.sql`, `claim_by_id.sql`)
+/// with the parameters of the `take_claim.sql` it repeats bound: `$1` the agent, `$2` a new
+/// claim id, `$3` the lease in seconds. The caller binds the statement's own `$4`.
+fn take_claim<'q>(
+    statement: &'q str,
+    req: &ClaimRequest,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(statement)
+        .bind(req.agent_id)
+        .bind(Uuid::new_v4())
+        .bind(req.lease_seconds)
+}
+
 fn type_names(types: &[WorkType]) -> Vec<&'static str> {
     types.iter().map(|t| t.as_str()).collect()
 }
@@ -210,11 +222,8 @@ impl Queue {
         req: &ClaimRequest,
         work_types: &[WorkType],
     ) -> Result<(Option<WorkOrder>, Claimer), QueueError> {
-        let row: Option<PgRow> = sqlx::query(sql::CLAIM_NEXT)
-            .bind(req.agent_id)
-            .bind(req.lease_seconds)
+        let row: Option<PgRow> = take_claim(sql::CLAIM_NEXT, req)
             .bind(type_names(work_types))
-            .bind(Uuid::new_v4())
             .fetch_optional(&self.pool)
             .await?;
         let row = row.ok_or_else(|| QueueError::NotFound {
@@ -252,13 +261,12 @@ impl Queue {
             tx.commit().await?;
             return Ok((None, claimer));
         }
-        let row: Option<OrderRow> = sqlx::query_as(sql::CLAIM_NEXT_CAPPED)
-            .bind(req.agent_id)
+        let row = take_claim(sql::CLAIM_NEXT_CAPPED, req)
             .bind(type_names(work_types))
-            .bind(Uuid::new_v4())
-            .bind(req.lease_seconds)
             .fetch_optional(&mut *tx)
-            .await?;
+            .await?
+            .map(|row| OrderRow::from_row(&row))
+            .transpose()?;
         tx.commit().await?;
         Ok((row.map(Into::into), claimer))
     }
@@ -342,14 +350,52 @@ impl Queue {
                 ),
             ));
         }
-        let row: OrderRow = sqlx::query_as(sql::CLAIM_BY_ID)
+        let row = take_claim(sql::CLAIM_BY_ID, req)
             .bind(order_id)
-            .bind(Uuid::new_v4())
-            .bind(req.agent_id)
-            .bind(req.lease_seconds)
             .fetch_one(&mut *tx)
             .await?;
+        let row = OrderRow::from_row(&row)?;
         tx.commit().await?;
         Ok(row.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sql;
+
+    /// The claim every claiming statement takes, and the order it returns (`sql/take_claim.sql`,
+    /// `sql/claimed_order.sql`).
+    const TAKE_CLAIM_SQL: &str = include_str!("../sql/take_claim.sql");
+    const CLAIMED_ORDER_SQL: &str = include_str!("../sql/claimed_order.sql");
+
+    /// `sql` without comments, its whitespace runs made single spaces.
+    fn squash(sql: &str) -> String {
+        sql.lines()
+            .map(|l| l.split("--").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join(" ")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn every_claiming_statement_takes_the_claim_alike() {
+        for (name, statement) in [
+            ("claim_next", sql::CLAIM_NEXT),
+            ("claim_next_capped", sql::CLAIM_NEXT_CAPPED),
+            ("claim_by_id", sql::CLAIM_BY_ID),
+        ] {
+            let statement = squash(statement);
+            assert!(
+                statement.contains(&squash(TAKE_CLAIM_SQL)),
+                "sql/{name}.sql does not repeat sql/take_claim.sql verbatim"
+            );
+            assert!(
+                statement.contains(&squash(CLAIMED_ORDER_SQL)),
+                "sql/{name}.sql does not repeat sql/claimed_order.sql verbatim"
+            );
+        }
     }
 }

@@ -3,13 +3,13 @@
 -- count_held_claims.sql found it under its cap (a later statement than the lock, so it sees
 -- claims committed while the lock was awaited).
 -- $1 agent id (uuid)
--- $2 requested work types (text[], empty = any)
--- $3 the new claim id (uuid)
--- $4 lease seconds (int, NULL = no lease)
+-- $2 the new claim id (uuid)
+-- $3 lease seconds (int, NULL = no lease)
+-- $4 requested work types (text[], empty = any)
 -- Returns the claimed order with yaml_content and its claim, or no row.
 WITH a AS (
   SELECT id, name, labels, annotation_pairs, work_types, tenant, retired_at,
-         $2::text[] AS requested_types
+         $4::text[] AS requested_types
   FROM agents WHERE id = $1
 ),
 target AS (
@@ -33,13 +33,14 @@ target AS (
   LIMIT 1
   FOR UPDATE SKIP LOCKED
 ),
+-- take_claim (sql/take_claim.sql, verbatim)
 claim AS (
   INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, deadline,
                                  lease_seconds, lease_expires_at)
-  SELECT w.id, $3, $1, now(), now() + make_interval(secs => w.claim_timeout_seconds),
-         $4::int,
-         CASE WHEN $4::int IS NULL THEN NULL
-              ELSE LEAST(now() + make_interval(secs => $4::int),
+  SELECT w.id, $2, $1, now(), now() + make_interval(secs => w.claim_timeout_seconds),
+         $3::int,
+         CASE WHEN $3::int IS NULL THEN NULL
+              ELSE LEAST(now() + make_interval(secs => $3::int),
                          now() + make_interval(secs => w.claim_timeout_seconds)) END
   FROM target JOIN work_orders w ON w.id = target.id
   RETURNING *
@@ -50,6 +51,8 @@ upd AS (
   FROM claim WHERE w.id = claim.work_order_id
   RETURNING w.*
 )
+-- end take_claim
+-- claimed_order (sql/claimed_order.sql, verbatim)
 SELECT w.id, w.work_type, w.yaml_content, w.status, w.max_retries, w.backoff_seconds,
        w.claim_timeout_seconds, w.max_reclaims, w.tenant, w.target_agent_ids,
        w.target_agent_names, w.target_labels, w.target_annotations, w.retry_count,

@@ -6,8 +6,12 @@
 //! `queue::eligibility` and repeated verbatim in each statement that needs them; tests in that
 //! module fail when a copy drifts.
 
-// The fragments `eligible.sql` and `live_claim.sql` are the rules' SQL sides, included by
-// `queue::eligibility`.
+/// Files that are fragments, not statements: `eligible.sql` and `live_claim.sql` (the rules'
+/// SQL sides, `queue::eligibility`), `take_claim.sql` and `claimed_order.sql` (the claim every
+/// claiming statement takes, `queue::claims`). Each is repeated verbatim where it is used, and
+/// its module's tests fail when a copy drifts.
+#[cfg(test)]
+const FRAGMENTS: &[&str] = &["eligible", "live_claim", "take_claim", "claimed_order"];
 
 // Claiming (DESIGN.md §3, §5; `queue::claims`).
 
@@ -35,7 +39,7 @@ pub(in crate::queue) const CLAIM_CANDIDATE: &str = include_str!("claim_candidate
 /// `claim_by_id.sql`.
 pub(in crate::queue) const CLAIM_BY_ID: &str = include_str!("claim_by_id.sql");
 
-// Holding a claim: heartbeat and complete (DESIGN.md §2, §5; `queue::claims::holder`, `fastpath`).
+// Holding a claim: heartbeat and complete (DESIGN.md §2, §5; `queue::claims::holder`).
 
 /// `record_contact.sql`.
 pub(in crate::queue) const RECORD_CONTACT: &str = include_str!("record_contact.sql");
@@ -260,7 +264,7 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .filter_map(|f| f.strip_suffix(".sql").map(str::to_owned))
-            .filter(|f| f != "eligible" && f != "live_claim")
+            .filter(|f| !FRAGMENTS.contains(&f.as_str()))
             .collect();
         files.sort();
         let mut named: Vec<String> = STATEMENTS.iter().map(|(n, _)| n.to_string()).collect();

@@ -1,5 +1,6 @@
 -- release_agent_claims: returns a retired agent's claims to PENDING (not counted as reclaims);
--- each released claim is remembered (its agent is told `reclaimed`) and kept as an attempt.
+-- each released claim is kept as a `released` attempt (a late call from its agent is told
+-- `reclaimed`, refusal_active.sql).
 -- Runs after retire_agent.sql in its transaction; lock order agent → orders → claims.
 -- $1 agent id (uuid)
 WITH held AS (
@@ -9,10 +10,6 @@ WITH held AS (
 released AS (
   DELETE FROM work_order_claims c USING held WHERE c.work_order_id = held.id
   RETURNING c.work_order_id, c.claim_id, c.agent_id, c.claimed_at
-),
-remembered AS (
-  INSERT INTO released_claims (claim_id, work_order_id, agent_id)
-  SELECT claim_id, work_order_id, agent_id FROM released
 ),
 attempt AS (
   INSERT INTO work_order_attempts (claim_id, work_order_id, agent_id, started_at, ended, message)

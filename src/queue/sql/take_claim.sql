@@ -1,0 +1,24 @@
+-- take_claim (a fragment, not a statement): records the claim on the order chosen by the
+-- statement's `target` CTE and marks the order CLAIMED. Repeated verbatim in claim_next.sql,
+-- claim_next_capped.sql and claim_by_id.sql, which number their parameters alike for it;
+-- queue::claims tests fail when a copy drifts.
+-- $1 agent id (uuid), $2 the new claim id (uuid), $3 lease seconds (int, NULL = no lease)
+-- The claim lasts claim_timeout_seconds from now (its deadline); the lease, when given, ends
+-- at the earlier of now + lease and the deadline (DESIGN.md §2).
+claim AS (
+  INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, deadline,
+                                 lease_seconds, lease_expires_at)
+  SELECT w.id, $2, $1, now(), now() + make_interval(secs => w.claim_timeout_seconds),
+         $3::int,
+         CASE WHEN $3::int IS NULL THEN NULL
+              ELSE LEAST(now() + make_interval(secs => $3::int),
+                         now() + make_interval(secs => w.claim_timeout_seconds)) END
+  FROM target JOIN work_orders w ON w.id = target.id
+  RETURNING *
+),
+upd AS (
+  UPDATE work_orders w SET status = 'CLAIMED', last_claimed_by = claim.agent_id,
+         last_claim_id = claim.claim_id, next_retry_after = NULL, updated_at = now()
+  FROM claim WHERE w.id = claim.work_order_id
+  RETURNING w.*
+)
