@@ -16,7 +16,13 @@
 //! (`PULLMAN_BIN`, default `target/release/pullman`). Each run uses its own namespace and its own
 //! `pullman serve` with an embedded PostgreSQL (or `DATABASE_URL` when set: it must be empty).
 //! Flags: `--quick` (sizes 200,1000; jobs 50,200; payload 20 × 900 KiB), `--sizes=1000,10000`,
-//! `--job-sizes=100,1000`, `--concurrency=10,100`, `--job-seconds=3`, `--payload=100x900`.
+//! `--job-sizes=100,1000`, `--concurrency=10,100`, `--job-seconds=3`, `--payload=100x900`,
+//! `--rate=50` (creates per second; default all at once, 32 in flight).
+//!
+//! Latency counts from the moment the API server accepted each WorkOrder (its create answered).
+//! All at once measures throughput: the backlog the API server accepts faster than the whole
+//! pipeline (about ten requests per order) can serve is queueing, not the operator's latency;
+//! `--rate` below that throughput measures the latency of one order through the operator.
 
 #[path = "k8s_scale/procs.rs"]
 mod procs;
@@ -35,6 +41,8 @@ pub struct Opts {
     pub job_seconds: u64,
     /// (WorkOrders, KiB of yamlContent each) for `payload`.
     pub payload: (usize, usize),
+    /// Creates per second for `configmap` and `job` (`None`: all at once, 32 in flight).
+    pub rate: Option<f64>,
 }
 
 fn list(v: &str) -> Vec<usize> {
@@ -55,6 +63,7 @@ fn opts() -> Opts {
             concurrency: vec![10, 100],
             job_seconds: 3,
             payload: (20, 900),
+            rate: None,
         }
     } else {
         Opts {
@@ -64,6 +73,7 @@ fn opts() -> Opts {
             concurrency: vec![10, 100],
             job_seconds: 3,
             payload: (100, 900),
+            rate: None,
         }
     };
     for a in &args {
@@ -78,6 +88,8 @@ fn opts() -> Opts {
         } else if let Some(v) = a.strip_prefix("--payload=") {
             let (n, kib) = v.split_once('x').expect("--payload=<count>x<KiB>");
             o.payload = (n.parse().unwrap(), kib.parse().unwrap());
+        } else if let Some(v) = a.strip_prefix("--rate=") {
+            o.rate = Some(v.parse().expect("--rate=<creates per second>"));
         } else if !a.starts_with("--") {
             o.scenarios.push(a.clone());
         }
@@ -120,7 +132,8 @@ fn main() {
             for &c in &o.concurrency {
                 let mut results = Vec::new();
                 for &n in sizes.iter() {
-                    let r = run::orders(&k, kind, n, c, Duration::from_secs(o.job_seconds)).await;
+                    let r = run::orders(&k, kind, n, c, Duration::from_secs(o.job_seconds), o.rate)
+                        .await;
                     println!("{}", r.row(kind, c));
                     results.push(r);
                 }

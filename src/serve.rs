@@ -103,8 +103,7 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
             (pg.options(), Some(pg))
         }
     };
-    let pool = PgPoolOptions::new()
-        .max_connections(args.db_max_connections)
+    let pool = pool_options(args.db_max_connections)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(options)
         .await
@@ -114,6 +113,24 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
         embedded,
         data_dir_lock,
     })
+}
+
+/// The server's connection pool settings (the tests' and benchmarks' pools use them too), for
+/// at most `max_connections` connections.
+///
+/// A connection's buffers grow to the largest message it carried (a 1 MiB `yaml_content` each
+/// way) and keep that size; shrinking them as the connection returns to the pool keeps a burst of
+/// large orders from leaving every pooled connection megabytes larger (issue #16). When they are
+/// small that is a capacity check.
+pub fn pool_options(max_connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .after_release(|conn, _meta| {
+            Box::pin(async move {
+                sqlx::Connection::shrink_buffers(conn);
+                Ok(true)
+            })
+        })
 }
 
 impl Database {

@@ -94,6 +94,9 @@ pub struct ControllerMetrics {
     pub errors: Family<ControllerErrorLabels, Counter>,
     /// `pullman_controller_reconcile_duration_seconds{controller}`: time of one reconcile.
     pub duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
+    /// `pullman_controller_events_dropped_total`: Kubernetes Events not recorded because the
+    /// controller's Event queue was full (a burst of transitions; see `controller::events`).
+    pub events_dropped: Counter,
 }
 
 impl ControllerMetrics {
@@ -104,6 +107,7 @@ impl ControllerMetrics {
             duration: Family::new_with_constructor(
                 (|| Histogram::new(exponential_buckets(0.001, 2.0, 16))) as fn() -> Histogram,
             ),
+            events_dropped: Counter::default(),
         };
         // Exported from the start, so rates and alerts work before the first reconcile.
         for controller in ["workorder", "executor"] {
@@ -267,6 +271,11 @@ impl Metrics {
             "controller_reconcile_duration_seconds",
             "Time of one reconcile",
             controller.duration.clone(),
+        );
+        registry.register(
+            "controller_events_dropped",
+            "Kubernetes Events not recorded because the controller's Event queue was full",
+            controller.events_dropped.clone(),
         );
         let long_polls = Gauge::<i64, AtomicI64>::default();
         registry.register(

@@ -18,7 +18,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Api, Client, ResourceExt};
 use pullman::controller::{self, Context, ControllerConfig};
 use pullman::crd::{Executor, WorkOrderPhase, WorkOrderResource};
@@ -45,7 +45,7 @@ fn start_controllers(k: &Client, s: &TestServer, ns: &str) -> CancellationToken 
     let ctx = Arc::new(Context {
         client: k.clone(),
         queue: s.queue.clone(),
-        recorder: Recorder::new(
+        events: controller::Events::start(
             k.clone(),
             Reporter {
                 controller: "pullman-controller".into(),

@@ -137,19 +137,25 @@ fn work_order(name: &str, yaml: String) -> WorkOrderResource {
     .unwrap()
 }
 
-/// Creates every order (32 at a time), returning when each create was sent, by name.
+/// Creates every order (32 at a time; with `rate`, starting one every 1/`rate` s), returning
+/// when the API server accepted each (its create answered), by name: latencies count from
+/// there, so the time a create waits for the API server is not the operator's.
 async fn apply_all(
     api: &Api<WorkOrderResource>,
     orders: Vec<(String, String)>,
+    rate: Option<f64>,
 ) -> HashMap<String, Instant> {
-    futures::stream::iter(orders)
-        .map(|(name, yaml)| async move {
-            let started = Instant::now();
+    let t0 = tokio::time::Instant::now();
+    futures::stream::iter(orders.into_iter().enumerate())
+        .map(|(i, (name, yaml))| async move {
+            if let Some(rate) = rate {
+                tokio::time::sleep_until(t0 + Duration::from_secs_f64(i as f64 / rate)).await;
+            }
             let wo = work_order(&name, yaml);
             api.create(&PostParams::default(), &wo)
                 .await
                 .expect("creating a WorkOrder");
-            (name, started)
+            (name, Instant::now())
         })
         .buffer_unordered(32)
         .collect()
@@ -160,7 +166,9 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// `payload`: serve RSS before and after `m` WorkOrders of `kib` KiB each are queued.
+/// `payload`: serve RSS before, after `m` WorkOrders of `kib` KiB each are queued, and after `m`
+/// more. The first batch also grows what every process keeps once it has carried large objects
+/// (connection buffers, allocator arenas); the second shows what each more WorkOrder costs.
 pub async fn payload(k: &Client, m: usize, kib: usize) {
     let ns = namespace(k, "scale-payload").await;
     let dir = tempfile::tempdir().unwrap();
@@ -170,24 +178,34 @@ pub async fn payload(k: &Client, m: usize, kib: usize) {
     let (seen, watch) = watch_phases(k, &ns, |p| p == WorkOrderPhase::Pending);
     let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     let filler = "x".repeat(kib * 1024);
-    let orders = (0..m)
-        .map(|i| {
-            let yaml = format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-{i}\ndata:\n  filler: {filler}\n"
-            );
-            (format!("big-{i}"), yaml)
-        })
-        .collect();
-    apply_all(&api, orders).await;
-    let all = wait_for(&seen, m, Duration::from_secs(300)).await;
+    let batch = |from: usize| -> Vec<(String, String)> {
+        (from..from + m)
+            .map(|i| {
+                let yaml = format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-{i}\ndata:\n  filler: {filler}\n"
+                );
+                (format!("big-{i}"), yaml)
+            })
+            .collect()
+    };
+    apply_all(&api, batch(0), None).await;
+    let mut all = wait_for(&seen, m, Duration::from_secs(300)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let middle = procs::rss_kib(serve.pid());
+    apply_all(&api, batch(m), None).await;
+    all &= wait_for(&seen, 2 * m, Duration::from_secs(300)).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = procs::rss_kib(serve.pid());
     watch.abort();
+    let per = |from: u64, to: u64| (to as f64 - from as f64) / m as f64;
     println!(
-        "| payload: {m} WorkOrders × {kib} KiB yamlContent, queued (Pending) | {m} | – | serve RSS {:.1} → {:.1} MiB: {:+.1} KiB per WorkOrder{} |",
+        "| payload: 2 × {m} WorkOrders × {kib} KiB yamlContent, queued (Pending) | {} | – | serve RSS {:.1} → {:.1} → {:.1} MiB: first {m} {:+.1} KiB each, next {m} {:+.1} KiB each{} |",
+        2 * m,
         mib(before),
+        mib(middle),
         mib(after),
-        (after as f64 - before as f64) / m as f64,
+        per(before, middle),
+        per(middle, after),
         if all {
             ""
         } else {
@@ -201,6 +219,8 @@ pub async fn payload(k: &Client, m: usize, kib: usize) {
 /// Figures of one `orders` run.
 pub struct Result {
     pub n: usize,
+    /// Creates per second offered (`--rate`); `None`: all at once.
+    pub rate: Option<f64>,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub per_s: f64,
@@ -215,7 +235,11 @@ pub struct Result {
 impl Result {
     pub fn row(&self, kind: &str, c: usize) -> String {
         format!(
-            "| {kind} | {} | {c} | apply→Succeeded p50 {:.0} ms p99 {:.0} ms; {:.1} orders/s; serve RSS {:.1} MiB; executor RSS {:.1} MiB; executor→API server connections {}; API server requests/order {:.2}{} |",
+            "| {kind}{} | {} | {c} | apply→Succeeded p50 {:.0} ms p99 {:.0} ms; {:.1} orders/s; serve RSS {:.1} MiB; executor RSS {:.1} MiB; executor→API server connections {}; API server requests/order {:.2}{} |",
+            match self.rate {
+                Some(rate) => format!(" at {rate}/s"),
+                None => String::new(),
+            },
             self.n,
             self.p50_ms,
             self.p99_ms,
@@ -270,7 +294,14 @@ fn yaml(kind: &str, i: usize, run: Duration) -> String {
 }
 
 /// `configmap` / `job`: `n` orders through serve and one executor at `--concurrency c`.
-pub async fn orders(k: &Client, kind: &str, n: usize, c: usize, run: Duration) -> Result {
+pub async fn orders(
+    k: &Client,
+    kind: &str,
+    n: usize,
+    c: usize,
+    run: Duration,
+    rate: Option<f64>,
+) -> Result {
     let ns = namespace(k, &format!("scale-{kind}")).await;
     let dir = tempfile::tempdir().unwrap();
     let (serve, url) = start_serve(&ns, dir.path()).await;
@@ -330,7 +361,7 @@ pub async fn orders(k: &Client, kind: &str, n: usize, c: usize, run: Duration) -
         .map(|i| (format!("{kind}-{i}"), yaml(kind, i, run)))
         .collect();
     let t0 = Instant::now();
-    let started = apply_all(&api, orders).await;
+    let started = apply_all(&api, orders, rate).await;
     let limit = Duration::from_secs(120 + (n as u64) / 5 + run.as_secs() * (n / c.max(1)) as u64);
     wait_for(&seen, n, limit).await;
     let requests_after = procs::apiserver_requests(k).await;
@@ -354,6 +385,7 @@ pub async fn orders(k: &Client, kind: &str, n: usize, c: usize, run: Duration) -
     let (serve_kib, executor_kib, connections) = *peaks.lock().unwrap();
     let result = Result {
         n,
+        rate,
         p50_ms: percentile(&latencies, 0.5),
         p99_ms: percentile(&latencies, 0.99),
         per_s: latencies.len() as f64 / last.duration_since(t0).as_secs_f64().max(0.001),

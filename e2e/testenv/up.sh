@@ -182,7 +182,11 @@ start etcd \
   --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster="pullman=http://127.0.0.1:$ETCD_PEER_PORT" \
-  --unsafe-no-fsync=true --log-level=warn
+  --unsafe-no-fsync=true --log-level=warn \
+  --quota-backend-bytes=8589934592 \
+  --auto-compaction-mode=periodic --auto-compaction-retention=1m
+# A larger space quota and compaction every minute: the scale benchmarks (bench/k8s_scale.rs)
+# write tens of thousands of objects and revisions, which fill etcd's default 2 GiB.
 wait_for "etcd" etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 
 start kube-apiserver \

@@ -1,8 +1,13 @@
 //! What the WorkOrder controller keeps of each resource (issue #16): its metadata, spec without
 //! the payload, and status, so memory grows with the number of WorkOrders and not with the size
-//! of their `yamlContent` (the queue row already holds the YAML; the reconciler reads the object
-//! once when it must create that row). Plus an index from `metadata.uid` (= work-order id) to
-//! the resource, so a queue change finds its resource in O(1) instead of scanning the cache.
+//! of their `yamlContent` (the queue row already holds the YAML). Plus an index from
+//! `metadata.uid` (= work-order id) to the resource, so a queue change finds its resource in O(1)
+//! instead of scanning the cache.
+//!
+//! The reconciler needs a WorkOrder's YAML once, to create its queue row. The watch already
+//! delivered it, so the payloads of WorkOrders not yet queued are set aside ([`Payloads`], within
+//! [`PAYLOAD_BUDGET`] bytes) until that reconcile takes them; saving each new WorkOrder a read
+//! from the API server. One that did not fit is read once from the API server instead.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,6 +25,8 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Objects per page of the initial list: each page is decoded whole before it is stripped, so
 /// this bounds the transient memory of a (re)list to `LIST_PAGE` × the largest WorkOrder (1 MiB).
 const LIST_PAGE: u32 = 50;
+/// Most bytes of `yamlContent` set aside for WorkOrders waiting to be queued (see [`Payloads`]).
+pub const PAYLOAD_BUDGET: usize = 8 * 1024 * 1024;
 
 /// Drops what the controller never reads back from its cache: `spec.yamlContent` (up to 1 MiB),
 /// the last-applied annotation (a second copy of it) and `managedFields`. The object is then
@@ -30,6 +37,77 @@ pub fn strip(wo: &mut WorkOrderResource) {
     wo.metadata.managed_fields = None;
     if let Some(annotations) = wo.metadata.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// The `yamlContent` of WorkOrders not yet queued, by uid, as the watch delivered it (a
+/// WorkOrder's spec is immutable, so it cannot go stale), within [`PAYLOAD_BUDGET`] bytes.
+/// Taken by the reconcile that queues the order; dropped when the WorkOrder gets a phase or is
+/// deleted.
+#[derive(Clone, Default)]
+pub struct Payloads {
+    inner: Arc<Mutex<PayloadState>>,
+}
+
+#[derive(Default)]
+struct PayloadState {
+    by_uid: HashMap<Uuid, String>,
+    bytes: usize,
+}
+
+impl Payloads {
+    /// The payload of WorkOrder `id`, removed from the set; `None` when it was not set aside
+    /// (over budget, or the watch restarted): then read the object.
+    pub fn take(&self, id: Uuid) -> Option<String> {
+        let mut state = self.lock();
+        let yaml = state.by_uid.remove(&id)?;
+        state.bytes -= yaml.len();
+        Some(yaml)
+    }
+
+    /// Bytes set aside now.
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PayloadState> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets aside the payload of `wo` if it waits to be queued (no phase yet) and fits; forgets
+    /// it once the WorkOrder has a phase.
+    fn keep(&self, wo: &mut WorkOrderResource) {
+        let Some(id) = uid(wo) else { return };
+        let mut state = self.lock();
+        if let Some(old) = state.by_uid.remove(&id) {
+            state.bytes -= old.len();
+        }
+        let waiting = wo.status.as_ref().is_none_or(|s| s.phase.is_none());
+        let size = wo.spec.yaml_content.len();
+        if waiting && size > 0 && state.bytes + size <= PAYLOAD_BUDGET {
+            state.bytes += size;
+            state
+                .by_uid
+                .insert(id, std::mem::take(&mut wo.spec.yaml_content));
+        }
+    }
+
+    /// Drops the payload of a deleted WorkOrder, and every payload when the watch relists (the
+    /// list sets aside again those still waiting; one deleted while the watch was down is gone).
+    fn follow(&self, event: &watcher::Event<WorkOrderResource>) {
+        match event {
+            watcher::Event::Delete(wo) => {
+                if let Some(id) = uid(wo) {
+                    let mut state = self.lock();
+                    if let Some(old) = state.by_uid.remove(&id) {
+                        state.bytes -= old.len();
+                    }
+                }
+            }
+            watcher::Event::Init => *self.lock() = PayloadState::default(),
+            _ => {}
+        }
     }
 }
 
@@ -100,26 +178,44 @@ impl UidIndex {
     }
 }
 
-/// The WorkOrders of `api`, stripped (see [`strip`]) before they reach the cache: the stream of
-/// changed objects for `Controller::for_stream`, the cache it reads, and the uid index.
+/// What [`watch`] gives the WorkOrder controller.
+pub struct Watched<S> {
+    /// Changed objects, stripped (see [`strip`]), for `Controller::for_stream`.
+    pub objects: S,
+    /// The cache `objects` fills.
+    pub store: Store<WorkOrderResource>,
+    pub index: UidIndex,
+    pub payloads: Payloads,
+}
+
+/// Watches the WorkOrders of `api`; each is stripped (see [`strip`]) before it reaches the
+/// cache, its payload set aside first when it waits to be queued.
 pub fn watch(
     api: Api<WorkOrderResource>,
-) -> (
-    impl Stream<Item = Result<WorkOrderResource, watcher::Error>> + Send + 'static,
-    Store<WorkOrderResource>,
-    UidIndex,
-) {
-    let (reader, writer) = reflector::store();
+) -> Watched<impl Stream<Item = Result<WorkOrderResource, watcher::Error>> + Send + 'static> {
+    let (store, writer) = reflector::store();
     let index = UidIndex::default();
-    let observer = index.clone();
-    let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
+    let payloads = Payloads::default();
+    let (observer, keeper, forgetter) = (index.clone(), payloads.clone(), payloads.clone());
+    let objects = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
         .default_backoff()
-        .modify(strip)
-        .inspect_ok(move |event| observer.observe(event))
+        .modify(move |wo| {
+            keeper.keep(wo);
+            strip(wo);
+        })
+        .inspect_ok(move |event| {
+            forgetter.follow(event);
+            observer.observe(event);
+        })
         .reflect(writer)
         .applied_objects()
         .boxed();
-    (stream, reader, index)
+    Watched {
+        objects,
+        store,
+        index,
+        payloads,
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +263,47 @@ mod tests {
         assert_eq!(annotations.get("keep").map(String::as_str), Some("me"));
         assert_eq!(wo.spec.ttl_seconds_after_finished, Some(5));
         assert_eq!(wo.spec.targeting.labels, vec!["a".to_string()]);
+    }
+
+    fn small(name: &str, id: Uuid, kib: usize) -> WorkOrderResource {
+        let mut wo = resource(name, id);
+        wo.spec.yaml_content = "y".repeat(kib * 1024);
+        wo
+    }
+
+    #[test]
+    fn payloads_wait_within_the_budget_until_taken_or_the_order_moves_on() {
+        let payloads = Payloads::default();
+        let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let mut wo = small("a", a, 4);
+        payloads.keep(&mut wo);
+        assert!(wo.spec.yaml_content.is_empty(), "moved out, not copied");
+        assert_eq!(payloads.bytes(), 4096);
+        // Seen again before it is queued (the finalizer added): still one copy.
+        payloads.keep(&mut small("a", a, 4));
+        assert_eq!(payloads.bytes(), 4096);
+        // Over the budget: not kept (the reconcile reads the object instead).
+        let budget_kib = PAYLOAD_BUDGET / 1024;
+        payloads.keep(&mut small("b", b, budget_kib));
+        assert_eq!(payloads.take(b), None);
+        assert_eq!(payloads.take(a).map(|y| y.len()), Some(4096));
+        assert_eq!((payloads.take(a), payloads.bytes()), (None, 0));
+        // Once it has a phase, its payload is forgotten.
+        payloads.keep(&mut small("c", c, 1));
+        let mut queued = small("c", c, 1);
+        queued.status = Some(crate::crd::WorkOrderStatus {
+            phase: Some(crate::crd::WorkOrderPhase::Pending),
+            ..Default::default()
+        });
+        payloads.keep(&mut queued);
+        assert_eq!((payloads.take(c), payloads.bytes()), (None, 0));
+        // Deleted, or the watch relisting: forgotten too.
+        payloads.keep(&mut small("c", c, 1));
+        payloads.follow(&watcher::Event::Delete(small("c", c, 0)));
+        assert_eq!(payloads.bytes(), 0);
+        payloads.keep(&mut small("a", a, 1));
+        payloads.follow(&watcher::Event::Init);
+        assert_eq!((payloads.take(a), payloads.bytes()), (None, 0));
     }
 
     #[test]

@@ -137,7 +137,7 @@ async fn write_token(ex: &Executor, token: &str, ctx: &Context) -> Result<(), Er
     Ok(())
 }
 
-async fn event(ex: &Executor, ctx: &Context, type_: EventType, reason: &str, note: String) {
+fn event(ex: &Executor, ctx: &Context, type_: EventType, reason: &str, note: String) {
     let e = KubeEvent {
         type_,
         reason: reason.into(),
@@ -145,9 +145,7 @@ async fn event(ex: &Executor, ctx: &Context, type_: EventType, reason: &str, not
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&e, &ex.object_ref(&())).await {
-        tracing::debug!(%error, "could not record an event");
-    }
+    ctx.events.record(e, ex.object_ref(&()));
 }
 
 fn differs(agent: &Agent, spec: &AgentSpec) -> bool {
@@ -251,8 +249,7 @@ async fn register_and_deploy(ex: &Executor, ctx: &Context) -> Result<Action, Err
                         "Agent {} registered; its token is in Secret {secret_name}.",
                         spec.name
                     ),
-                )
-                .await;
+                );
                 created.agent
             }
             Err(QueueError::Conflict { message, .. }) => {
@@ -286,8 +283,7 @@ async fn register_and_deploy(ex: &Executor, ctx: &Context) -> Result<Action, Err
                     format!(
                         "Secret {secret_name} was missing; issued a new token and revoked the old one."
                     ),
-                )
-                .await;
+                );
                 rotated.agent
             } else {
                 agent

@@ -4,17 +4,19 @@
 
 mod cache;
 pub mod contact;
+pub mod events;
 pub mod executor_status;
 mod executors;
 pub mod status;
 mod workorders;
 
+pub use events::Events;
 pub use workorders::RECONCILE_CONCURRENCY;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Api, Client, Resource};
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio_util::sync::CancellationToken;
@@ -80,7 +82,8 @@ impl Error {
 pub struct Context {
     pub client: Client,
     pub queue: Queue,
-    pub recorder: Recorder,
+    /// Where reconciles hand their Kubernetes Events ([`events`]).
+    pub events: Events,
     pub config: ControllerConfig,
 }
 
@@ -148,7 +151,7 @@ pub async fn run_controllers(
         let ctx = Arc::new(Context {
             client: ctx.client.clone(),
             queue: ctx.queue.clone(),
-            recorder: ctx.recorder.clone(),
+            events: ctx.events.clone(),
             config: ControllerConfig {
                 namespace,
                 ..ctx.config.clone()
@@ -175,7 +178,7 @@ pub async fn run_with_leader_election(
     config: ControllerConfig,
     shutdown: CancellationToken,
 ) {
-    let recorder = Recorder::new(
+    let events = Events::start(
         client.clone(),
         Reporter {
             controller: CONTROLLER_FIELD_MANAGER.into(),
@@ -185,7 +188,7 @@ pub async fn run_with_leader_election(
     let ctx = Arc::new(Context {
         client: client.clone(),
         queue,
-        recorder,
+        events,
         config: config.clone(),
     });
     loop {

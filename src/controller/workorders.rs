@@ -1,6 +1,7 @@
 //! WorkOrder reconciler (DESIGN.md §6): creates the queue row (id = `metadata.uid`, idempotent),
 //! mirrors the row into `status`, cancels the order when the resource is deleted.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,9 +11,10 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event, finalizer};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
+use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -32,35 +34,22 @@ pub const RECONCILE_CONCURRENCY: u16 = 64;
 
 pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: CancellationToken) {
     let api: Api<WorkOrderResource> = scoped(&ctx.client, &ctx.config.namespace);
-    let (objects, store, index) = cache::watch(api);
+    let cache::Watched {
+        objects,
+        store,
+        index,
+        payloads,
+    } = cache::watch(api);
     let controller = Controller::for_stream(objects, store.clone())
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
-    // Queue changes (LISTEN/NOTIFY) are mapped to the resource with that uid through the uid
-    // index (O(1) each); a lost notification stream (None) resyncs everything.
-    let changes = futures::stream::unfold(notifications.changed(), move |mut rx| {
-        let store = store.clone();
-        let index = index.clone();
-        async move {
-            let refs: Vec<ObjectRef<WorkOrderResource>> = match rx.recv().await {
-                Ok(Some(id)) => index.get(id).into_iter().collect(),
-                Ok(None) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => store
-                    .state()
-                    .iter()
-                    .map(|o| ObjectRef::from_obj(o.as_ref()))
-                    .collect(),
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-            };
-            Some((futures::stream::iter(refs), rx))
-        }
-    })
-    .flatten();
+    let changes = queue_changes(notifications.changed(), store, index);
     controller
         .reconcile_on(changes)
         .graceful_shutdown_on(stop.cancelled_owned())
         .run(
-            |o, c| super::measured("workorder", reconcile(o, c)),
+            |o, r| super::measured("workorder", reconcile(o, r)),
             error_policy,
-            ctx,
+            Arc::new(Reconciler { ctx, payloads }),
         )
         .for_each(|result| async move {
             if let Err(error) = result {
@@ -70,18 +59,78 @@ pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: C
         .await;
 }
 
-fn error_policy(wo: Arc<WorkOrderResource>, error: &Error, _ctx: Arc<Context>) -> Action {
+/// Queue changes that arrive within this long of the first are requested as one reconcile per
+/// WorkOrder: an order claimed and finished within it (a ConfigMap order takes milliseconds) gets
+/// one status write and one Event instead of two of each, which under a burst is a fifth of the
+/// controller's requests to the API server (issue #16). It is also the most a queue change
+/// waits before its reconcile is requested.
+pub const CHANGE_WINDOW: Duration = Duration::from_millis(100);
+
+/// The WorkOrders to reconcile for queue changes (LISTEN/NOTIFY), gathered over
+/// [`CHANGE_WINDOW`]: each changed id mapped to its resource through the uid index (O(1)), each
+/// resource once per window; a lost notification stream (`None`, or this receiver lagging)
+/// resyncs everything in the cache.
+fn queue_changes(
+    rx: broadcast::Receiver<Option<Uuid>>,
+    store: Store<WorkOrderResource>,
+    index: cache::UidIndex,
+) -> impl futures::Stream<Item = ObjectRef<WorkOrderResource>> {
+    futures::stream::unfold(rx, move |mut rx| {
+        let store = store.clone();
+        let index = index.clone();
+        async move {
+            let mut ids: HashSet<Uuid> = HashSet::new();
+            let mut everything = false;
+            let mut next = rx.recv().await;
+            let window_ends = tokio::time::Instant::now() + CHANGE_WINDOW;
+            loop {
+                match next {
+                    Ok(Some(id)) => {
+                        ids.insert(id);
+                    }
+                    Ok(None) | Err(RecvError::Lagged(_)) => everything = true,
+                    Err(RecvError::Closed) if ids.is_empty() && !everything => return None,
+                    Err(RecvError::Closed) => break,
+                }
+                match tokio::time::timeout_at(window_ends, rx.recv()).await {
+                    Ok(received) => next = received,
+                    Err(_) => break,
+                }
+            }
+            let refs: Vec<ObjectRef<WorkOrderResource>> = if everything {
+                store
+                    .state()
+                    .iter()
+                    .map(|o| ObjectRef::from_obj(o.as_ref()))
+                    .collect()
+            } else {
+                ids.into_iter().filter_map(|id| index.get(id)).collect()
+            };
+            Some((futures::stream::iter(refs), rx))
+        }
+    })
+    .flatten()
+}
+
+/// What every WorkOrder reconcile of one watch shares.
+struct Reconciler {
+    ctx: Arc<Context>,
+    /// Payloads of WorkOrders waiting to be queued, set aside by the watch.
+    payloads: cache::Payloads,
+}
+
+fn error_policy(wo: Arc<WorkOrderResource>, error: &Error, _r: Arc<Reconciler>) -> Action {
     tracing::warn!(workorder = %wo.name_any(), namespace = ?wo.namespace(), kind = error.metric_label(), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn reconcile(wo: Arc<WorkOrderResource>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(wo: Arc<WorkOrderResource>, r: Arc<Reconciler>) -> Result<Action, Error> {
     let ns = wo.namespace().unwrap_or_default();
-    let api: Api<WorkOrderResource> = ctx.api(&ns);
+    let api: Api<WorkOrderResource> = r.ctx.api(&ns);
     finalizer(&api, CANCEL_FINALIZER, wo, |event| async {
         match event {
-            Event::Apply(wo) => apply(wo, &ctx).await,
-            Event::Cleanup(wo) => cleanup(wo, &ctx).await,
+            Event::Apply(wo) => apply(wo, &r.ctx, &r.payloads).await,
+            Event::Cleanup(wo) => cleanup(wo, &r.ctx).await,
         }
     })
     .await
@@ -94,7 +143,11 @@ fn uid_of(wo: &WorkOrderResource) -> Result<Uuid, Error> {
         .ok_or_else(|| Error::Invalid(format!("WorkOrder {} has no uid", wo.name_any())))
 }
 
-async fn apply(wo: Arc<WorkOrderResource>, ctx: &Context) -> Result<Action, Error> {
+async fn apply(
+    wo: Arc<WorkOrderResource>,
+    ctx: &Context,
+    payloads: &cache::Payloads,
+) -> Result<Action, Error> {
     let id = uid_of(&wo)?;
     let name = wo.name_any();
     let prev = wo.status.as_ref();
@@ -106,9 +159,17 @@ async fn apply(wo: Arc<WorkOrderResource>, ctx: &Context) -> Result<Action, Erro
     };
     let new_status = match found {
         Lookup::Unknown => {
-            // The cache holds no payload (see `cache`): read the object once to queue it.
-            let Some(spec) = full_spec(&wo, ctx).await? else {
-                return Ok(Action::await_change());
+            // The cache holds no payload (see `cache`): the one the watch set aside, or else
+            // the object read once.
+            let spec = match payloads.take(id) {
+                Some(yaml_content) => WorkOrderResourceSpec {
+                    yaml_content,
+                    ..wo.spec.clone()
+                },
+                None => match full_spec(&wo, ctx).await? {
+                    Some(spec) => spec,
+                    None => return Ok(Action::await_change()),
+                },
             };
             let body = spec.to_create_body();
             drop(spec);
@@ -143,7 +204,7 @@ async fn apply(wo: Arc<WorkOrderResource>, ctx: &Context) -> Result<Action, Erro
     if prev != Some(&new_status) {
         // The status first: it is what `kubectl wait` and GitOps tools read; the Event follows.
         patch_status(&wo, &new_status, ctx).await?;
-        publish_transition(&wo, prev, &new_status, ctx).await;
+        publish_transition(&wo, prev, &new_status, ctx);
     }
     if let Some(at) = status::delete_at(wo.spec.ttl_seconds_after_finished, &new_status) {
         let left = at.duration_since(now.0);
@@ -259,7 +320,7 @@ async fn delete_expired(wo: &WorkOrderResource, ctx: &Context) -> Result<(), Err
 }
 
 /// Records an Event on the resource when its phase changes (claims, completions, failures).
-async fn publish_transition(
+fn publish_transition(
     wo: &WorkOrderResource,
     prev: Option<&WorkOrderStatus>,
     new: &WorkOrderStatus,
@@ -332,9 +393,7 @@ async fn publish_transition(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&event, &wo.object_ref(&())).await {
-        tracing::debug!(%error, "could not record an event");
-    }
+    ctx.events.record(event, wo.object_ref(&()));
 }
 
 async fn cleanup(wo: Arc<WorkOrderResource>, ctx: &Context) -> Result<Action, Error> {

@@ -100,8 +100,7 @@ pub async fn fresh_pool(max_connections: u32) -> PgPool {
         .expect("CREATE DATABASE");
     admin.close().await;
     let (base, _) = server.rsplit_once('/').expect("a URL with a database");
-    let pool = PgPoolOptions::new()
-        .max_connections(max_connections)
+    let pool = crate::serve::pool_options(max_connections)
         .acquire_timeout(Duration::from_secs(30))
         .connect(&format!("{base}/{name}"))
         .await
