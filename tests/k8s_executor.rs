@@ -3,6 +3,9 @@
 
 mod support;
 
+#[path = "k8s_executor/builds.rs"]
+mod builds;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -457,108 +460,6 @@ async fn cancelling_a_running_job_deletes_it() {
     assert_eq!(
         v["outcome"], "cancelled",
         "the executor reported nothing over the cancellation"
-    );
-    ex.stop().await;
-    drop_namespace(&t.k, &t.ns).await;
-}
-
-const BUILD: &str = "apiVersion: shipwright.io/v1beta1\nkind: Build\nmetadata:\n  name: app\nspec:\n  source: {type: Git, git: {url: https://example.com/app.git}}\n  output: {image: registry.example.com/app}\n";
-
-async fn set_buildrun_status(k: &Client, ns: &str, status: Value) -> String {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        k.clone(),
-        ns,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "shipwright.io",
-            "v1beta1",
-            "BuildRun",
-        )),
-    );
-    let run = eventually(30, "a BuildRun", || async {
-        let list = api.list(&ListParams::default()).await.ok()?;
-        list.items
-            .into_iter()
-            .find(|r| r.data.pointer("/status/conditions").is_none())
-    })
-    .await;
-    assert_eq!(
-        run.data.pointer("/spec/build/name"),
-        Some(&json!("app")),
-        "references the Build"
-    );
-    let name = run.name_any();
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": status})),
-    )
-    .await
-    .unwrap();
-    name
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
-    let t = setup("build").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
-    let build_order = |timeout: i64| {
-        json!({
-            "work_type": "build", "yaml_content": BUILD, "claim_timeout_seconds": timeout,
-            "max_retries": 1, "backoff_seconds": 1, "targeting": {"labels": [t.ns.clone()]},
-        })
-    };
-    // Succeeds: the digest is the message.
-    let ok = t.s.order(build_order(600)).await;
-    set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded"}], "output": {"digest": "sha256:feedbeef"}})).await;
-    let v = t.s.log_entry(&ok, 30).await;
-    assert_eq!(v["outcome"], "succeeded", "{v}");
-    assert_eq!(v["message"], "sha256:feedbeef");
-
-    // Fails: a retry is scheduled (a new BuildRun on the next attempt), then succeeds.
-    let flaky = t.s.order(build_order(600)).await;
-    let first_run = set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "False", "reason": "Failed", "message": "step-build failed"}]})).await;
-    eventually(30, "RETRY_PENDING", || async {
-        let (_, v) =
-            t.s.admin(Method::GET, &format!("/api/v1/work-orders/{flaky}"), None)
-                .await;
-        (v["retry_count"] == 1 && v["last_error"].as_str()?.contains("step-build failed"))
-            .then_some(())
-    })
-    .await;
-    let second_run = set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "True"}], "output": {"digest": "sha256:second"}})).await;
-    assert_ne!(first_run, second_run, "a retry starts a new BuildRun");
-    let v = t.s.log_entry(&flaky, 30).await;
-    assert_eq!(v["message"], "sha256:second");
-
-    // Never finishes: terminal at the window (min(15 min, budget) = 60 s), BuildRun left alone.
-    let stuck = t.s.order(build_order(120)).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        t.k.clone(),
-        &t.ns,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "shipwright.io",
-            "v1beta1",
-            "BuildRun",
-        )),
-    );
-    let v = t.s.log_entry(&stuck, 100).await;
-    assert_eq!(v["outcome"], "failed", "{v}");
-    assert_eq!(v["retry_count"], 0);
-    assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("build window of 60 s"),
-        "{v}"
-    );
-    let runs = api
-        .list(&ListParams::default().labels(&format!("pullman.dev/work-order={stuck}")))
-        .await
-        .unwrap();
-    assert_eq!(runs.items.len(), 1);
-    assert!(
-        runs.items[0].metadata.deletion_timestamp.is_none(),
-        "the BuildRun is not cancelled"
     );
     ex.stop().await;
     drop_namespace(&t.k, &t.ns).await;
