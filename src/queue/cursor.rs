@@ -5,6 +5,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::model::Page;
+
 /// A cursor this server did not issue.
 #[derive(Debug, thiserror::Error)]
 #[error("cursor is not valid (pass back next_cursor from a previous page unchanged)")]
@@ -23,6 +25,25 @@ pub(crate) fn decode(cursor: &str) -> Result<(DateTime<Utc>, Uuid), CursorError>
     let at = DateTime::from_timestamp_micros(micros).ok_or(CursorError)?;
     let id = Uuid::parse_str(id).map_err(|_| CursorError)?;
     Ok((at, id))
+}
+
+/// The page of `items` a keyset query returned with `LIMIT limit` (DESIGN.md §5: lists are
+/// keyset-paginated): a full page carries the cursor after its last item, whose sort timestamp
+/// and id `key` gives; a shorter one is the last page.
+pub(crate) fn page<T>(
+    items: Vec<T>,
+    limit: i64,
+    key: impl Fn(&T) -> (DateTime<Utc>, Uuid),
+) -> Page<T> {
+    let next_cursor = (items.len() as i64 == limit)
+        .then(|| {
+            items.last().map(|item| {
+                let (at, id) = key(item);
+                encode(at, id)
+            })
+        })
+        .flatten();
+    Page { items, next_cursor }
 }
 
 #[cfg(test)]

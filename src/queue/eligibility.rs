@@ -118,7 +118,7 @@ pub fn annotation_pairs(annotations: &BTreeMap<String, String>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::sql;
+    use crate::queue::sql::{self, squash};
 
     /// Statements that must repeat [`ELIGIBLE_SQL`] and [`LIVE_CLAIM_SQL`] (by file name).
     const ELIGIBLE_IN: &[(&str, &str)] = &[
@@ -134,16 +134,6 @@ mod tests {
         ("end_live_claim", sql::END_LIVE_CLAIM),
         ("find_expired_claims", sql::FIND_EXPIRED_CLAIMS),
     ];
-
-    fn squash(sql: &str) -> String {
-        sql.lines()
-            .map(|l| l.split("--").next().unwrap_or(""))
-            .collect::<Vec<_>>()
-            .join(" ")
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
 
     #[test]
     fn every_statement_repeats_the_rules_verbatim() {

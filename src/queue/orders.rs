@@ -253,10 +253,7 @@ impl Queue {
             .fetch_all(&self.pool)
             .await?;
         let items: Vec<WorkOrder> = rows.into_iter().map(Into::into).collect();
-        let next_cursor = (items.len() as i64 == f.limit)
-            .then(|| items.last().map(|o| cursor::encode(o.created_at, o.id)))
-            .flatten();
-        Ok(Page { items, next_cursor })
+        Ok(cursor::page(items, f.limit, |o| (o.created_at, o.id)))
     }
 
     /// Cancels an active order (DESIGN.md §2): it moves to the log as `cancelled`, claimed or not;
@@ -324,10 +321,7 @@ impl Queue {
             .fetch_all(&self.pool)
             .await?;
         let items: Vec<LogEntry> = rows.into_iter().map(Into::into).collect();
-        let next_cursor = (items.len() as i64 == f.limit)
-            .then(|| items.last().map(|e| cursor::encode(e.completed_at, e.id)))
-            .flatten();
-        Ok(Page { items, next_cursor })
+        Ok(cursor::page(items, f.limit, |e| (e.completed_at, e.id)))
     }
 
     /// One finished order with its `yaml_content`; `404` when not in the log.

@@ -160,10 +160,7 @@ impl Queue {
             .fetch_all(&self.pool)
             .await?;
         let items: Vec<Agent> = rows.into_iter().map(Into::into).collect();
-        let next_cursor = (items.len() as i64 == limit)
-            .then(|| items.last().map(|a| cursor::encode(a.created_at, a.id)))
-            .flatten();
-        Ok(Page { items, next_cursor })
+        Ok(cursor::page(items, limit, |a| (a.created_at, a.id)))
     }
 
     /// Revokes every live token of the agent and mints a new one (DESIGN.md §5

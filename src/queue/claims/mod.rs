@@ -180,10 +180,7 @@ impl Queue {
             .fetch_all(&self.pool)
             .await?;
         let items: Vec<WorkOrder> = rows.into_iter().map(Into::into).collect();
-        let next_cursor = (items.len() as i64 == limit)
-            .then(|| items.last().map(|o| cursor::encode(o.created_at, o.id)))
-            .flatten();
-        Ok(Page { items, next_cursor })
+        Ok(cursor::page(items, limit, |o| (o.created_at, o.id)))
     }
 
     /// The agent's side of eligibility (`sql/read_claimer.sql`); `404` for an unknown agent.
@@ -362,23 +359,12 @@ impl Queue {
 
 #[cfg(test)]
 mod tests {
-    use super::sql;
+    use super::sql::{self, squash};
 
     /// The claim every claiming statement takes, and the order it returns (`sql/take_claim.sql`,
     /// `sql/claimed_order.sql`).
     const TAKE_CLAIM_SQL: &str = include_str!("../sql/take_claim.sql");
     const CLAIMED_ORDER_SQL: &str = include_str!("../sql/claimed_order.sql");
-
-    /// `sql` without comments, its whitespace runs made single spaces.
-    fn squash(sql: &str) -> String {
-        sql.lines()
-            .map(|l| l.split("--").next().unwrap_or(""))
-            .collect::<Vec<_>>()
-            .join(" ")
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
 
     #[test]
     fn every_claiming_statement_takes_the_claim_alike() {

@@ -13,6 +13,19 @@
 #[cfg(test)]
 const FRAGMENTS: &[&str] = &["eligible", "live_claim", "take_claim", "claimed_order"];
 
+/// `sql` without its comments and with each run of whitespace made one space: the form in which
+/// the tests compare a fragment with its copies, so layout and comments may differ.
+#[cfg(test)]
+pub(in crate::queue) fn squash(sql: &str) -> String {
+    sql.lines()
+        .map(|l| l.split("--").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join(" ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 // Claiming (DESIGN.md §3, §5; `queue::claims`).
 
 /// `pending_for_agent.sql`.
