@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, ResourceExt};
 use pullman::client::Client as PullClient;
 use pullman::executor::KubeCarrier;
