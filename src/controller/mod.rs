@@ -9,6 +9,7 @@ pub mod executor_status;
 mod executors;
 pub mod status;
 mod workorders;
+mod written;
 
 pub use events::Events;
 pub use workorders::RECONCILE_CONCURRENCY;

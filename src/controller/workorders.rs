@@ -18,6 +18,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::written::Written;
 use super::{CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, scoped, status};
 use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus};
 use crate::queue::validate::validate_work_order_off_thread;
@@ -49,7 +50,11 @@ pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: C
         .run(
             |o, r| super::measured("workorder", reconcile(o, r)),
             error_policy,
-            Arc::new(Reconciler { ctx, payloads }),
+            Arc::new(Reconciler {
+                ctx,
+                payloads,
+                written: Written::default(),
+            }),
         )
         .for_each(|result| async move {
             if let Err(error) = result {
@@ -117,6 +122,8 @@ struct Reconciler {
     ctx: Arc<Context>,
     /// Payloads of WorkOrders waiting to be queued, set aside by the watch.
     payloads: cache::Payloads,
+    /// Statuses written that the cache may not show yet.
+    written: Written,
 }
 
 fn error_policy(wo: Arc<WorkOrderResource>, error: &Error, _r: Arc<Reconciler>) -> Action {
@@ -129,8 +136,8 @@ async fn reconcile(wo: Arc<WorkOrderResource>, r: Arc<Reconciler>) -> Result<Act
     let api: Api<WorkOrderResource> = r.ctx.api(&ns);
     finalizer(&api, CANCEL_FINALIZER, wo, |event| async {
         match event {
-            Event::Apply(wo) => apply(wo, &r.ctx, &r.payloads).await,
-            Event::Cleanup(wo) => cleanup(wo, &r.ctx).await,
+            Event::Apply(wo) => apply(wo, &r).await,
+            Event::Cleanup(wo) => cleanup(wo, &r).await,
         }
     })
     .await
@@ -143,19 +150,19 @@ fn uid_of(wo: &WorkOrderResource) -> Result<Uuid, Error> {
         .ok_or_else(|| Error::Invalid(format!("WorkOrder {} has no uid", wo.name_any())))
 }
 
-async fn apply(
-    wo: Arc<WorkOrderResource>,
-    ctx: &Context,
-    payloads: &cache::Payloads,
-) -> Result<Action, Error> {
+async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Error> {
+    let (ctx, payloads) = (&*r.ctx, &r.payloads);
     let id = uid_of(&wo)?;
     let name = wo.name_any();
-    let prev = wo.status.as_ref();
+    // The status last written when the cache lags behind it (`written`): compared against the
+    // cached one, it would be written again, with a second Event.
+    let prev = r.written.previous(id, wo.status.as_ref());
+    let prev = prev.as_ref();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = wo.metadata.generation;
     let found = match ctx.queue.lookup(id, false).await {
         Ok(found) => found,
-        Err(e) => return Err(first_status_then(e.into(), &wo, ctx, &now).await),
+        Err(e) => return Err(first_status_then(e.into(), &wo, prev, ctx, &now).await),
     };
     let new_status = match found {
         Lookup::Unknown => {
@@ -194,7 +201,9 @@ async fn apply(
                         Err(e) if is_refusal(&e) => {
                             status::rejected(&name, &e.to_string(), prev, generation, &now)
                         }
-                        Err(e) => return Err(first_status_then(e.into(), &wo, ctx, &now).await),
+                        Err(e) => {
+                            return Err(first_status_then(e.into(), &wo, prev, ctx, &now).await);
+                        }
                     }
                 }
             }
@@ -205,27 +214,41 @@ async fn apply(
         // The status first: it is what `kubectl wait` and GitOps tools read; the Event follows.
         patch_status(&wo, &new_status, ctx).await?;
         publish_transition(&wo, prev, &new_status, ctx);
+        r.written.record(id, new_status.clone());
     }
-    if let Some(at) = status::delete_at(wo.spec.ttl_seconds_after_finished, &new_status) {
+    let wake_after = next_wake(&wo, &new_status, ctx, &now).await?;
+    // Took its own write over the cache: look again once that stops, in case the cache's
+    // differing status is someone else's newer one.
+    let wake_after = match (wake_after, r.written.recheck_in(id, wo.status.as_ref())) {
+        (Some(after), Some(recheck)) => Some(after.min(recheck)),
+        (after, recheck) => after.or(recheck),
+    };
+    Ok(wake_after.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// When to reconcile a WorkOrder again, its status written (`None`: on its next change): once
+/// its TTL has passed (deleting it if that is now), never when it is finished, else at the
+/// next resync.
+async fn next_wake(
+    wo: &WorkOrderResource,
+    new_status: &WorkOrderStatus,
+    ctx: &Context,
+    now: &Time,
+) -> Result<Option<Duration>, Error> {
+    if let Some(at) = status::delete_at(wo.spec.ttl_seconds_after_finished, new_status) {
         let left = at.duration_since(now.0);
         if left.is_positive() {
             // Wake up when the TTL ends (a whole second later, so the deadline has surely passed).
-            return Ok(Action::requeue(Duration::from_secs(
-                left.as_secs().unsigned_abs() + 1,
-            )));
+            return Ok(Some(Duration::from_secs(left.as_secs().unsigned_abs() + 1)));
         }
-        delete_expired(&wo, ctx).await?;
-        return Ok(Action::await_change());
+        delete_expired(wo, ctx).await?;
+        return Ok(None);
     }
     let finished = matches!(
         new_status.phase,
         Some(WorkOrderPhase::Succeeded | WorkOrderPhase::Failed | WorkOrderPhase::Cancelled)
     );
-    Ok(if finished {
-        Action::await_change()
-    } else {
-        Action::requeue(ctx.config.resync)
-    })
+    Ok((!finished).then_some(ctx.config.resync))
 }
 
 /// The whole spec of `wo`, `yamlContent` included, read from the API server; `None` when the
@@ -252,15 +275,17 @@ fn is_refusal(e: &QueueError) -> bool {
     )
 }
 
-/// A WorkOrder that has no status yet gets the not-yet-queued one before `error` is retried, so
-/// no tool reads it as done meanwhile (DESIGN.md §6: a status on the very first reconcile).
+/// A WorkOrder that has no status yet (`prev`: none cached, none written) gets the
+/// not-yet-queued one before `error` is retried, so no tool reads it as done meanwhile
+/// (DESIGN.md §6: a status on the very first reconcile).
 async fn first_status_then(
     error: Error,
     wo: &WorkOrderResource,
+    prev: Option<&WorkOrderStatus>,
     ctx: &Context,
     now: &Time,
 ) -> Error {
-    if wo.status.is_none() {
+    if prev.is_none() {
         let why = error.to_string();
         let s = status::not_queued(
             &wo.name_any(),
@@ -396,8 +421,10 @@ fn publish_transition(
     ctx.events.record(event, wo.object_ref(&()));
 }
 
-async fn cleanup(wo: Arc<WorkOrderResource>, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Error> {
+    let ctx = &*r.ctx;
     let id = uid_of(&wo)?;
+    r.written.forget(id);
     match ctx
         .queue
         .cancel_work_order(id, "the WorkOrder resource was deleted")

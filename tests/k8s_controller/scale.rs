@@ -152,12 +152,14 @@ async fn a_burst_of_finishing_orders_reaches_every_final_status_with_bounded_wri
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let total = writes.total.load(Ordering::SeqCst);
     let most = writes.most_at_once.load(Ordering::SeqCst);
-    // Three states each order is seen in (Pending, Claimed, Succeeded), plus one for a write
-    // repeated because the cache had not caught up with the previous one yet.
+    // At most the three states each order is seen in (Pending, Claimed, Succeeded): none
+    // written again because the cache had not caught up with the controller's previous write
+    // (`controller::written`; before it, a burst repeated writes that way).
+    eprintln!("{total} status writes for {N} WorkOrders");
     assert!(
-        total <= 4 * N,
+        total <= 3 * N,
         "{total} status writes for {N} WorkOrders (at most {} expected)",
-        4 * N
+        3 * N
     );
     assert!(total >= N, "{total} status writes for {N} WorkOrders");
     let bound = usize::from(pullman::controller::RECONCILE_CONCURRENCY);
