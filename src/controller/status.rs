@@ -97,6 +97,13 @@ fn because(text: Option<&str>) -> String {
     }
 }
 
+/// The current time as the API server keeps it: whole seconds (`metav1.Time` is written without
+/// a fraction). A status stamped with it reads back equal to what was written, which is how the
+/// controller tells that its cache has caught up with its own write (`controller::written`).
+pub fn now() -> Time {
+    Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
 /// Status of WorkOrder `name` whose queue row is `lookup`. `Lookup::Unknown` is an order not
 /// queued yet (see [`not_queued`]).
 pub fn from_queue(
@@ -267,6 +274,20 @@ mod tests {
 
     fn now() -> Time {
         Time(Timestamp::now())
+    }
+
+    #[test]
+    fn a_status_stamped_now_reads_back_as_written() {
+        let s = from_queue(
+            "wo",
+            &Lookup::Active(Box::new(active(OrderStatus::Pending))),
+            None,
+            Some(1),
+            &super::now(),
+        );
+        let read: WorkOrderStatus =
+            serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(read, s);
     }
 
     fn active(status: OrderStatus) -> WorkOrder {

@@ -158,7 +158,7 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
     // cached one, it would be written again, with a second Event.
     let prev = r.written.previous(id, wo.status.as_ref());
     let prev = prev.as_ref();
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let now = status::now();
     let generation = wo.metadata.generation;
     let found = match ctx.queue.lookup(id, false).await {
         Ok(found) => found,
