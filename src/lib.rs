@@ -24,6 +24,7 @@ pub mod controller;
 pub mod crd;
 pub mod executor;
 pub mod manifest;
+pub mod memory;
 pub mod postgres;
 pub mod pull;
 pub mod queue;

@@ -6,6 +6,7 @@ use pullman::cli::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    pullman::memory::return_large_blocks();
     let cli = Cli::parse();
     pullman::telemetry::init_logging(cli.log_format);
     let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
