@@ -13,8 +13,9 @@ use crate::support::kube::drop_namespace;
 
 const BUILD: &str = "apiVersion: shipwright.io/v1beta1\nkind: Build\nmetadata:\n  name: app\nspec:\n  source: {type: Git, git: {url: https://example.com/app.git}}\n  output: {image: registry.example.com/app}\n";
 
-async fn set_buildrun_status(k: &Client, ns: &str, status: Value) -> String {
-    let api: Api<DynamicObject> = Api::namespaced_with(
+/// The BuildRuns of namespace `ns` (Shipwright's CRD, installed by the test control plane).
+fn buildruns(k: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
         k.clone(),
         ns,
         &ApiResource::from_gvk(&GroupVersionKind::gvk(
@@ -22,7 +23,11 @@ async fn set_buildrun_status(k: &Client, ns: &str, status: Value) -> String {
             "v1beta1",
             "BuildRun",
         )),
-    );
+    )
+}
+
+async fn set_buildrun_status(k: &Client, ns: &str, status: Value) -> String {
+    let api = buildruns(k, ns);
     let run = eventually(30, "a BuildRun", || async {
         let list = api.list(&ListParams::default()).await.ok()?;
         list.items
@@ -81,15 +86,7 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
 
     // Never finishes: terminal at the window (min(15 min, budget) = 60 s), BuildRun left alone.
     let stuck = t.s.order(build_order(120)).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        t.k.clone(),
-        &t.ns,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "shipwright.io",
-            "v1beta1",
-            "BuildRun",
-        )),
-    );
+    let api = buildruns(&t.k, &t.ns);
     let v = t.s.log_entry(&stuck, 100).await;
     assert_eq!(v["outcome"], "failed", "{v}");
     assert_eq!(v["retry_count"], 0);
