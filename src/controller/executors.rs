@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::executor_status::{Progress, deployment_waiting, executor_status};
-use super::{CONTROLLER_FIELD_MANAGER, Context, Error, RETIRE_FINALIZER, contact, scoped};
+use super::{CONTROLLER_FIELD_MANAGER, Context, Error, RETIRE_FINALIZER, contact, scoped, status};
 use crate::crd::{Executor, ExecutorStatus};
 use crate::queue::validate::{AgentSpec, validate_agent};
 use crate::queue::{Agent, NewAgent, QueueError};
@@ -186,7 +186,7 @@ async fn apply(ex: Arc<Executor>, ctx: &Context) -> Result<Action, Error> {
                     full_name(&ex)
                 ),
             };
-            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            let now = status::now();
             if let Err(e) = write_status(&ex, None, None, &waiting, &now, ctx).await {
                 tracing::debug!(error = %e, "could not write the first status");
             }
@@ -204,7 +204,7 @@ async fn register_and_deploy(ex: &Executor, ctx: &Context) -> Result<Action, Err
         .uid()
         .and_then(|u| Uuid::parse_str(&u).ok())
         .ok_or_else(|| Error::Invalid(format!("Executor {name} has no uid")))?;
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let now = status::now();
     let spec = match agent_spec(ex) {
         Ok(s) => s,
         Err(e) => {
