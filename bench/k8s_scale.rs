@@ -3,7 +3,8 @@
 //!
 //! Scenarios (pick with positional names; all by default):
 //! - `payload`: serve RSS with M WorkOrders of P KiB `yamlContent` queued (no executor), per
-//!   WorkOrder: the controller's cache must not grow with the payload (target +≤ 10 KiB each).
+//!   WorkOrder, and the same with 1 KiB each in the same run: the controller's cache must not
+//!   grow with the payload (target +≤ 10 KiB each).
 //! - `configmap`: N small ConfigMap orders applied at once, one executor at each `--concurrency`;
 //!   apply → `Succeeded` latency p50/p99, orders/s, serve and executor RSS (peak), the executor's
 //!   established connections to the API server (peak), API server requests per order (delta of
@@ -28,6 +29,8 @@
 mod procs;
 #[path = "k8s_scale/run.rs"]
 mod run;
+#[path = "k8s_scale/stages.rs"]
+mod stages;
 
 use std::time::Duration;
 
@@ -123,22 +126,41 @@ fn main() {
         println!("| scenario | N | executor --concurrency | figures |");
         println!("|---|---|---|---|");
         if o.scenarios.iter().any(|s| s == "payload") {
-            run::payload(&k, o.payload.0, o.payload.1).await;
+            // The same count of 1 KiB WorkOrders first: what a WorkOrder costs whatever its
+            // payload, so the difference is what the payload adds.
+            let small = run::payload(&k, o.payload.0, 1).await;
+            let large = run::payload(&k, o.payload.0, o.payload.1).await;
+            println!(
+                "| payload: {} KiB against 1 KiB, next {} WorkOrders | – | – | {:+.1} KiB each ({large:+.1} against {small:+.1}) |",
+                o.payload.1,
+                o.payload.0,
+                large - small
+            );
         }
         for (kind, sizes) in [("configmap", &o.sizes), ("job", &o.job_sizes)] {
             if !o.scenarios.iter().any(|s| s == kind) {
                 continue;
             }
-            for &c in &o.concurrency {
-                let mut results = Vec::new();
-                for &n in sizes.iter() {
+            // Sizes outside, concurrencies inside: the runs of one size see the control plane in
+            // the same state (a 10k run leaves etcd and the API server slower for a while after
+            // its namespace is gone), and the ratio rows follow once every size has run.
+            let mut results: Vec<(usize, run::Result)> = Vec::new();
+            for &n in sizes.iter() {
+                for &c in &o.concurrency {
                     let r = run::orders(&k, kind, n, c, Duration::from_secs(o.job_seconds), o.rate)
                         .await;
                     println!("{}", r.row(kind, c));
-                    results.push(r);
+                    results.push((c, r));
                 }
-                if let (Some(first), Some(last)) = (results.first(), results.last())
-                    && results.len() > 1
+            }
+            for &c in &o.concurrency {
+                let of_c: Vec<&run::Result> = results
+                    .iter()
+                    .filter(|(rc, _)| *rc == c)
+                    .map(|(_, r)| r)
+                    .collect();
+                if let (Some(first), Some(last)) = (of_c.first(), of_c.last())
+                    && of_c.len() > 1
                 {
                     println!("{}", last.ratio_row(first, kind, c));
                 }

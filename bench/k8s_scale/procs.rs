@@ -1,7 +1,7 @@
 //! The processes under test and what is read from them: RSS, connections to the API server, and
 //! the API server's own request counter.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -133,12 +133,35 @@ pub fn apiserver_port(k: &Client) -> u16 {
     uri.port_u16().unwrap_or(443)
 }
 
-/// Sum of `apiserver_request_total` over every label set: the requests the API server served.
-pub async fn apiserver_requests(k: &Client) -> f64 {
+/// `apiserver_request_total` summed by what was asked: `resource[/subresource] VERB` (e.g.
+/// `workorders/status PATCH`), over every other label (code, scope, version, client).
+pub async fn apiserver_requests(k: &Client) -> HashMap<String, f64> {
     let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = k.request_text(req).await.expect("GET /metrics");
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    let mut by_what: HashMap<String, f64> = HashMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let (resource, sub) = (label("resource"), label("subresource"));
+        let what = match sub.as_str() {
+            "" => format!("{resource} {}", label("verb")),
+            _ => format!("{resource}/{sub} {}", label("verb")),
+        };
+        *by_what.entry(what).or_default() += value;
+    }
+    by_what
 }

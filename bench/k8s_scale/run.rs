@@ -14,6 +14,7 @@ use pullman::crd::{WorkOrderPhase, WorkOrderResource};
 use serde_json::json;
 
 use super::procs::{self, Reaped};
+use super::stages;
 
 /// A client for `KUBECONFIG`, with the CRDs installed.
 pub async fn setup() -> Client {
@@ -47,11 +48,44 @@ async fn namespace(k: &Client, prefix: &str) -> String {
     name
 }
 
+/// Deletes `ns` and waits until it is gone, while its serve still runs: each WorkOrder carries
+/// the `pullman.dev/cancel` finalizer, which only serve's controller removes, so a namespace
+/// deleted after serve stopped would stay Terminating and its namespace controller would keep
+/// retrying through the next runs, loading the API server they measure.
 async fn drop_namespace(k: &Client, ns: &str) {
-    let _ = Api::<Namespace>::all(k.clone())
-        .delete(ns, &DeleteParams::background())
-        .await;
+    let namespaces = Api::<Namespace>::all(k.clone());
+    let _ = namespaces.delete(ns, &DeleteParams::background()).await;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while Instant::now() < deadline {
+        if matches!(namespaces.get_opt(ns).await, Ok(None)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("namespace {ns} still there after 15 min; later runs may be slower");
 }
+
+/// Waits (at most 3 min) until the API server serves fewer than [`IDLE_REQUESTS_PER_S`]: after
+/// a namespace of 10k objects is gone, the garbage collector and the namespace controller go on
+/// for a while, and a run started then measures them too.
+async fn settle(k: &Client) {
+    let total = |m: HashMap<String, f64>| m.values().sum::<f64>();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut last = total(procs::apiserver_requests(k).await);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let now = total(procs::apiserver_requests(k).await);
+        if (now - last) / 5.0 < IDLE_REQUESTS_PER_S {
+            return;
+        }
+        last = now;
+    }
+    eprintln!("the API server did not settle within 3 min; the next run may be slower");
+}
+
+/// Requests per second of an idle test control plane and more: leases, node heartbeats, the
+/// controller manager's resyncs and this bench's own polling, all well under it.
+const IDLE_REQUESTS_PER_S: f64 = 20.0;
 
 /// `pullman serve` for `ns`, once it answers.
 async fn start_serve(ns: &str, dir: &std::path::Path) -> (Reaped, String) {
@@ -138,13 +172,13 @@ fn work_order(name: &str, yaml: String) -> WorkOrderResource {
 }
 
 /// Creates every order (32 at a time; with `rate`, starting one every 1/`rate` s), returning
-/// when the API server accepted each (its create answered), by name: latencies count from
+/// when the API server accepted each (its create answered) and its uid, by name: latencies count from
 /// there, so the time a create waits for the API server is not the operator's.
 async fn apply_all(
     api: &Api<WorkOrderResource>,
     orders: Vec<(String, String)>,
     rate: Option<f64>,
-) -> HashMap<String, Instant> {
+) -> HashMap<String, (Instant, uuid::Uuid)> {
     let t0 = tokio::time::Instant::now();
     futures::stream::iter(orders.into_iter().enumerate())
         .map(|(i, (name, yaml))| async move {
@@ -152,10 +186,15 @@ async fn apply_all(
                 tokio::time::sleep_until(t0 + Duration::from_secs_f64(i as f64 / rate)).await;
             }
             let wo = work_order(&name, yaml);
-            api.create(&PostParams::default(), &wo)
+            let made = api
+                .create(&PostParams::default(), &wo)
                 .await
                 .expect("creating a WorkOrder");
-            (name, Instant::now())
+            let uid = made.metadata.uid.as_deref().and_then(|u| u.parse().ok());
+            (
+                name,
+                (Instant::now(), uid.expect("a created WorkOrder's uid")),
+            )
         })
         .buffer_unordered(32)
         .collect()
@@ -169,7 +208,8 @@ fn mib(kib: u64) -> f64 {
 /// `payload`: serve RSS before, after `m` WorkOrders of `kib` KiB each are queued, and after `m`
 /// more. The first batch also grows what every process keeps once it has carried large objects
 /// (connection buffers, allocator arenas); the second shows what each more WorkOrder costs.
-pub async fn payload(k: &Client, m: usize, kib: usize) {
+/// Returns that cost, KiB per WorkOrder of the second batch.
+pub async fn payload(k: &Client, m: usize, kib: usize) -> f64 {
     let ns = namespace(k, "scale-payload").await;
     let dir = tempfile::tempdir().unwrap();
     let (serve, _) = start_serve(&ns, dir.path()).await;
@@ -212,8 +252,9 @@ pub async fn payload(k: &Client, m: usize, kib: usize) {
             " (NOT all reached Pending)"
         }
     );
-    drop(serve);
     drop_namespace(k, &ns).await;
+    drop(serve);
+    per(middle, after)
 }
 
 /// Figures of one `orders` run.
@@ -228,14 +269,17 @@ pub struct Result {
     pub executor_kib: u64,
     pub connections: usize,
     pub requests_per_order: f64,
+    /// Requests per order by `resource[/subresource] VERB`, most first.
+    pub requests: Vec<(String, f64)>,
     pub failed: usize,
     pub missing: usize,
+    pub stages: stages::Stages,
 }
 
 impl Result {
     pub fn row(&self, kind: &str, c: usize) -> String {
         format!(
-            "| {kind}{} | {} | {c} | apply→Succeeded p50 {:.0} ms p99 {:.0} ms; {:.1} orders/s; serve RSS {:.1} MiB; executor RSS {:.1} MiB; executor→API server connections {}; API server requests/order {:.2}{} |",
+            "| {kind}{} | {} | {c} | apply→Succeeded p50 {:.0} ms p99 {:.0} ms; {:.1} orders/s; serve RSS {:.1} MiB; executor RSS {:.1} MiB; executor→API server connections {}; API server requests/order {:.2} ({}); {}{} |",
             match self.rate {
                 Some(rate) => format!(" at {rate}/s"),
                 None => String::new(),
@@ -248,6 +292,14 @@ impl Result {
             mib(self.executor_kib),
             self.connections,
             self.requests_per_order,
+            self.requests
+                .iter()
+                .filter(|(_, per)| *per >= 0.05)
+                .take(10)
+                .map(|(what, per)| format!("{what} {per:.2}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.stages.summary(percentile),
             if self.failed + self.missing > 0 {
                 format!("; {} failed, {} not finished", self.failed, self.missing)
             } else {
@@ -365,6 +417,15 @@ pub async fn orders(
     let limit = Duration::from_secs(120 + (n as u64) / 5 + run.as_secs() * (n / c.max(1)) as u64);
     wait_for(&seen, n, limit).await;
     let requests_after = procs::apiserver_requests(k).await;
+    let mut requests: Vec<(String, f64)> = requests_after
+        .iter()
+        .map(|(what, after)| {
+            let before = requests_before.get(what).copied().unwrap_or(0.0);
+            (what.clone(), (after - before) / n as f64)
+        })
+        .filter(|(_, per)| *per > 0.0)
+        .collect();
+    requests.sort_by(|a, b| b.1.total_cmp(&a.1));
     sampling.abort();
     watch.abort();
     let seen = seen.lock().unwrap().clone();
@@ -377,11 +438,17 @@ pub async fn orders(
             continue;
         }
         last = last.max(*at);
-        if let Some(start) = started.get(name) {
+        if let Some((start, _)) = started.get(name) {
             latencies.push(at.duration_since(*start).as_secs_f64() * 1000.0);
         }
     }
     latencies.sort_by(|a, b| a.total_cmp(b));
+    let finished: HashMap<String, Instant> = seen
+        .iter()
+        .filter(|(_, (_, phase))| *phase == WorkOrderPhase::Succeeded)
+        .map(|(name, (at, _))| (name.clone(), *at))
+        .collect();
+    let stages = stages::measure(&url, &started, &finished).await;
     let (serve_kib, executor_kib, connections) = *peaks.lock().unwrap();
     let result = Result {
         n,
@@ -392,12 +459,15 @@ pub async fn orders(
         serve_kib,
         executor_kib,
         connections,
-        requests_per_order: (requests_after - requests_before) / n as f64,
+        requests_per_order: requests.iter().map(|(_, per)| per).sum(),
+        requests,
         failed,
         missing: n - seen.len(),
+        stages,
     };
     drop(executor);
-    drop(serve);
     drop_namespace(k, &ns).await;
+    drop(serve);
+    settle(k).await;
     result
 }
