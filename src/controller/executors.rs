@@ -23,7 +23,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::executor_status::{Progress, deployment_waiting, executor_status};
-use super::{CONTROLLER_FIELD_MANAGER, Context, Error, RETIRE_FINALIZER, contact, scoped, status};
+use super::{
+    CONTROLLER_FIELD_MANAGER, Context, Error, RETIRE_FINALIZER, contact, finalized, scoped, status,
+};
 use crate::crd::{Executor, ExecutorStatus};
 use crate::queue::validate::{AgentSpec, validate_agent};
 use crate::queue::{Agent, NewAgent, QueueError};
@@ -64,14 +66,14 @@ fn error_policy(ex: Arc<Executor>, error: &Error, _ctx: Arc<Context>) -> Action 
 
 async fn reconcile(ex: Arc<Executor>, ctx: Arc<Context>) -> Result<Action, Error> {
     let api: Api<Executor> = ctx.api(&ex.namespace().unwrap_or_default());
-    finalizer(&api, RETIRE_FINALIZER, ex, |event| async {
+    let result = finalizer(&api, RETIRE_FINALIZER, ex, |event| async {
         match event {
             Event::Apply(ex) => apply(ex, &ctx).await,
             Event::Cleanup(ex) => cleanup(ex, &ctx).await,
         }
     })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .await;
+    finalized(result)
 }
 
 /// The agent an Executor declares; named `<namespace>/<name>` (DESIGN.md §6).

@@ -17,7 +17,9 @@ pub use workorders::RECONCILE_CONCURRENCY;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::runtime::controller::Action;
 use kube::runtime::events::Reporter;
+use kube::runtime::finalizer;
 use kube::{Api, Client, Resource};
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio_util::sync::CancellationToken;
@@ -76,6 +78,25 @@ impl Error {
             Error::Finalizer(_) => "finalizer",
             Error::Invalid(_) => "invalid",
         }
+    }
+}
+
+/// A reconcile's result through kube-runtime's `finalizer` helper, less one outcome that is no
+/// failure: the patch adding or removing the finalizer found the object gone (404). Two
+/// reconciles of a deleted object race whenever a queue change and the deletion both ask for
+/// one (each cancelled order notifies); the first removes the finalizer, the API server then
+/// deletes the object, and the second's patch finds nothing. Nothing is left to retry, so it is
+/// not logged as a failure (it was, as a warning per object, whenever a namespace went).
+fn finalized(result: Result<Action, finalizer::Error<Error>>) -> Result<Action, Error> {
+    use finalizer::Error as F;
+    match result {
+        Err(F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s)))
+            if s.is_not_found() =>
+        {
+            tracing::debug!("the object was gone when its finalizer was patched; nothing to do");
+            Ok(Action::await_change())
+        }
+        other => other.map_err(|e| Error::Finalizer(Box::new(e))),
     }
 }
 
@@ -266,6 +287,32 @@ pub async fn run_with_leader_election(
 #[cfg(test)]
 mod tests {
     use super::watched_namespaces;
+
+    #[test]
+    fn a_finalizer_patch_that_finds_the_object_gone_is_done_not_failed() {
+        use super::{Action, Error, finalized};
+        use kube::core::response::Status;
+        use kube::runtime::finalizer::Error as F;
+        let api = |code: u16, reason: &str| {
+            kube::Error::Api(Status::failure("x", reason).with_code(code).boxed())
+        };
+        assert_eq!(
+            finalized(Err(F::RemoveFinalizer(api(404, "NotFound")))).unwrap(),
+            Action::await_change()
+        );
+        assert_eq!(
+            finalized(Err(F::AddFinalizer(api(404, "NotFound")))).unwrap(),
+            Action::await_change()
+        );
+        // Anything else stays a failure, retried: a conflict, or the reconcile's own error.
+        assert!(finalized(Err(F::RemoveFinalizer(api(409, "Conflict")))).is_err());
+        assert!(finalized(Err(F::ApplyFailed(Error::Kube(api(404, "NotFound"))))).is_err());
+        assert!(finalized(Err(F::CleanupFailed(Error::Invalid("x".into())))).is_err());
+        assert_eq!(
+            finalized(Ok(Action::await_change())).unwrap(),
+            Action::await_change()
+        );
+    }
 
     fn some(names: &[&str]) -> Vec<Option<String>> {
         names.iter().map(|n| Some(n.to_string())).collect()

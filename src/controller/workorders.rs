@@ -19,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::written::Written;
-use super::{CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, scoped, status};
+use super::{
+    CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, finalized, scoped, status,
+};
 use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus};
 use crate::queue::validate::validate_work_order_off_thread;
 use crate::queue::{Lookup, Notifications, QueueError};
@@ -134,14 +136,14 @@ fn error_policy(wo: Arc<WorkOrderResource>, error: &Error, _r: Arc<Reconciler>) 
 async fn reconcile(wo: Arc<WorkOrderResource>, r: Arc<Reconciler>) -> Result<Action, Error> {
     let ns = wo.namespace().unwrap_or_default();
     let api: Api<WorkOrderResource> = r.ctx.api(&ns);
-    finalizer(&api, CANCEL_FINALIZER, wo, |event| async {
+    let result = finalizer(&api, CANCEL_FINALIZER, wo, |event| async {
         match event {
             Event::Apply(wo) => apply(wo, &r).await,
             Event::Cleanup(wo) => cleanup(wo, &r).await,
         }
     })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .await;
+    finalized(result)
 }
 
 fn uid_of(wo: &WorkOrderResource) -> Result<Uuid, Error> {
