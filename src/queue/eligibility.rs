@@ -10,14 +10,22 @@
 //! `sql/claim_next.sql` and `sql/claim_next_capped.sql` (a statement is one literal, so it
 //! cannot import it);
 //! `tests::every_statement_repeats_the_rules_verbatim` fails when a copy drifts, and the property
-//! test `eligibility_agreement` (tests/eligibility.rs) runs generated agents and orders through
+//! test `eligibility_agreement` (`queue::eligibility_agreement`, run with feature `testing`: it
+//! needs PostgreSQL) runs generated agents and orders through
 //! the pending list, claim by id, claim-next and the wake filter against PostgreSQL and fails
 //! when any two disagree. Claim by id and the wake filter use the Rust side.
 //!
 //! **Claim liveness** (DESIGN.md §2): a claim holds while its deadline
 //! (`claimed_at + claim_timeout_seconds`) and its lease, if any, lie in the future.
 //! [`claim_is_live`] and [`LIVE_CLAIM_SQL`] (`sql/live_claim.sql`, over a claim row `c`); the
-//! heartbeat, both completes and (negated) the reaper repeat the SQL, checked the same way.
+//! heartbeat, both completes and (negated) the reaper repeat the SQL, checked verbatim the same
+//! way, and the property test `claim_liveness_agreement` (same module, same feature) runs both
+//! sides over generated deadlines and leases around PostgreSQL's `now()`.
+//!
+//! Rule 5's "a due retry" is also read by `sql/claim_candidate.sql` (claim by id, as `due`),
+//! `sql/promote_due_retries.sql` and `sql/oldest_claimable_age.sql` (the lag metric): all as
+//! `next_retry_after <= now()`, so a retry without a time is never due; the property test
+//! generates that state too.
 
 use std::collections::BTreeMap;
 

@@ -1,12 +1,18 @@
-//! Property test (DESIGN.md §3): for generated agents and orders, the four ways the queue decides
+//! Property tests against a real PostgreSQL (`crate::testing`).
+//!
+//! `eligibility_agreement` (DESIGN.md §3): for generated agents and orders, the four ways the queue decides
 //! eligibility agree with the rule in `queue::eligibility` and so with each other — the pending
 //! list and claim-next (the SQL side, `sql/pending_for_agent.sql`, `sql/claim_next.sql`), claim
 //! by id and the long-poll wake filter (the Rust side, the latter fed by the real
-//! `pullman_claimable` notifications). Against a real PostgreSQL (`crate::testing`).
+//! `pullman_claimable` notifications).
 //!
 //! Each case registers one agent and two batches of the same orders, under names, labels and
 //! annotation values unique to the case, so cases share one database without seeing each other.
 //! Batch 1 is claimed by id, order by order; batch 2 by claim-next until it answers nothing.
+//!
+//! `claim_liveness_agreement` (DESIGN.md §2): for generated deadlines and leases around now,
+//! [`eligibility::claim_is_live`] and `sql/live_claim.sql` (evaluated by PostgreSQL at its own
+//! `now()`) say the same of every claim.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +45,9 @@ enum State {
     Pending,
     RetryDue,
     RetryLater,
+    /// `RETRY_PENDING` without a `next_retry_after`: no statement writes it, but every path must
+    /// read it alike (not due).
+    RetryUntimed,
 }
 
 #[derive(Debug, Clone)]
@@ -98,7 +107,8 @@ fn order_case() -> impl Strategy<Value = OrderCase> {
         prop_oneof![
             3 => Just(State::Pending),
             1 => Just(State::RetryDue),
-            1 => Just(State::RetryLater)
+            1 => Just(State::RetryLater),
+            1 => Just(State::RetryUntimed)
         ],
     )
         .prop_map(
@@ -204,17 +214,18 @@ async fn check(
                 .order
                 .id;
             if o.state != State::Pending {
-                let due = if o.state == State::RetryDue {
-                    "-1"
-                } else {
-                    "1"
+                // Hours from now to the retry (NULL: none).
+                let due: Option<i32> = match o.state {
+                    State::RetryDue => Some(-1),
+                    State::RetryLater => Some(1),
+                    _ => None,
                 };
                 sqlx::query(
                     "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = 1, \
                      next_retry_after = now() + make_interval(hours => $2::int) WHERE id = $1",
                 )
                 .bind(id)
-                .bind(due.parse::<i32>().unwrap())
+                .bind(due)
                 .execute(queue.pool())
                 .await
                 .unwrap();
@@ -247,7 +258,9 @@ async fn check(
     let claimable = |o: &OrderCase| match o.state {
         State::Pending => eligibility::claimable_now(OrderStatus::Pending, true),
         State::RetryDue => eligibility::claimable_now(OrderStatus::RetryPending, true),
-        State::RetryLater => eligibility::claimable_now(OrderStatus::RetryPending, false),
+        State::RetryLater | State::RetryUntimed => {
+            eligibility::claimable_now(OrderStatus::RetryPending, false)
+        }
     };
     let narrowed = |o: &OrderCase| eligibility::narrowed_to(&agent.requested, o.work_type);
     let eligible = |(_, o): &(Uuid, &OrderCase)| visible(o) && narrowed(o) && claimable(o);
@@ -311,7 +324,7 @@ async fn check(
             }
             Err(QueueError::Conflict { code, .. }) => match code {
                 ConflictCode::BackingOff => prop_assert!(
-                    visible(o) && o.state == State::RetryLater,
+                    visible(o) && matches!(o.state, State::RetryLater | State::RetryUntimed),
                     "backing_off for {:?}",
                     o
                 ),
@@ -374,6 +387,51 @@ fn eligibility_agreement() {
     let strategy = (agent_case(), proptest::collection::vec(order_case(), 1..=5));
     let result = runner.run(&strategy, |(agent, orders)| {
         rt.block_on(check(&queue, &mut listener.borrow_mut(), agent, orders))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn claim_liveness_agreement() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _context = rt.enter();
+    let pool = rt.block_on(crate::testing::fresh_pool(1));
+    // Microseconds from now: the boundary itself (0) and either side of it, PostgreSQL's
+    // resolution, and well clear; `None` = no lease.
+    let offset = || prop_oneof![Just(0i64), Just(-1), Just(1), -5_000_000i64..5_000_000];
+    let strategy = (offset(), proptest::option::of(offset()));
+    let statement = format!(
+        "SELECT now() AS now, ({}\n) AS live FROM (SELECT now() + make_interval(secs => $1 / 1e6) \
+         AS deadline, now() + make_interval(secs => $2 / 1e6) AS lease_expires_at) AS c",
+        super::eligibility::LIVE_CLAIM_SQL
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 256,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&strategy, |(deadline, lease)| {
+        let (now, live): (chrono::DateTime<chrono::Utc>, bool) = rt.block_on(
+            sqlx::query_as(&statement)
+                .bind(deadline as f64)
+                .bind(lease.map(|l| l as f64))
+                .fetch_one(&pool),
+        )?;
+        let at = |us: i64| now + chrono::Duration::microseconds(us);
+        let rust = eligibility::claim_is_live(at(deadline), lease.map(at), now);
+        prop_assert_eq!(
+            rust,
+            live,
+            "deadline {:+} µs, lease {:?} µs",
+            deadline,
+            lease
+        );
+        Ok(())
     });
     if let Err(e) = result {
         panic!("{e}");

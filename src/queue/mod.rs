@@ -8,7 +8,8 @@
 //! Where things live:
 //! - **Statements**: every SQL statement is one file in `src/queue/sql/`, named after its
 //!   operation (`claim_next.sql`, `complete_success.sql`, `find_expired_claims.sql`, …), its
-//!   parameters listed at its head; [`sql`](self) (`sql/mod.rs`) indexes them by concern. No
+//!   parameters listed at its head; `sql/mod.rs` indexes them by concern. Claim-next is
+//!   `claim_next.sql`, and `claim_next_capped.sql` for an agent with `max_concurrency`. No
 //!   statement is assembled at run time.
 //! - **Rules**: eligibility (DESIGN.md §3) and claim liveness (§2) in [`eligibility`], Rust and
 //!   SQL side by side, with the tests that keep the copies in step; retries, the watch budget

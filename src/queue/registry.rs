@@ -1,6 +1,6 @@
 //! The agent registry (DESIGN.md §5): registration, listing with derived health, token rotation,
 //! retirement, and the storage of agent tokens (their checking and caching is `crate::auth`'s).
-//! Not to be confused with `crate::agent` (the pull loop) or `crate::api::agents` (the routes).
+//! Not to be confused with `crate::pull` (the pull loop agents run) or `crate::api::agents` (the routes).
 
 use std::collections::BTreeMap;
 
