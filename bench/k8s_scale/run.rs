@@ -254,6 +254,7 @@ pub async fn payload(k: &Client, m: usize, kib: usize) -> f64 {
     );
     drop_namespace(k, &ns).await;
     drop(serve);
+    settle(k).await;
     per(middle, after)
 }
 

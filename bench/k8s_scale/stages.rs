@@ -1,7 +1,10 @@
 //! Where an order's apply → `Succeeded` time goes, stage by stage, from the queue's own
 //! timestamps (`GET /api/v1/work-order-log`: `created_at`, `claimed_at`, `completed_at`) between the two
-//! the bench takes itself (the create answered, the watch saw `Succeeded`). serve and the bench
-//! run on one machine, so their wall clocks agree.
+//! the bench takes itself (the create answered, the watch saw `Succeeded`). The queue's are
+//! PostgreSQL's `now()`, the start of the transaction that wrote each; the embedded PostgreSQL,
+//! serve and the bench run on one machine, so their wall clocks agree. create → queued can come
+//! out slightly negative: the controller may insert the row before the bench has read its
+//! create's answer.
 
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime};

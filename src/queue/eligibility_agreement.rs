@@ -406,8 +406,8 @@ fn claim_liveness_agreement() {
     let offset = || prop_oneof![Just(0i64), Just(-1), Just(1), -5_000_000i64..5_000_000];
     let strategy = (offset(), proptest::option::of(offset()));
     let statement = format!(
-        "SELECT now() AS now, ({}\n) AS live FROM (SELECT now() + make_interval(secs => $1 / 1e6) \
-         AS deadline, now() + make_interval(secs => $2 / 1e6) AS lease_expires_at) AS c",
+        "SELECT now() AS now, ({}\n) AS live FROM (SELECT now() + $1::bigint * interval '1 microsecond' \
+         AS deadline, now() + $2::bigint * interval '1 microsecond' AS lease_expires_at) AS c",
         super::eligibility::LIVE_CLAIM_SQL
     );
     let mut runner = TestRunner::new(Config {
@@ -418,8 +418,8 @@ fn claim_liveness_agreement() {
     let result = runner.run(&strategy, |(deadline, lease)| {
         let (now, live): (chrono::DateTime<chrono::Utc>, bool) = rt.block_on(
             sqlx::query_as(&statement)
-                .bind(deadline as f64)
-                .bind(lease.map(|l| l as f64))
+                .bind(deadline)
+                .bind(lease)
                 .fetch_one(&pool),
         )?;
         let at = |us: i64| now + chrono::Duration::microseconds(us);

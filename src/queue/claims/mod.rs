@@ -320,12 +320,15 @@ impl Queue {
             return Err(if status == OrderStatus::RetryPending {
                 QueueError::conflict(
                     ConflictCode::BackingOff,
-                    format!(
-                        "work order {order_id} is backing off until {}",
-                        c.next_retry_after
-                            .map(|t| t.to_rfc3339())
-                            .unwrap_or_default()
-                    ),
+                    match c.next_retry_after {
+                        Some(t) => format!(
+                            "work order {order_id} is backing off until {}",
+                            t.to_rfc3339()
+                        ),
+                        None => {
+                            format!("work order {order_id} is waiting for a retry with no time set")
+                        }
+                    },
                 )
             } else {
                 QueueError::conflict(
