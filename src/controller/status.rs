@@ -268,7 +268,7 @@ pub fn delete_at(ttl_seconds: Option<i32>, status: &WorkOrderStatus) -> Option<T
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::queue::{LogEntry, Targeting, WorkOrder, WorkType};
 
@@ -290,7 +290,9 @@ mod tests {
         assert_eq!(read, s);
     }
 
-    fn active(status: OrderStatus) -> WorkOrder {
+    /// An active order in `status`, every time field set to now (shared with the other
+    /// controller tests).
+    pub(crate) fn active(status: OrderStatus) -> WorkOrder {
         let t = chrono::Utc::now();
         WorkOrder {
             id: uuid::Uuid::from_u128(7),

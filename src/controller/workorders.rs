@@ -477,36 +477,12 @@ async fn cleanup(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, E
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::{Targeting, WorkOrder, WorkType};
 
     fn order(status: OrderStatus, claimed_ms_ago: Option<i64>) -> Lookup {
-        let now = chrono::Utc::now();
-        Lookup::Active(Box::new(WorkOrder {
-            id: Uuid::from_u128(7),
-            work_type: WorkType::Custom,
-            yaml_content: None,
-            status,
-            max_retries: 0,
-            backoff_seconds: 60,
-            claim_timeout_seconds: 3600,
-            max_reclaims: 5,
-            tenant: None,
-            targeting: Targeting::default(),
-            retry_count: 0,
-            reclaim_count: 0,
-            last_error: None,
-            last_error_at: None,
-            next_retry_after: None,
-            claimed_by: claimed_ms_ago.map(|_| Uuid::from_u128(1)),
-            claim_id: None,
-            claimed_at: claimed_ms_ago.map(|ms| now - chrono::Duration::milliseconds(ms)),
-            lease_seconds: None,
-            lease_expires_at: None,
-            created_at: now,
-            updated_at: now,
-            rerun_of: None,
-            attempts: None,
-        }))
+        let mut o = status::tests::active(status);
+        o.claimed_at =
+            claimed_ms_ago.map(|ms| chrono::Utc::now() - chrono::Duration::milliseconds(ms));
+        Lookup::Active(Box::new(o))
     }
 
     fn phase(p: WorkOrderPhase) -> WorkOrderStatus {

@@ -358,12 +358,17 @@ async fn check(
     Ok(())
 }
 
-#[test]
-fn eligibility_agreement() {
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// The tests' own runtime: proptest's runner is synchronous, so each case blocks on it.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn eligibility_agreement() {
+    let rt = runtime();
     // The listener and pool are dropped in a Tokio context, even when a case fails.
     let _context = rt.enter();
     let (queue, listener) = rt.block_on(async {
@@ -395,10 +400,7 @@ fn eligibility_agreement() {
 
 #[test]
 fn claim_liveness_agreement() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let _context = rt.enter();
     let pool = rt.block_on(crate::testing::fresh_pool(1));
     // Microseconds from now: the boundary itself (0) and either side of it, PostgreSQL's
