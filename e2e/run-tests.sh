@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit tests, the queue and API tests against a throwaway PostgreSQL
 # (started by the tests themselves), and the Kubernetes tests against the test control plane
-# (e2e/testenv: etcd, kube-apiserver, controller-manager, scheduler, kwok), which this script
-# builds on first use (cached under ~/.cache/pullman-testenv), starts, and stops again; then the
-# Helm chart's tests (e2e/chart/test.sh) on the same control plane, in their own namespaces, and
+# (e2e/testenv: etcd, kube-apiserver, controller-manager, scheduler, kwok nodes and a real node
+# with containerd, kubelet, kube-proxy and CoreDNS), which this script builds on first use
+# (cached under ~/.cache/pullman-testenv), starts, and stops again; then the Helm chart's tests
+# (e2e/chart/test.sh) on the same control plane, in their own namespaces; then Pullman's own pods
+# on the real node (e2e/realnode/test.sh, the scenario e2e/kind/run.sh runs on kind); and
 # schemathesis against a real `pullman serve` (e2e/schemathesis/run.sh).
 #
 # Usage: e2e/run-tests.sh [extra cargo test arguments]
-# PULLMAN_SKIP_CHART_TESTS=1 skips the chart tests.
+# PULLMAN_SKIP_CHART_TESTS=1 skips the chart tests; PULLMAN_TESTENV_REAL_NODE=0 starts no real
+# node and skips what runs on it (a machine without root or containerd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +38,11 @@ cargo test --locked --all-targets --features k8s-tests "$@"
 if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
   echo "==> Helm chart tests (e2e/chart/test.sh)"
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/chart/test.sh
+fi
+
+if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
+  echo "==> Pullman in real pods on the real node: the shared scenario (e2e/realnode/test.sh)"
+  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/test.sh
 fi
 
 echo "==> schemathesis against the served OpenAPI (uses target/debug/pullman, built by cargo test)"

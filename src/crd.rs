@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt};
@@ -185,6 +186,17 @@ pub struct ExecutorDeployment {
     /// Namespace for namespaced objects that name none (default: the Executor's namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_namespace: Option<String>,
+    /// `imagePullPolicy` of the executor container (default: Kubernetes' own, `IfNotPresent`
+    /// unless the tag is `latest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^(Always|IfNotPresent|Never)$"))]
+    pub image_pull_policy: Option<String>,
+    /// Node labels the executor's pods must match, as a pod's `nodeSelector`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the executor's pods tolerate, as a pod's `tolerations`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
 }
 
 /// An agent declared with GitOps (DESIGN.md §6): the controller registers it and keeps its token

@@ -176,6 +176,18 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
             .contains(&format!("Job {}/doomed failed", t.ns)),
         "{v}"
     );
+    // After the Job's condition, the pod and container that failed, with kwok's exit code.
+    let message = v["message"].as_str().unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(t.k.clone(), &t.ns);
+    let doomed = pods
+        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=doomed"))
+        .await
+        .unwrap();
+    let pod = doomed.items[0].metadata.name.clone().unwrap();
+    assert!(
+        message.contains(&format!("pod {pod} container main exited with code 3")),
+        "{v}"
+    );
 
     let v = t.s.log_entry(&unnamed, 60).await;
     assert_eq!(v["outcome"], "failed");

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# End-to-end on kind (machines with Docker, and the GitHub Actions workflow): the README's "On
-# Kubernetes" recipe, top to bottom. Builds the image, creates a cluster, installs CloudNativePG and
-# a PostgreSQL cluster, installs Pullman with the chart (CRDs, server, an Executor with its
-# ServiceAccount and Role), runs `helm test`, applies the pi WorkOrder and waits until it is
-# Succeeded. The same flow runs without Docker in e2e/chart/test.sh against e2e/testenv.
+# End-to-end on kind (machines with Docker, and the GitHub Actions workflow): builds the image,
+# creates a cluster, installs CloudNativePG and a PostgreSQL cluster (the README's "On Kubernetes"
+# recipe), then runs the scenario of e2e/scenario/run.sh: the chart with an Executor in its values,
+# helm test, real Jobs succeeding and failing, leader takeover, the executor's pod deleted
+# mid-order, a rollout restart under load, and a worker on this machine. CI runs the same scenario
+# on the test control plane's real node (e2e/realnode/test.sh).
 #
 # Environment: CLUSTER (kind cluster name, default pullman), IMAGE (default
 # ghcr.io/pullman-dev/pullman:e2e), SKIP_BUILD=1 to use an image already built, CNPG_CHART_VERSION
@@ -35,26 +36,12 @@ spec:
 YAML
 kubectl -n pullman-system wait cluster/pullman-db --for=condition=Ready --timeout=600s
 
-# Pullman, with an Executor for the namespace `demo` allowed to run Jobs there.
-kubectl create namespace demo --dry-run=client -o yaml | kubectl apply -f -
+# Pullman and everything after it: the scenario the test control plane's real node runs in CI
+# (e2e/realnode/test.sh), here with kind's nodes, the image just loaded and Docker Hub's busybox.
 cat > /tmp/pullman-e2e-values.yaml <<YAML
 image: {repository: ${IMAGE%:*}, tag: ${IMAGE##*:}, pullPolicy: Never}
 database: {existingSecret: pullman-db-app}
-executors:
-  - name: demo
-    namespace: demo
-    labels: [demo]
-    workTypes: [custom]
-    rules:
-      - {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch, create, patch, delete, deletecollection]}
 YAML
-helm upgrade --install pullman charts/pullman -n pullman-system -f /tmp/pullman-e2e-values.yaml \
-  --wait --timeout 5m
-# The Executor kind is installed by the release above; its Executors come with the next render.
-helm upgrade pullman charts/pullman -n pullman-system -f /tmp/pullman-e2e-values.yaml --wait --timeout 5m
-helm test pullman -n pullman-system --timeout 3m
-kubectl -n demo wait executor/demo --for=condition=Ready --timeout=300s
-
-kubectl -n demo apply -f config/samples/workorder-pi-job.yaml
-kubectl -n demo wait workorder/pi --for=jsonpath='{.status.phase}'=Succeeded --timeout=600s
-kubectl -n demo get workorder pi -o jsonpath='{.status.message}{"\n"}'
+cargo build --locked --bin pullman   # the scenario's worker and CLI run on this machine
+SCENARIO_VALUES=/tmp/pullman-e2e-values.yaml SCENARIO_SERVE_URL=port-forward \
+  SCENARIO_FIGURES="${SCENARIO_FIGURES:-}" e2e/scenario/run.sh

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the test control plane binaries (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kwok; optionally helm) from Go
-# modules into a cache directory keyed by version. Only the first build pays;
-# later calls reuse it.
+# kube-controller-manager, kube-scheduler, kwok; the real node's kubelet,
+# kube-proxy and CoreDNS; optionally helm) from Go modules into a cache
+# directory keyed by version. Only the first build pays; later calls reuse it.
 #
 # Prints the bin directory as the last line on stdout (everything else goes to
 # stderr), so callers can do:  BIN="$(e2e/testenv/build.sh | tail -n1)"
@@ -26,6 +26,8 @@ CACHE_ROOT="${PULLMAN_TESTENV_CACHE:-$HOME/.cache/pullman-testenv}"
 DEST="$CACHE_ROOT/${K8S_VERSION}-${ETCD_VERSION}-${KWOK_VERSION}"
 BIN="$DEST/bin"
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# The real node's (node.sh), stamped apart so a cache from before the real node gains them alone.
+NODE_BINARIES=(kubelet kube-proxy coredns)
 WANT_HELM="${PULLMAN_TESTENV_HELM:-0}"
 FORCE="${PULLMAN_TESTENV_FORCE:-0}"
 
@@ -36,7 +38,12 @@ complete() {
 }
 # helm counts only with its stamp: older builds lacked the Kubernetes version (see build_helm).
 helm_built() { [[ -x "$BIN/helm" && -f "$BIN/.helm-$HELM_VERSION" ]]; }
-satisfied() { complete && { [[ "$WANT_HELM" != 1 ]] || helm_built; }; }
+node_built() {
+  [[ -f "$BIN/.node-$COREDNS_VERSION" ]] || return 1
+  local b
+  for b in "${NODE_BINARIES[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
+}
+satisfied() { complete && node_built && { [[ "$WANT_HELM" != 1 ]] || helm_built; }; }
 
 if [[ "$FORCE" != 1 ]] && satisfied; then
   log "using cached binaries in $BIN"
@@ -75,14 +82,35 @@ build_helm() { # build_helm <dest-file>
   touch "$(dirname "$1")/.helm-$HELM_VERSION"
 }
 
+K8S_MINOR="${K8S_VERSION#v1.}"; K8S_MINOR="${K8S_MINOR%%.*}"
+K8S_LDFLAGS="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  K8S_LDFLAGS+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$K8S_MINOR"
+  K8S_LDFLAGS+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+
+build_node() { # build_node <dir>: kubelet and kube-proxy (same module as the API server), CoreDNS
+  log "building kubelet, kube-proxy $K8S_VERSION and coredns $COREDNS_VERSION"
+  (cd "$HERE/tools/k8s" && go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$1/" \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+  (cd "$HERE/tools/coredns" && go build -trimpath -ldflags "-s -w" -o "$1/coredns" .)
+  touch "$1/.node-$COREDNS_VERSION"
+}
+
 start=$(date +%s)
 
 if [[ "$FORCE" != 1 ]] && complete; then
-  # The control plane is cached; only helm was asked for and is missing.
-  build_helm "$BIN/.helm.tmp"
-  mv "$BIN/.helm.tmp" "$BIN/helm"
-  echo "HELM_VERSION=$HELM_VERSION" >> "$DEST/versions"
-  log "built helm in $(( $(date +%s) - start ))s into $BIN"
+  # The control plane is cached; only the real node's binaries or helm are missing.
+  if ! node_built; then
+    build_node "$BIN"
+    echo "COREDNS_VERSION=$COREDNS_VERSION" >> "$DEST/versions"
+  fi
+  if [[ "$WANT_HELM" == 1 ]] && ! helm_built; then
+    build_helm "$BIN/.helm.tmp"
+    mv "$BIN/.helm.tmp" "$BIN/helm"
+    echo "HELM_VERSION=$HELM_VERSION" >> "$DEST/versions"
+  fi
+  log "completed the cache in $(( $(date +%s) - start ))s into $BIN"
   echo "$BIN"
   exit 0
 fi
@@ -93,14 +121,8 @@ chmod 755 "$TMP"
 mkdir -p "$TMP/bin"
 
 # --- Kubernetes control plane -------------------------------------------
-K8S_MINOR="${K8S_VERSION#v1.}"; K8S_MINOR="${K8S_MINOR%%.*}"
-ld="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$K8S_MINOR"
-  ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-done
 log "building kube-apiserver, kube-controller-manager, kube-scheduler $K8S_VERSION"
-(cd "$HERE/tools/k8s" && go build -trimpath -ldflags "$ld" -o "$TMP/bin/" \
+(cd "$HERE/tools/k8s" && go build -trimpath -ldflags "$K8S_LDFLAGS" -o "$TMP/bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler)
@@ -117,6 +139,9 @@ log "building kwok $KWOK_VERSION"
   -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${K8S_VERSION#v}" \
   -o "$TMP/bin/kwok" sigs.k8s.io/kwok/cmd/kwok)
 
+# --- the real node -----------------------------------------------------------
+build_node "$TMP/bin"
+
 # --- helm (optional) -------------------------------------------------------
 if [[ "$WANT_HELM" == 1 ]]; then build_helm "$TMP/bin/helm"; fi
 
@@ -124,6 +149,7 @@ if [[ "$WANT_HELM" == 1 ]]; then build_helm "$TMP/bin/helm"; fi
   echo "K8S_VERSION=$K8S_VERSION"
   echo "ETCD_VERSION=$ETCD_VERSION"
   echo "KWOK_VERSION=$KWOK_VERSION"
+  echo "COREDNS_VERSION=$COREDNS_VERSION"
   if [[ "$WANT_HELM" == 1 ]]; then echo "HELM_VERSION=$HELM_VERSION"; fi
   echo "GO_VERSION=$(go env GOVERSION)"
 } > "$TMP/versions"

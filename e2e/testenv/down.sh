@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stop the control plane started by up.sh: SIGTERM every recorded process
-# (clients, then kube-apiserver, then etcd), SIGKILL whatever is left after a timeout, then remove
+# (clients, then the real node with its pods, containers, mounts, veths and
+# iptables chains, then kube-apiserver, then etcd), SIGKILL whatever is left after a timeout, then remove
 # the state directory. Only pids recorded in <state>/pids are signalled, and
 # only if they still run a binary from the recorded bin dir.
 #
@@ -84,6 +85,10 @@ stop_wave() {
 rc=0
 # Clients first, then the apiserver, then its storage.
 stop_wave kwok kube-scheduler kube-controller-manager || rc=1
+# The real node (node.sh) while the API server still answers: its pods go first.
+if [[ -d "$STATE/node" ]]; then
+  STATE="$STATE" "$(dirname "${BASH_SOURCE[0]}")/node.sh" down || rc=1
+fi
 stop_wave kube-apiserver || rc=1
 stop_wave etcd || rc=1
 

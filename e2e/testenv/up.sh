@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Start a real Kubernetes control plane as local processes on loopback:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
-# (simulating one fake node). Writes <state>/kubeconfig and prints
-# `export KUBECONFIG=...` as the last line on stdout.
+# (simulating one fake node), and beside it a real node (node.sh: containerd,
+# kubelet, kube-proxy, CoreDNS) whose pods run real containers. Writes
+# <state>/kubeconfig and prints `export KUBECONFIG=...` as the last line on stdout.
 #
 # Environment:
 #   PULLMAN_TESTENV_STATE     state dir (default /tmp/pullman-testenv)
@@ -10,12 +11,18 @@
 #   PULLMAN_TESTENV_BIN       use binaries from this dir instead of build.sh
 #   PULLMAN_TESTENV_NODE      fake node name (default kwok-node-0)
 #   PULLMAN_TESTENV_TIMEOUT   seconds to wait for readiness (default 120)
+#   PULLMAN_TESTENV_REAL_NODE 1 (default): start the real node too (root, Debian's containerd,
+#                             runc, containernetworking-plugins, iptables, conntrack,
+#                             busybox-static); 0: kwok nodes only
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE="${PULLMAN_TESTENV_STATE:-/tmp/pullman-testenv}"
 NODE="${PULLMAN_TESTENV_NODE:-kwok-node-0}"
 TIMEOUT="${PULLMAN_TESTENV_TIMEOUT:-120}"
+REAL_NODE="${PULLMAN_TESTENV_REAL_NODE:-1}"
+# The real node's bridge address (node.sh): its node IP, and where pods reach the API server.
+NODE_GATEWAY=10.88.0.1
 
 log() { echo "up.sh: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -29,6 +36,7 @@ alive() { # alive <name>: the recorded process is running
 }
 
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+[[ "$REAL_NODE" == 1 ]] && COMPONENTS+=(containerd kubelet kube-proxy coredns)
 
 # --- already up? ------------------------------------------------------------
 if [[ -d "$STATE" && ! -f "$STATE/.pullman-testenv" && -n "$(ls -A "$STATE")" ]]; then
@@ -54,7 +62,10 @@ if [[ -n "${PULLMAN_TESTENV_BIN:-}" ]]; then
 else
   BIN="$("$HERE/build.sh" | tail -n1)"
 fi
-for c in "${COMPONENTS[@]}"; do [[ -x "$BIN/$c" ]] || die "missing $BIN/$c"; done
+for c in "${COMPONENTS[@]}"; do [[ "$c" == containerd || -x "$BIN/$c" ]] || die "missing $BIN/$c"; done
+if [[ "$REAL_NODE" == 1 ]] && ! why="$("$HERE/node.sh" check)"; then
+  die "the real node cannot start here: ${why//$'\n'/; } (PULLMAN_TESTENV_REAL_NODE=0 starts kwok nodes only)"
+fi
 
 t0=$(date +%s.%N)
 mkdir -p "$STATE"/{pids,logs,certs}
@@ -124,7 +135,7 @@ sign() { # sign <name> <subject> <extfile-content>
 sign apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:$NODE_GATEWAY,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 sign admin "/O=system:masters/CN=pullman-admin" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
@@ -189,9 +200,17 @@ start etcd \
 # write tens of thousands of objects and revisions, which fill etcd's default 2 GiB.
 wait_for "etcd" etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 
+# With the real node, pods reach the API server (Service `kubernetes`) on the bridge address, the
+# API server reaches kubelets by their InternalIP, and pods get their ServiceAccount token from the
+# ServiceAccount admission plugin, as on any cluster. Without it, pods never run and get no token.
+if [[ "$REAL_NODE" == 1 ]]; then
+  api_net=(--advertise-address="$NODE_GATEWAY" --bind-address=0.0.0.0 --kubelet-preferred-address-types=InternalIP)
+else
+  api_net=(--advertise-address=127.0.0.1 --bind-address=127.0.0.1 --disable-admission-plugins=ServiceAccount)
+fi
 start kube-apiserver \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-  --advertise-address=127.0.0.1 --bind-address=127.0.0.1 --secure-port="$API_PORT" \
+  "${api_net[@]}" --secure-port="$API_PORT" \
   --cert-dir="$C" --tls-cert-file="$C/apiserver.crt" --tls-private-key-file="$C/apiserver.key" \
   --client-ca-file="$C/ca.crt" \
   --service-cluster-ip-range=10.0.0.0/24 \
@@ -200,7 +219,6 @@ start kube-apiserver \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$C/sa.pub" \
   --service-account-signing-key-file="$C/sa.key" \
-  --disable-admission-plugins=ServiceAccount \
   --v=1
 wait_for "kube-apiserver /readyz" kube-apiserver k get --raw /readyz
 
@@ -254,6 +272,7 @@ metadata:
     kubernetes.io/hostname: $NODE
     kubernetes.io/os: linux
     node-role.kubernetes.io/agent: ""
+    pullman.dev/node: kwok
     type: kwok
 spec: {}
 EOF
@@ -263,6 +282,9 @@ wait_for "serviceaccount default/default" kube-controller-manager k get servicea
 alive kube-scheduler || die "kube-scheduler exited (see $STATE/logs/kube-scheduler.log)"
 wait_for "node $NODE Ready" kwok k wait --for=condition=Ready "node/$NODE" --timeout=2s
 wait_for "node lease kube-node-lease/$NODE" kwok k get lease -n kube-node-lease "$NODE"
+if [[ "$REAL_NODE" == 1 ]]; then
+  STATE="$STATE" BIN="$BIN" KC="$KC" "$HERE/node.sh" up
+fi
 
 trap - EXIT
 log "control plane up in $(elapsed)s; state in $STATE, logs in $STATE/logs"

@@ -399,9 +399,12 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, 
                     // The restricted Pod Security Standard, so executors run in namespaces
                     // that enforce it (the image's user is 65532).
                     "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "nodeSelector": d.node_selector,
+                    "tolerations": d.tolerations,
                     "containers": [{
                         "name": "executor",
                         "image": d.image,
+                        "imagePullPolicy": d.image_pull_policy,
                         "args": args,
                         "volumeMounts": [{"name": "token", "mountPath": "/var/run/pullman", "readOnly": true}],
                         "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}},

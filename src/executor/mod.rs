@@ -7,16 +7,19 @@
 //!   abandoned); the executor supplies the applying and watching steps ([`KubeCarrier`]).
 //! - `apply`: server-side apply with cached discovery; `plan`: what one order applies and
 //!   then waits on; `watch`: one shared watch per kind and namespace that every order waits on;
-//!   `verdict`: what a watched object says; `cleanup`: deleting what a cancelled order created.
+//!   `verdict`: what a watched object says; `pods`: which containers of a failed Job exited with
+//!   what code; `cleanup`: deleting what a cancelled order created.
 
 mod apply;
 mod cleanup;
 mod plan;
+mod pods;
 mod verdict;
 mod watch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -39,7 +42,9 @@ budget (claim timeout minus max(10 %, 60 s)). One shared watch per kind and name
 every running order. Uses the in-cluster service account, or KUBECONFIG outside a cluster.
 While the server is unreachable it retries with backoff (0.5 s doubling to 30 s). A refused
 token (agent retired, token revoked) ends it with exit code 1. SIGTERM: stop claiming, finish
-running orders; a second signal abandons them to the reaper.";
+running orders for at most --drain-seconds; then, or at a second signal, abandon them to the
+reaper, which hands each out again when its lease ends (the Jobs it applied keep running, and the
+next executor to claim the order watches them again).";
 
 /// Run work orders in this cluster (see [`EXECUTOR_HELP`]).
 #[derive(Debug, Clone, Args)]
@@ -65,11 +70,18 @@ pub struct ExecutorArgs {
     #[arg(long, env = "PULLMAN_LEASE_SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u32).range(5..=86400))]
     pub lease_seconds: u32,
+    /// Seconds running orders get to finish after the first SIGTERM before they are abandoned to
+    /// the reaper (0-86400). Keep it below the pod's terminationGracePeriodSeconds (Kubernetes'
+    /// default is 30), so the executor exits on its own rather than by SIGKILL.
+    #[arg(long, env = "PULLMAN_DRAIN_SECONDS", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(0..=86400))]
+    pub drain_seconds: u32,
 }
 
 /// `pullman executor`.
 pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
     let shutdown = Shutdown::on_signals();
+    abandon_after_drain(&shutdown, Duration::from_secs(args.drain_seconds.into()));
     let (api, agent_id) =
         match pull::connect_as_agent(&args.server, &args.token_file, &shutdown.drain).await {
             Ok(c) => c,
@@ -96,6 +108,27 @@ pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
     pull::run(api, config, carrier, shutdown).await?;
     tracing::info!("executor stopped");
     Ok(())
+}
+
+/// Bounds the drain: a pod's SIGTERM is followed by SIGKILL after its grace period, and an order
+/// still running then would stay claimed, unreported, until its lease ends anyway. Abandoning it
+/// first lets the executor stop cleanly and says so in its log.
+fn abandon_after_drain(shutdown: &Shutdown, limit: Duration) {
+    let s = shutdown.clone();
+    tokio::spawn(async move {
+        s.drain.cancelled().await;
+        tokio::select! {
+            _ = s.abandon.cancelled() => {}
+            _ = tokio::time::sleep(limit) => {
+                tracing::warn!(
+                    drain_seconds = limit.as_secs(),
+                    "running orders did not finish within the drain time; abandoning them to the \
+                     reaper, which hands them out again when their lease ends"
+                );
+                s.abandon.cancel();
+            }
+        }
+    });
 }
 
 /// Carries orders out in a cluster: applying is [`Plan::apply`], watching is [`Plan::watch`].

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::apply::{Applied, Applier, ApplyError, apply_rank};
+use super::pods;
 use super::verdict::{ObjectVerdict, buildrun_verdict, job_verdict};
 use super::watch::{WatchEnd, Watches};
 use crate::manifest;
@@ -189,7 +190,11 @@ async fn watch_jobs(
         match watches.wait_for(job, deadline, stop, job_verdict).await {
             WatchEnd::Verdict(ObjectVerdict::Succeeded(_)) => finished.push(job.name.clone()),
             WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => {
-                return terminal(format!("{} failed: {reason}: {message}", job.display()));
+                let mut text = format!("{} failed: {reason}: {message}", job.display());
+                if let Some(pods) = pods::failed_containers(watches.client(), job).await {
+                    text.push_str(&format!(": {pods}"));
+                }
+                return terminal(text);
             }
             WatchEnd::Verdict(ObjectVerdict::Pending) => {
                 unreachable!("wait_for ends only on terminal verdicts")

@@ -76,6 +76,11 @@ impl Watches {
         }
     }
 
+    /// The client the watches use, for one-off reads beside them (a failed Job's pods).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// How many watches are open (one per kind and namespace waited on).
     pub fn open_watches(&self) -> usize {
         self.open.lock().unwrap().len()

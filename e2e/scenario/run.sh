@@ -1,0 +1,360 @@
+#!/usr/bin/env bash
+# The end-to-end scenario on a cluster whose pods really run: the chart installed as a platform
+# team installs it, then what users and operators rely on, each checked in its pods. One place for
+# the steps, run by every environment that has real nodes:
+#   - e2e/realnode/test.sh: the test control plane's real node (CI, every run);
+#   - e2e/kind/run.sh: a kind cluster (machines with Docker; the Tiltfile's `scenario` resource).
+# The caller prepares the cluster (image loaded, PostgreSQL and its Secret) and says, in the
+# environment, how this cluster differs:
+#   SCENARIO_VALUES      values file for the chart (image, database secret, placement) (required)
+#   SCENARIO_PLACEMENT   JSON merged into the pod spec of the Jobs the WorkOrders run, to put them
+#                        where containers run (default {})
+#   SCENARIO_IMAGE       image of those Jobs' containers, with sh, echo, sleep (default busybox:1.37)
+#   SCENARIO_SERVE_URL   how this machine reaches serve: `service` (its ClusterIP routes here, as
+#                        with kube-proxy on this host) or `port-forward` (default)
+#   SCENARIO_POD_CHECK   command run with "<namespace> <pod>" for every Pullman pod: the runtime
+#                        proof of its security context, where the caller can see the node (optional)
+#   SCENARIO_FIGURES     file the figures are appended to, as Markdown rows (optional)
+#   SCENARIO_NS, SCENARIO_DEMO_NS   release and executor namespaces (pullman-system, demo)
+#   HELM                 helm binary (default helm); PULLMAN_BIN: pullman for the host steps
+# Prints one line per check; on a failure, the pods' states and the last log lines of Pullman's pods,
+# then exits 1.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+: "${SCENARIO_VALUES:?SCENARIO_VALUES: a values file for the chart}"
+NS="${SCENARIO_NS:-pullman-system}"
+DEMO="${SCENARIO_DEMO_NS:-demo}"
+PLACEMENT="${SCENARIO_PLACEMENT:-{\}}"
+JOB_IMAGE="${SCENARIO_IMAGE:-busybox:1.37}"
+HELM="${HELM:-helm}"
+PULLMAN="${PULLMAN_BIN:-$ROOT/target/debug/pullman}"
+FIGURES="${SCENARIO_FIGURES:-/dev/null}"
+RELEASE=pullman
+WORK="$(mktemp -d /tmp/pullman-scenario.XXXXXX)"
+PF_PID=""
+cleanup() {
+  [[ -n "$PF_PID" ]] && kill "$PF_PID" 2>/dev/null
+  [[ -n "${PHASE_WATCH:-}" ]] && { kill "$PHASE_WATCH"; pkill -f "get workorders -n $DEMO -w"; } 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+T0=$SECONDS
+PASSED=0
+step() { echo "==> [scenario $((SECONDS - T0))s] $*"; }
+ok() { PASSED=$((PASSED + 1)); echo "    ok: $*"; }
+k() { kubectl --request-timeout=20s "$@"; }
+figure() { echo "| $1 | $2 |" >> "$FIGURES"; echo "    figure: $1 = $2"; }
+diagnose() {
+  echo "---- WorkOrders" >&2
+  k get workorders -n "$DEMO" 2>&1 | grep -v ' Succeeded ' >&2 || true
+  echo "---- pods" >&2
+  k get pods -A -o wide 2>&1 | grep -v '^kube-system' >&2 || true
+  local p
+  for p in $(k get pods -n "$NS" -o name 2>/dev/null) $(k get pods -n "$DEMO" -l app.kubernetes.io/name=pullman-executor -o name 2>/dev/null); do
+    local ns="$NS"; k get -n "$NS" "$p" >/dev/null 2>&1 || ns="$DEMO"
+    echo "---- $ns/${p#pod/}: last log lines" >&2
+    k logs -n "$ns" "$p" --all-containers --tail=15 2>&1 | sed 's/^/    /' >&2 || true
+    k logs -n "$ns" "$p" --all-containers --previous --tail=15 2>/dev/null | sed 's/^/    (previous) /' >&2 || true
+  done
+}
+fail() {
+  echo "    FAILED: $*" >&2
+  diagnose
+  echo "scenario: $PASSED passed, 1 failed"
+  exit 1
+}
+# A Pullman pod that cannot start or keeps crashing, in one line ("<ns>/<pod> <container>:
+# <reason>: <message>"): waiting on it would only end in a timeout.
+pod_trouble() {
+  k get pods -n "$NS" -o json 2>/dev/null | python3 -c '
+import json, sys
+bad = {"ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff",
+       "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+for ns_items in [json.load(sys.stdin)] + [json.loads(l) for l in sys.argv[1:] if l]:
+    for p in ns_items.get("items", []):
+        for c in p.get("status", {}).get("containerStatuses", []) + p.get("status", {}).get("initContainerStatuses", []):
+            w = c.get("state", {}).get("waiting") or {}
+            if w.get("reason") in bad:
+                print("%s/%s %s: %s: %s" % (p["metadata"]["namespace"], p["metadata"]["name"], c["name"], w["reason"], w.get("message", "")))
+                sys.exit(0)
+' "$(k get pods -n "$DEMO" -l app.kubernetes.io/name=pullman-executor -o json 2>/dev/null)"
+}
+# until_true <seconds> <what> <command...>: polls every 0.5 s; fails naming <what>, or at once
+# when a Pullman pod cannot start (pod_trouble).
+until_true() {
+  local secs="$1" what="$2" end trouble; shift 2
+  end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    (( SECONDS < end )) || fail "$what: not within ${secs}s"
+    trouble="$(pod_trouble)"
+    [[ -z "$trouble" ]] || fail "$what: $trouble"
+    sleep 0.5
+  done
+}
+now() { date +%s.%N; }
+since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.1f", a - b }'; }
+# Seconds from a pod's creation to its Ready condition (the kubelet's own timestamps).
+pod_start_to_ready() {
+  k get -n "$1" pod "$2" -o json | python3 -c '
+import json, sys, datetime
+p = json.load(sys.stdin)
+t = lambda s: datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+ready = [c for c in p["status"]["conditions"] if c["type"] == "Ready"][0]["lastTransitionTime"]
+print(int((t(ready) - t(p["metadata"]["creationTimestamp"])).total_seconds()))'
+}
+# A WorkOrder whose Job runs `script` in a real container (restartPolicy Never, backoffLimit 0).
+job_order() { # job_order <name> <script> [claimTimeoutSeconds]
+  python3 - "$1" "$2" "${3:-600}" "$PLACEMENT" "$JOB_IMAGE" <<'PY'
+import json, sys
+name, script, timeout, placement, image = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[5]
+pod = {"restartPolicy": "Never",
+       "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+       "containers": [{"name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                       "args": ["sh", "-c", script],
+                       "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                           "capabilities": {"drop": ["ALL"]}}}]}
+pod.update(placement)
+job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+       "spec": {"backoffLimit": 0, "template": {"spec": pod}}}
+print(json.dumps({"apiVersion": "pullman.dev/v1alpha1", "kind": "WorkOrder", "metadata": {"name": name},
+                  "spec": {"workType": "custom", "claimTimeoutSeconds": timeout, "maxRetries": 0,
+                           "targeting": {"labels": ["demo"]}, "yamlContent": json.dumps(job)}}))
+PY
+}
+configmap_order() { # configmap_order <name>
+  python3 - "$1" <<'PY'
+import json, sys
+cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": sys.argv[1]}, "data": {"k": "v"}}
+print(json.dumps({"apiVersion": "pullman.dev/v1alpha1", "kind": "WorkOrder", "metadata": {"name": sys.argv[1]},
+                  "spec": {"workType": "custom", "targeting": {"labels": ["demo"]}, "yamlContent": json.dumps(cm)}}))
+PY
+}
+phase() { k get -n "$DEMO" workorder "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
+has_phase() { [[ "$(phase "$1")" == "$2" ]]; }
+leader() { k get -n "$NS" lease "$RELEASE-leader" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
+serve_pods() { k get pods -n "$NS" -l app.kubernetes.io/component=server,app.kubernetes.io/instance=$RELEASE -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}'; }
+# The executor's pod that is not being deleted.
+executor_pod() { k get pods -n "$DEMO" -l pullman.dev/executor=demo -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}' | awk 'NF == 1 { print $1; exit }'; }
+pct() { # pct <p> <numbers...>: nearest-rank percentile
+  printf '%s\n' "${@:2}" | sort -n | awk -v p="$1" '{ a[NR] = $1 } END { i = int((p / 100) * NR + 0.999); if (i < 1) i = 1; print a[i] }'
+}
+# Every WorkOrder phase change in the demo namespace, as "<seconds since epoch> <name> <phase>",
+# from a watch: apply→Succeeded is measured to the moment the change is seen, not to status
+# timestamps, which are whole seconds.
+start_phase_watch() {
+  kubectl get workorders -n "$DEMO" -w -o jsonpath='{.metadata.name} {.status.phase}{"\n"}' 2>/dev/null |
+    while read -r name ph; do echo "$(now) $name $ph"; done > "$WORK/phases.log" &
+  PHASE_WATCH=$!
+}
+seen_at() { awk -v n="$1" -v p="$2" '$2 == n && $3 == p { print $1; exit }' "$WORK/phases.log"; }
+# --- 1. install ---------------------------------------------------------------------------------
+step "install the chart (restricted namespaces, 2 serve replicas, an Executor in values)"
+for n in "$NS" "$DEMO"; do
+  k create namespace "$n" --dry-run=client -o yaml | k apply -f - >/dev/null
+  k label --overwrite namespace "$n" pod-security.kubernetes.io/enforce=restricted >/dev/null
+done
+cat > "$WORK/scenario-values.yaml" <<YAML
+server:
+  replicas: 2
+executors:
+  - name: demo
+    namespace: $DEMO
+    labels: [demo]
+    workTypes: [custom]
+    maxConcurrency: 8
+    leaseSeconds: 15
+    nodeSelector: $(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1]).get("nodeSelector", {})))' "$PLACEMENT")
+    tolerations: $(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1]).get("tolerations", [])))' "$PLACEMENT")
+    rules:
+      - {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch, create, patch, delete, deletecollection]}
+      - {apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, patch, delete, deletecollection]}
+      - {apiGroups: [""], resources: [pods], verbs: [get, list]}
+YAML
+t_install=$(now)
+# Without --wait: our own wait says at once when a pod cannot start (missing image, crash loop).
+"$HELM" upgrade --install "$RELEASE" charts/pullman -n "$NS" -f "$SCENARIO_VALUES" -f "$WORK/scenario-values.yaml" \
+  >/dev/null || fail "helm install"
+serve_available() { [[ "$(k get deploy -n "$NS" "$RELEASE" -o jsonpath='{.status.availableReplicas}')" == 2 ]]; }
+until_true 300 "Deployment $NS/$RELEASE available with 2 replicas" serve_available
+# Until the Executor kind is served at render time (issue #27), its Executors come with the next render.
+k get -n "$DEMO" executor demo >/dev/null 2>&1 || "$HELM" upgrade "$RELEASE" charts/pullman -n "$NS" \
+  -f "$SCENARIO_VALUES" -f "$WORK/scenario-values.yaml" >/dev/null || fail "helm upgrade"
+ok "helm install, serve available ($(since "$t_install")s)"
+mapfile -t SERVE < <(serve_pods)
+(( ${#SERVE[@]} == 2 )) || fail "expected 2 serve pods Running, found ${#SERVE[@]}: ${SERVE[*]}"
+until_true 60 "both serve pods Ready" k wait -n "$NS" --for=condition=Ready "pod/${SERVE[0]}" "pod/${SERVE[1]}" --timeout=5s
+ok "serve: 2 replicas Running and Ready (${SERVE[*]})"
+figure "serve pod start → Ready (s)" "$(pod_start_to_ready "$NS" "${SERVE[0]}"), $(pod_start_to_ready "$NS" "${SERVE[1]}")"
+
+has_leader() { [[ -n "$(leader)" ]]; }
+until_true 60 "a serve replica holding the Lease $RELEASE-leader" has_leader
+holder="$(leader)"
+n=0; for p in "${SERVE[@]}"; do [[ "$holder" == "$p"-* ]] && n=$((n + 1)); done
+(( n == 1 )) || fail "Lease holder $holder is not exactly one of ${SERVE[*]}"
+ok "exactly one replica holds the Lease ($holder)"
+
+"$HELM" test "$RELEASE" -n "$NS" --timeout 3m >/dev/null || fail "helm test"
+ok "helm test (GET /readyz through the Service from a pod)"
+
+until_true 180 "Executor $DEMO/demo Ready" k wait -n "$DEMO" --for=condition=Ready executor/demo --timeout=5s
+EXEC="$(executor_pod)"
+[[ -n "$EXEC" ]] || fail "no executor pod"
+until_true 60 "executor pod Ready" k wait -n "$DEMO" --for=condition=Ready "pod/$EXEC" --timeout=5s
+ok "Executor demo Ready; its Deployment's pod $EXEC Running and Ready"
+figure "executor pod start → Ready (s)" "$(pod_start_to_ready "$DEMO" "$EXEC")"
+
+if [[ -n "${SCENARIO_POD_CHECK:-}" ]]; then
+  for p in "${SERVE[@]}"; do $SCENARIO_POD_CHECK "$NS" "$p" || fail "runtime check of $NS/$p"; done
+  $SCENARIO_POD_CHECK "$DEMO" "$EXEC" || fail "runtime check of $DEMO/$EXEC"
+  ok "at run time, every Pullman container runs as 65532 on a read-only root file system"
+fi
+
+# --- 2. real Jobs -------------------------------------------------------------------------------
+step "WorkOrders with real containers"
+job_order hello 'echo hello from a real container' | k apply -n "$DEMO" -f - >/dev/null
+until_true 120 "WorkOrder hello Succeeded" has_phase hello Succeeded
+[[ "$(k logs -n "$DEMO" job/hello 2>/dev/null)" == "hello from a real container" ]] || fail "Job hello's container did not print its line"
+ok "a Job's container printed its line and exited 0 → WorkOrder Succeeded"
+
+job_order seven 'echo about to fail; exit 7' | k apply -n "$DEMO" -f - >/dev/null
+until_true 120 "WorkOrder seven Failed" has_phase seven Failed
+msg="$(k get -n "$DEMO" workorder seven -o jsonpath='{.status.message}')"
+seven_pod="$(k get pods -n "$DEMO" -l batch.kubernetes.io/job-name=seven -o jsonpath='{.items[0].metadata.name}')"
+[[ "$msg" == *"pod $seven_pod container main exited with code 7"* ]] || fail "the Failed message does not name pod $seven_pod, container main and code 7: $msg"
+ok "a container exiting 7 → WorkOrder Failed: $msg"
+
+# --- 3. figures: 20 real Jobs against 20 ConfigMaps, one run --------------------------------------
+step "apply→Succeeded: 20 WorkOrders with a real Job, 20 with a ConfigMap, alternating"
+start_phase_watch
+sleep 1
+declare -A applied
+for i in $(seq -w 1 20); do
+  job_order "job-$i" 'echo run' > "$WORK/job-$i.json"
+  configmap_order "cm-$i" > "$WORK/cm-$i.json"
+done
+for i in $(seq -w 1 20); do
+  for n in "job-$i" "cm-$i"; do applied[$n]=$(now); k apply -n "$DEMO" -f "$WORK/$n.json" >/dev/null; done
+done
+all_done() { local i; for i in $(seq -w 1 20); do has_phase "job-$i" Succeeded && has_phase "cm-$i" Succeeded || return 1; done; }
+until_true 300 "all 40 WorkOrders Succeeded" all_done
+sleep 1
+{ kill "$PHASE_WATCH"; pkill -f "get workorders -n $DEMO -w"; } 2>/dev/null || true
+PHASE_WATCH=""
+jobs=(); cms=()
+for i in $(seq -w 1 20); do
+  for n in "job-$i" "cm-$i"; do
+    t="$(seen_at "$n" Succeeded)"; [[ -n "$t" ]] || fail "the watch did not see $n Succeeded"
+    d="$(awk -v a="$t" -v b="${applied[$n]}" 'BEGIN { printf "%.2f", a - b }')"
+    if [[ "$n" == job-* ]]; then jobs+=("$d"); else cms+=("$d"); fi
+  done
+done
+ok "40 WorkOrders Succeeded"
+figure "apply→Succeeded, real Job, p50 / p99 (s)" "$(pct 50 "${jobs[@]}") / $(pct 99 "${jobs[@]}")"
+figure "apply→Succeeded, ConfigMap, p50 / p99 (s)" "$(pct 50 "${cms[@]}") / $(pct 99 "${cms[@]}")"
+
+# --- 4. memory as the kubelet reports it --------------------------------------------------------
+mem() { # mem <namespace> <pod>: working set in MiB, from the kubelet's summary API
+  local node
+  node="$(k get -n "$1" pod "$2" -o jsonpath='{.spec.nodeName}')"
+  k get --raw "/api/v1/nodes/$node/proxy/stats/summary" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+for p in s.get("pods", []):
+    if p["podRef"]["namespace"] == sys.argv[1] and p["podRef"]["name"] == sys.argv[2]:
+        print("%.1f" % (sum(c.get("memory", {}).get("workingSetBytes", 0) for c in p.get("containers", [])) / 2**20))' "$1" "$2"
+}
+figure "serve memory, working set (MiB)" "$(mem "$NS" "${SERVE[0]}"), $(mem "$NS" "${SERVE[1]}")"
+figure "executor memory, working set (MiB)" "$(mem "$DEMO" "$EXEC")"
+
+# --- 5. leader takeover -------------------------------------------------------------------------
+step "delete the leader's pod: the other replica takes over; WorkOrders keep reconciling"
+old="$(leader)"; old_pod="${old%-*}"
+t_del=$(now)
+k delete pod -n "$NS" "$old_pod" --wait=false >/dev/null
+configmap_order during-takeover | k apply -n "$DEMO" -f - >/dev/null
+new_leader() { local h; h="$(leader)"; [[ -n "$h" && "$h" != "$old" ]]; }
+until_true 120 "a new Lease holder after deleting $old_pod" new_leader
+takeover="$(since "$t_del")"
+[[ "$(leader)" != "$old_pod"-* ]] || fail "the deleted pod $old_pod holds the Lease again"
+until_true 120 "WorkOrder during-takeover Succeeded" has_phase during-takeover Succeeded
+ok "$(leader) took over in ${takeover}s; a WorkOrder applied meanwhile Succeeded"
+figure "leader takeover after deleting the leader's pod (s)" "$takeover"
+
+# --- 6. the executor's pod deleted while it carries an order ------------------------------------
+step "delete the executor's pod while its order's Job runs for a minute"
+EXEC="$(executor_pod)"
+job_order long 'echo start; sleep 60; echo done' 3600 | k apply -n "$DEMO" -f - >/dev/null
+until_true 60 "WorkOrder long Claimed" has_phase long Claimed
+long_running() { [[ -n "$(k get pods -n "$DEMO" -l batch.kubernetes.io/job-name=long --field-selector=status.phase=Running -o name)" ]]; }
+until_true 60 "Job long running" long_running
+t_del=$(now)
+k delete pod -n "$DEMO" "$EXEC" --wait=false >/dev/null
+gone() { ! k get pod -n "$DEMO" "$EXEC" >/dev/null 2>&1; }
+grace="$(k get deploy -n "$DEMO" demo-executor -o jsonpath='{.spec.template.spec.terminationGracePeriodSeconds}')"
+until_true $((grace + 15)) "executor pod $EXEC gone" gone
+exited="$(since "$t_del")"
+# Reclaimed by the reaper when the abandoned claim's 15 s lease ends, then finished by the new pod
+# watching the same Job: long before the order's claim timeout of an hour.
+until_true 150 "WorkOrder long Succeeded after its executor's pod was deleted" has_phase long Succeeded
+reclaims="$(k get -n "$DEMO" workorder long -o jsonpath='{.status.reclaimCount}')"
+ok "the pod stopped in ${exited}s of a ${grace}s grace period; the order was handed out again (reclaims: ${reclaims:-0}) and Succeeded $(since "$t_del")s after the delete"
+figure "executor pod deleted mid-order: pod gone / order Succeeded (s)" "$exited / $(since "$t_del")"
+
+# --- 7. rollout restart of serve during 200 WorkOrders -------------------------------------------
+step "kubectl rollout restart of serve during a stream of 200 WorkOrders"
+admin_token="$(k get secret -n "$NS" "$RELEASE-admin-token" -o jsonpath='{.data.token}' | base64 -d)"
+for i in $(seq -w 1 200); do configmap_order "stream-$i" > "$WORK/stream-$i.json"; done
+# Applied one by one, the restart started after the first 20.
+( for i in $(seq -w 1 200); do k apply -n "$DEMO" -f "$WORK/stream-$i.json" >/dev/null || exit 1; done ) &
+STREAM=$!
+streamed_20() { (( $(k get -n "$DEMO" workorders -o name | grep -c stream-) >= 20 )); }
+until_true 60 "the first 20 streamed WorkOrders applied" streamed_20
+k rollout restart -n "$NS" deployment/"$RELEASE" >/dev/null
+wait "$STREAM" || fail "applying the stream of WorkOrders"
+k rollout status -n "$NS" deployment/"$RELEASE" --timeout=180s >/dev/null || fail "rollout restart did not finish"
+stream_done() { [[ "$(k get -n "$DEMO" workorders -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}' | grep -c '^stream-.*=Succeeded$')" == 200 ]]; }
+until_true 300 "200 streamed WorkOrders Succeeded" stream_done
+ok "200 WorkOrders Succeeded across the restart"
+serve_url() {
+  if [[ "${SCENARIO_SERVE_URL:-port-forward}" == service ]]; then
+    echo "http://$(k get svc -n "$NS" "$RELEASE" -o jsonpath='{.spec.clusterIP}'):8080"
+  else
+    if [[ -z "$PF_PID" ]]; then
+      k port-forward -n "$NS" "svc/$RELEASE" 18080:8080 >/dev/null 2>&1 & PF_PID=$!
+      until_true 30 "port-forward to serve" curl -fsS http://127.0.0.1:18080/healthz
+    fi
+    echo "http://127.0.0.1:18080"
+  fi
+}
+URL="$(serve_url)"
+ids="$(k get -n "$DEMO" workorders -o jsonpath='{range .items[*]}{.metadata.name} {.status.workOrderId}{"\n"}{end}' | awk '$1 ~ /^stream-/ { print $2 }')"
+python3 - "$URL" "$admin_token" $ids <<'PY' || fail "a streamed order was lost or completed twice"
+import json, sys, urllib.request
+url, token, ids = sys.argv[1], sys.argv[2], sys.argv[3:]
+assert len(ids) == 200, f"{len(ids)} ids"
+bad = []
+for i in ids:
+    req = urllib.request.Request(f"{url}/api/v1/work-order-log/{i}", headers={"Authorization": f"Bearer {token}"})
+    entry = json.load(urllib.request.urlopen(req, timeout=10))
+    won = [a for a in entry.get("attempts", []) if a.get("result") == "succeeded"]
+    if entry.get("outcome") != "succeeded" or len(won) != 1:
+        bad.append((i, entry.get("outcome"), len(won)))
+if bad:
+    print("not exactly once:", bad[:5], file=sys.stderr); sys.exit(1)
+PY
+ok "each of the 200 is in the log once, succeeded by exactly one attempt"
+
+# --- 8. a worker on this machine ----------------------------------------------------------------
+step "pullman worker on this machine reaches serve through its Service"
+export PULLMAN_SERVER="$URL" PULLMAN_ADMIN_TOKEN="$admin_token"
+"$PULLMAN" agents create --name "host-$RANDOM" --label host --token-out "$WORK/host.token" >/dev/null || fail "agents create through $URL"
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-host}\n' > "$WORK/order.yaml"
+wid="$("$PULLMAN" work-orders create -f "$WORK/order.yaml" --label host -o name)" || fail "work-orders create through $URL"
+"$PULLMAN" worker --server "$URL" --token-file "$WORK/host.token" --once --wait 30 --exec 'echo handled on the host' >"$WORK/worker.log" 2>&1 \
+  || { cat "$WORK/worker.log" >&2; fail "pullman worker --once exited $?"; }
+"$PULLMAN" work-orders wait "$wid" --timeout 30s >/dev/null || fail "the host worker's order did not succeed"
+ok "the host's worker completed order ${wid:0:8} through $URL"
+
+echo "scenario: $PASSED passed, 0 failed ($((SECONDS - T0))s)"

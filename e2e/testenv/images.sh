@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Images for the real node, built here and imported into its containerd (no registry, no pulls):
+#   images.sh base              localhost/pause:dev (the sandbox; tools/pause) and
+#                               localhost/busybox:dev (Debian's busybox-static, Cmd sh)
+#   images.sh pullman [BINARY]  localhost/pullman:dev: config/image/rootfs.sh on BINARY (default
+#                               target/debug/pullman), USER and ENTRYPOINT from the Dockerfile
+# Needs STATE (or PULLMAN_TESTENV_STATE) of a running testenv with a real node. Prints nothing on
+# stdout; says in one line what is missing when it cannot build or import.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+STATE="${STATE:-${PULLMAN_TESTENV_STATE:-/tmp/pullman-testenv}}"
+SOCK="$STATE/node/containerd.sock"
+log() { echo "images.sh: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+[[ -S "$SOCK" ]] || die "no containerd at $SOCK: is the test control plane up with its real node (up.sh)?"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/pullman-image.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+import() { # import <tar> <ref>
+  ctr --address "$SOCK" --namespace k8s.io images import "$1" >/dev/null \
+    || die "ctr images import of $2 failed"
+  local refs
+  refs="$(ctr --address "$SOCK" --namespace k8s.io images ls -q)"
+  grep -qx "$2" <<<"$refs" || die "$2 is not in containerd after import"
+  log "imported $2 ($(( $(stat -c %s "$1") / 1024 )) KiB)"
+}
+
+base() {
+  local pause="$WORK/pause"
+  mkdir -p "$pause"
+  (cd "$HERE/tools/pause" && CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
+    go build -trimpath -ldflags "-s -w" -o "$pause/pause" .) || die "building the pause program failed"
+  "$HERE/image.py" --tag localhost/pause:dev --rootfs "$pause" --user 65535 --entrypoint '["/pause"]' -o "$WORK/pause.tar"
+  import "$WORK/pause.tar" localhost/pause:dev
+
+  local bb="$WORK/busybox" b
+  b="$(command -v busybox)" || die "busybox is missing (apt install busybox-static)"
+  file -L "$b" 2>/dev/null | grep -q 'statically linked' || ldd "$b" 2>&1 | grep -q 'not a dynamic' \
+    || die "$b is not statically linked (apt install busybox-static)"
+  mkdir -p "$bb/bin" "$bb/tmp" "$bb/etc"
+  chmod 1777 "$bb/tmp"
+  cp -L "$b" "$bb/bin/busybox"
+  for applet in $("$b" --list); do [[ "$applet" == busybox ]] || ln -s busybox "$bb/bin/$applet"; done
+  printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' > "$bb/etc/passwd"
+  printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' > "$bb/etc/group"
+  # A Cmd, not an Entrypoint, as busybox's own image: `args: [sh, -c, ...]` must run as written.
+  "$HERE/image.py" --tag localhost/busybox:dev --rootfs "$bb" --cmd '["sh"]' -o "$WORK/busybox.tar"
+  import "$WORK/busybox.tar" localhost/busybox:dev
+}
+
+pullman() {
+  local bin="${1:-$ROOT/target/debug/pullman}"
+  [[ -x "$bin" ]] || die "no pullman binary at $bin (cargo build --bin pullman)"
+  "$ROOT/config/image/rootfs.sh" "$bin" "$WORK/pullman"
+  "$HERE/image.py" --tag localhost/pullman:dev --rootfs "$WORK/pullman" --dockerfile "$ROOT/Dockerfile" -o "$WORK/pullman.tar"
+  import "$WORK/pullman.tar" localhost/pullman:dev
+}
+
+case "${1:-}" in
+  base) base ;;
+  pullman) shift; pullman "$@" ;;
+  *) echo "usage: images.sh base | pullman [BINARY]" >&2; exit 2 ;;
+esac
