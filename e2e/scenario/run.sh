@@ -193,7 +193,9 @@ until_true 60 "a serve replica holding the Lease $RELEASE-leader" has_leader
 holder="$(leader)"
 n=0; for p in "${SERVE[@]}"; do [[ "$holder" == "$p"-* ]] && n=$((n + 1)); done
 (( n == 1 )) || fail "Lease holder $holder is not exactly one of ${SERVE[*]}"
-ok "exactly one replica holds the Lease ($holder)"
+leaders=0; for p in "${SERVE[@]}"; do k logs -n "$NS" "$p" | grep -q "became leader" && leaders=$((leaders + 1)); done
+(( leaders == 1 )) || fail "$leaders serve replicas say they became leader"
+ok "exactly one replica holds the Lease and reconciles ($holder)"
 
 "$HELM" test "$RELEASE" -n "$NS" --timeout 3m >/dev/null || fail "helm test"
 ok "helm test (GET /readyz through the Service from a pod)"
