@@ -53,3 +53,7 @@ if [[ "${PULLMAN_ST_SEED:-}" == random ]]; then
 else
   e2e/schemathesis/run.sh --seed "${PULLMAN_ST_SEED:-222431574333907669075365369244338807851}"
 fi
+
+echo "==> stopping the test control plane: nothing of it, its real node included, may be left behind"
+trap - EXIT
+e2e/testenv/down.sh

@@ -288,6 +288,7 @@ down() {
   stop_pid containerd 10
   # Shims of this containerd that outlived it (they are started with its socket address).
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $SOCK" 2>/dev/null || true
+  for (( i = 0; i < 50; i++ )); do pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" >/dev/null || break; sleep 0.1; done
   # Network namespaces of sandboxes the kubelet did not stop (their veth pairs go with them).
   # containerd names them cni-<uuid> machine-wide: one real node per machine (see the top).
   local ns
@@ -325,8 +326,25 @@ down() {
   for l in /var/log/containers/*.log; do
     [[ -L "$l" && "$(readlink "$l")" == "$N"/* ]] && rm -f "$l"
   done
+  left_behind || return 1
   rm -rf "$N"
   log "real node removed"
+}
+
+# One line for each thing the real node left on this machine; non-zero if there is any.
+left_behind() {
+  local left=() ipt
+  ip link show "$BRIDGE" >/dev/null 2>&1 && left+=("bridge $BRIDGE")
+  [[ -n "$(awk -v d="$N" 'index($2, d) == 1' /proc/mounts)" ]] && left+=("mounts under $N")
+  compgen -G "/var/run/netns/cni-*" >/dev/null && left+=("network namespaces /var/run/netns/cni-*")
+  pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" >/dev/null && left+=("containerd shims")
+  for ipt in iptables-nft iptables-legacy; do
+    command -v "$ipt" >/dev/null || continue
+    [[ -n "$($ipt-save 2>/dev/null | grep -E '^[:-].* (KUBE|CNI)-|^:(KUBE|CNI)-|pullman-testenv')" ]] && left+=("$ipt rules or chains")
+  done
+  (( ${#left[@]} == 0 )) && return 0
+  log "ERROR: left behind: ${left[*]}"
+  return 1
 }
 
 case "${1:-}" in
