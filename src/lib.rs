@@ -1,19 +1,55 @@
 //! Pullman: a pull-based work-order queue on PostgreSQL, its HTTP pull API, and the Kubernetes side
 //! (custom resources, controller, in-cluster executor).
 //!
-//! The contract every module keeps is `docs/design.md`, cited as "DESIGN.md §N" (names, states,
-//! wire shapes, status codes, rules).
-//! Modules, one concern each:
-//! - [`queue`]: the work-order queue: SQL, state transitions, eligibility and retry rules.
-//! - [`api`]: the REST API (axum) over the queue.
-//! - [`auth`]: admin and agent bearer tokens.
+//! The contract every module keeps is `docs/design.md` (the repository's copy of the design),
+//! cited in the code as "DESIGN.md §N": names, states, wire shapes, status codes, rules.
+//!
+//! # Code map
+//!
+//! One binary, `pullman`, runs as one of three kinds of process ([`cli`] parses; `main.rs` only
+//! dispatches). Modules, one concern each, by the process that runs them:
+//!
+//! **The server** (`pullman serve`, [`serve`]: database, API, maintenance, controller, shutdown)
+//! - [`queue`]: the work-order queue: every statement a file in `src/queue/sql/`, the state
+//!   transitions, and the one eligibility rule (`queue::eligibility`) every claim path shares.
+//! - [`api`]: the REST API (axum) over the queue, with its OpenAPI description.
+//! - [`auth`]: checking admin and agent bearer tokens (the queue stores only hashes).
+//! - [`controller`]: the WorkOrder and Executor reconcilers (leader-elected).
+//! - [`postgres`]: the embedded PostgreSQL used when no database URL is given.
 //! - [`telemetry`]: logging and Prometheus metrics.
-//! - [`crd`]: the `WorkOrder` and `Executor` custom resources.
-//! - [`postgres`]: the embedded PostgreSQL used when no `DATABASE_URL` is given.
-//! - [`pull`]: the pull loop of agents (claim, heartbeat, complete) and the life of one order,
-//!   shared by [`worker`] and [`executor`].
-//! - [`wire`]: the HTTP API's request, answer and error shapes, shared by server and clients.
+//! - [`memory`]: how the process hands large freed blocks back to the system.
+//!
+//! **The agents** (`pullman worker` on any host, `pullman executor` in a cluster)
+//! - [`pull`]: the pull loop both share (claim, heartbeat, complete, drain on signals) and the
+//!   life of one order as a state machine.
+//! - [`worker`]: runs a command per order.
+//! - [`executor`]: applies an order's YAML with server-side apply and watches its Jobs and
+//!   BuildRuns to a verdict.
+//! - [`manifest`]: the multi-document YAML of `yaml_content` (also checked by the server).
+//!
+//! **The CLI** (`pullman agents|work-orders|log`, `completion`)
+//! - [`admin`]: the admin commands over the REST API.
+//!
+//! **Shared**
+//! - [`wire`]: the API's request, answer and error shapes (server and clients).
+//! - [`client`]: the typed HTTP client of the API (agents and CLI).
+//! - [`crd`]: the `WorkOrder` and `Executor` custom resources (`pullman crdgen`).
+//! - [`signals`]: SIGINT/SIGTERM handling.
 //! - `testing` (feature `testing`): the set-up shared by `tests/` and `bench/`.
+//!
+//! # Where to start reading
+//!
+//! - **Claim-next**: `POST /agents/{id}/claim` is `api::claims::claim_next`, which long-polls on
+//!   `queue::Queue::claim_next`; the statement is `src/queue/sql/claim_next.sql` (and
+//!   `claim_next_capped.sql` for an agent with `max_concurrency`).
+//! - **One order's life in an agent**: `pull::order` (claimed → applying → watching → reporting,
+//!   or abandoned); the executor's applying and watching steps are `executor::Plan`.
+//! - **The WorkOrder reconcile and its status write**: `controller::workorders` (`apply`: look up
+//!   the order, queue it if unknown, compute the status, write it if it changed); the status is
+//!   computed, purely, in `controller::status`.
+//! - **Where a stale complete becomes `409`**: `queue::claims::holder` (`complete` matches only the
+//!   live claim) and `queue::refusal` (`explain_refusal` says `cancelled`, `reclaimed` or
+//!   `not_claim_holder`), turned into HTTP by `api::error`.
 
 pub mod admin;
 pub mod api;
