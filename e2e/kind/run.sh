@@ -48,10 +48,11 @@ executors:
     rules:
       - {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch, create, patch, delete, deletecollection]}
 YAML
-helm upgrade --install pullman charts/pullman -n pullman-system -f /tmp/pullman-e2e-values.yaml \
-  --wait --timeout 5m
-# The Executor kind is installed by the release above; its Executors come with the next render.
-helm upgrade pullman charts/pullman -n pullman-system -f /tmp/pullman-e2e-values.yaml --wait --timeout 5m
+# One first install, as the README's recipe: Helm creates the CRDs from the chart's crds/, then the
+# Executor with the rest. Not `upgrade --install`: on a cluster kept from an earlier run that would
+# test an upgrade instead (Helm refuses the name; `kind delete cluster --name $CLUSTER` first).
+helm install pullman charts/pullman -n pullman-system -f /tmp/pullman-e2e-values.yaml --wait --timeout 5m
+kubectl -n demo get executor/demo >/dev/null   # created by the first install, not a later upgrade
 helm test pullman -n pullman-system --timeout 3m
 kubectl -n demo wait executor/demo --for=condition=Ready --timeout=300s
 
