@@ -88,7 +88,7 @@ app.kubernetes.io/component: agent
 {{/* Checks that combinations of values make sense; fails with a message naming the value. */}}
 {{- define "pullman.validate" -}}
 {{- if hasKey .Values "crds" -}}
-{{- fail "crds.enabled and crds.keep were removed: the CRDs are in the chart's crds/ directory, which Helm installs before everything else and never deletes or upgrades (chart README, \"CRDs\"). Drop `crds` from your values; to not install the CRDs, pass --skip-crds (Argo CD: skipCrds, Flux: install.crds: Skip)" -}}
+{{- fail "crds.enabled and crds.keep were removed: the CRDs are in the chart's crds/ directory, which Helm installs before everything else and never deletes or upgrades (chart README, \"CRDs\"). Drop `crds` from your values; to not install the CRDs, pass --skip-crds (Argo CD: skipCrds, Flux: install.crds: Skip). A release installed with crds.keep=false: first `kubectl annotate crd workorders.pullman.dev executors.pullman.dev helm.sh/resource-policy=keep`, or this upgrade deletes the CRDs and every WorkOrder and Executor" -}}
 {{- end -}}
 {{- if eq .Values.mode "server" -}}
 {{- if and (not .Values.database.existingSecret) (not .Values.database.url) -}}
