@@ -446,6 +446,11 @@ remove_crds
 # anything, and says what to do (it never leaves them out silently).
 must_fail "helm install --skip-crds without the CRDs" "ensure CRDs are installed first" \
   helm install pullman-cw "$CHART" -n pullman-cw -f "$WORK/cw.yaml" --skip-crds
+# The server needs them too (its controller watches both kinds): `--controller=on`, as the chart
+# runs it, refuses to start without them and says what to do (before: it ran, reconciling nothing).
+must_fail "pullman serve --controller=on without the CRDs" "not served by the Kubernetes API; install the CRDs" \
+  timeout -s KILL 120 env -u DATABASE_URL PULLMAN_ADMIN_TOKEN=unused "$PULLMAN" serve --controller=on \
+  --listen=127.0.0.1:0 --data-dir="$WORK/no-crds-data" --leader-election-namespace=default
 helm status pullman-cw -n pullman-cw >/dev/null 2>&1 && fail "the refused install left a release"
 [[ -z "$(k -n pullman-cw get deploy,sa -l app.kubernetes.io/instance=pullman-cw -o name)" ]] \
   || fail "the refused install left objects behind"
