@@ -25,7 +25,7 @@ echo "==> building the health helper (kstatus and Argo CD Lua verdicts; cached)"
 PULLMAN_HEALTH_TOOL="$(e2e/testenv/tools/health/build.sh | tail -n1)"
 export PULLMAN_HEALTH_TOOL
 if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
-  echo "==> building the chart tests' tools: helm, actionlint, promrules (cached after the first time)"
+  echo "==> building the chart tests' tools: helm, actionlint, promrules, kube-score (cached after the first time)"
   e2e/chart/tools.sh >/dev/null
 fi
 echo "==> starting the test control plane in $PULLMAN_TESTENV_STATE"

@@ -288,6 +288,38 @@ async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
 /// Held long-polls end at once; what remains are ordinary requests of a few milliseconds.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Which of the controller's CRDs the API server does not serve, in words (`None`: both are, or
+/// discovery failed otherwise than with a 404, which the controller's own retries then meet).
+/// Discovery is open to every authenticated user, so this needs no right beyond the controller's.
+async fn crds_not_served(client: &kube::Client) -> Option<String> {
+    use crate::crd::{Executor, WorkOrderResource};
+    use kube::Resource;
+    let served: Vec<String> = match client
+        .list_api_group_resources(&Executor::api_version(&()))
+        .await
+    {
+        Ok(list) => list.resources.into_iter().map(|r| r.name).collect(),
+        // A group nobody serves is a plain-text 404 ("404 page not found"), so its reason is
+        // kube's "Failed to parse error data" and `is_not_found()` says no: ask the code.
+        Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+        Err(error) => {
+            tracing::warn!(%error, "could not list the pullman.dev resources; starting the controller anyway");
+            return None;
+        }
+    };
+    let group = Executor::group(&());
+    let missing: Vec<String> = [WorkOrderResource::plural(&()), Executor::plural(&())]
+        .into_iter()
+        .filter(|plural| !served.iter().any(|name| name == plural))
+        .map(|plural| format!("{plural}.{group}"))
+        .collect();
+    match missing.as_slice() {
+        [] => None,
+        [one] => Some(format!("CRD {one} is")),
+        several => Some(format!("CRDs {} are", several.join(" and "))),
+    }
+}
+
 /// Starts the controller with leader election when a Kubernetes API is reachable (or required).
 async fn start_controller(
     args: &ServeArgs,
@@ -330,6 +362,18 @@ async fn start_controller(
             ));
         }
     };
+    // Without the CRDs the controller's watches only fail, at debug level, and nothing says why:
+    // `on` (what the Helm chart passes) refuses to start and says what to do, so a chart installed
+    // with --skip-crds on a cluster without them fails visibly; `auto` keeps its old way.
+    if c.mode == ControllerMode::On
+        && let Some(missing) = crds_not_served(&client).await
+    {
+        return Err(anyhow::anyhow!(
+            "--controller on: the {missing} not served by the Kubernetes API; install the CRDs \
+             (kubectl apply --server-side -f crds/pullman.dev.yaml, or the Helm chart without \
+             --skip-crds) and start again"
+        ));
+    }
     let lease_namespace = c.leader_election_namespace.clone().unwrap_or_else(|| {
         std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
             .map(|s| s.trim().to_string())

@@ -3,14 +3,19 @@
 # kube-apiserver with RBAC and Pod Security admission, kwok playing the kubelet):
 #   1. static: CRD copy identical to crds/, helm lint --strict, the schema refusing typos and wrong
 #      types, value combinations refused with a message, PrometheusRule expressions parsed
-#      (promrules), workflows checked (actionlint);
-#   2. every documented mode rendered and accepted by the API server (--dry-run=server);
+#      (promrules), workflows checked (actionlint), kube-score on every documented mode with
+#      each finding either gone or listed in the chart README;
+#   2. every documented mode rendered and accepted by the API server (--dry-run=server), with
+#      and without networkPolicy; anti-affinity, resources and NetworkPolicy rules as rendered;
 #   3. helm install --wait into namespaces enforcing the `restricted` Pod Security Standard,
-#      cluster-wide and namespaced; helm test; helm upgrade keeping the admin and agent tokens;
+#      cluster-wide (a first install on a cluster without the CRDs: Executors exist at once) and
+#      namespaced; helm test; helm upgrade keeping the admin and agent tokens;
 #   4. RBAC for real: `pullman serve` and `pullman executor` run on this machine with the tokens of
 #      the chart's ServiceAccounts and take the pi Job WorkOrder to Succeeded and an Executor with
 #      `deployment` to Ready; any 403 in their logs fails the test; the agent-only mode likewise;
-#   5. uninstall as the chart README documents it.
+#   5. uninstall as the chart README documents it;
+#   6. Helm 4: a first install with executors, each Executor Ready with the server running as the
+#      chart's ServiceAccount.
 #
 # Needs KUBECONFIG pointing at the test control plane (e2e/run-tests.sh starts it) and the pullman
 # binary (PULLMAN_BIN, default target/debug/pullman). Usage: e2e/chart/test.sh
@@ -79,8 +84,8 @@ restricted_ns() { # restricted_ns <name> [level]: a namespace whose pods must pa
 
 # ---------------------------------------------------------------------------------------------
 step "static checks"
-cmp -s crds/pullman.dev.yaml "$CHART/files/crds/pullman.dev.yaml" \
-  || fail "$CHART/files/crds/pullman.dev.yaml differs from crds/pullman.dev.yaml: cp crds/pullman.dev.yaml $CHART/files/crds/"
+cmp -s crds/pullman.dev.yaml "$CHART/crds/pullman.dev.yaml" \
+  || fail "$CHART/crds/pullman.dev.yaml differs from crds/pullman.dev.yaml: cp crds/pullman.dev.yaml $CHART/crds/"
 ok "chart CRDs byte-identical to crds/"
 python3 e2e/chart/values-table.py "$CHART/values.yaml" > "$WORK/values-table.md" || fail "values.yaml: undocumented values"
 sed -n '/^<!-- values-table:/,/^<!-- end values-table -->/p' "$CHART/README.md" | sed '1d;$d' > "$WORK/readme-table.md"
@@ -124,6 +129,9 @@ must_fail "agent mode without a server URL" "agent.serverUrl" helm template t "$
 must_fail "an executor without rules" "executors\[demo\]" helm template t "$CHART" $DB --set 'executors[0].name=demo'
 must_fail "an executor outside watchNamespaces" "not in watchNamespaces" helm template t "$CHART" $DB \
   --set 'watchNamespaces={team-a}' --set 'executors[0].name=demo' --set 'executors[0].rules[0].verbs={get}'
+must_fail "the removed crds.enabled" "--skip-crds" helm template t "$CHART" $DB --set crds.enabled=false
+must_fail "an unknown anti-affinity" "podAntiAffinity" helm template t "$CHART" $DB --set server.podAntiAffinity=sometimes
+must_fail "a networkPolicy typo" "ingresFrom" helm template t "$CHART" $DB --set networkPolicy.ingresFrom=x
 }
 # A typo must stop `helm install` itself, before anything reaches the cluster.
 must_fail "helm install with a typo" "replica" helm install typo "$CHART" $DB --set server.replica=3 -n default --dry-run=server
@@ -152,14 +160,17 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 step "every mode rendered and accepted by the API server (--dry-run=server)"
-# The CRDs may already exist (applied with kubectl by earlier tests, as by a user moving from
-# `kubectl apply -f crds/`): apply them, then mark them for adoption by the release that owns them.
-k apply --server-side --force-conflicts -f crds/pullman.dev.yaml >/dev/null
-k wait --for=condition=Established crd/workorders.pullman.dev crd/executors.pullman.dev --timeout=60s >/dev/null
-for crd in workorders.pullman.dev executors.pullman.dev; do
-  k label --overwrite crd "$crd" app.kubernetes.io/managed-by=Helm >/dev/null
-  k annotate --overwrite crd "$crd" meta.helm.sh/release-name=pullman-cw meta.helm.sh/release-namespace=pullman-cw >/dev/null
+# kwok's nodes report no ephemeral-storage, which every kubelet does; without it the scheduler
+# leaves pods that request some (the chart's, by default) Pending. Real nodes are left alone.
+for node in $(k get nodes -o jsonpath='{range .items[?(@.metadata.annotations.kwok\.x-k8s\.io/node=="fake")]}{.metadata.name}{" "}{end}'); do
+  [[ -n "$(k get node "$node" -o jsonpath='{.status.allocatable.ephemeral-storage}')" ]] && continue
+  k patch node "$node" --subresource=status --type=merge \
+    -p '{"status":{"capacity":{"ephemeral-storage":"100Gi"},"allocatable":{"ephemeral-storage":"100Gi"}}}' >/dev/null
 done
+# `helm template` leaves crds/ out, so the Executors in a dry run need the CRDs in the cluster
+# (earlier tests may have applied them already). The installs below start without them.
+k apply --server-side --force-conflicts -f "$CHART/crds/pullman.dev.yaml" >/dev/null
+k wait --for=condition=Established crd/workorders.pullman.dev crd/executors.pullman.dev --timeout=60s >/dev/null
 # Prometheus Operator and Grafana are not part of the test control plane: minimal CRDs for the
 # monitoring kinds (schema-less), so the objects still go through the API server.
 k apply -f e2e/chart/monitoring-crds.yaml >/dev/null
@@ -175,6 +186,7 @@ restricted_ns team-ns baseline
 cat > "$WORK/cw.yaml" <<'YAML'
 database: {url: "postgres://pullman:secret@db.example:5432/pullman"}
 server: {replicas: 2}
+networkPolicy: {enabled: true}
 executors:
   - name: demo
     namespace: team-cw
@@ -184,10 +196,14 @@ executors:
     leaseSeconds: 60
     rules:
       - {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch, create, patch, delete, deletecollection]}
+  - name: reports
+    namespace: team-cw
+    labels: [reports]
+    rules:
+      - {apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, patch, delete]}
 YAML
 cat > "$WORK/ns.yaml" <<'YAML'
 database: {existingSecret: pullman-app}
-crds: {enabled: false}
 watchNamespaces: [team-ns, pullman-ns]
 server: {replicas: 1}
 executors:
@@ -199,7 +215,7 @@ executors:
 YAML
 dry_run() { # dry_run <what> <release> <namespace> <helm template args...>
   local what="$1" rel="$2" ns="$3"; shift 3
-  helm template "$rel" "$CHART" -n "$ns" --api-versions pullman.dev/v1alpha1/Executor "$@" > "$WORK/$rel.rendered.yaml"
+  helm template "$rel" "$CHART" -n "$ns" "$@" > "$WORK/$rel.rendered.yaml"
   k apply --dry-run=server -f "$WORK/$rel.rendered.yaml" > "$WORK/$rel.dry-run.log" 2>&1 \
     || { cat "$WORK/$rel.dry-run.log"; fail "$what: the API server refused a rendered object"; }
   # The namespaces warn on `restricted`: the API server judges every pod template it is sent.
@@ -212,22 +228,113 @@ dry_run() { # dry_run <what> <release> <namespace> <helm template args...>
 dry_run "cluster-wide" pullman-cw pullman-cw -f "$WORK/cw.yaml"
 dry_run "namespaced" pullman-ns pullman-ns -f "$WORK/ns.yaml"
 dry_run "agent-only" pullman-agent pullman-agent -f "$WORK/agent.yaml"
-dry_run "monitoring on" pullman-mon pullman-mon -f "$WORK/monitoring.yaml" --set crds.enabled=false
+dry_run "monitoring on" pullman-mon pullman-mon -f "$WORK/monitoring.yaml"
+dry_run "namespaced, networkPolicy" pullman-ns-np pullman-ns -f "$WORK/ns.yaml" --set networkPolicy.enabled=true \
+  --set 'networkPolicy.database.to[0].podSelector.matchLabels.cnpg\.io/cluster=pullman-db' \
+  --set 'networkPolicy.apiServer.to[0].ipBlock.cidr=10.0.0.1/32'
+dry_run "agent-only, networkPolicy" pullman-agent-np pullman-agent -f "$WORK/agent.yaml" --set networkPolicy.enabled=true
 # The same check can fail: a pod template weakened by values is reported by the API server.
-helm template weak "$CHART" -n pullman-mon -f "$WORK/monitoring.yaml" --set crds.enabled=false \
+helm template weak "$CHART" -n pullman-mon -f "$WORK/monitoring.yaml" \
   --set server.securityContext.allowPrivilegeEscalation=true --show-only templates/deployment.yaml \
   | k apply --dry-run=server -f - > "$WORK/weak.log" 2>&1
 grep -q 'would violate PodSecurity "restricted' "$WORK/weak.log" \
   || fail "a pod template allowing privilege escalation was not reported as violating restricted"
 ok "a weakened pod template is reported as violating restricted (the check above can fail)"
-# Executors are rendered only when their kind is served (first install: see the chart README).
-n_without="$(helm template pullman-cw "$CHART" -n pullman-cw -f "$WORK/cw.yaml" | grep -c '^kind: Executor$' || true)"
-[[ "$n_without" == 0 && "$(grep -c '^kind: Executor$' "$WORK/pullman-cw.rendered.yaml")" == 1 ]] \
-  || fail "Executors rendered without their kind being served (or not rendered with it)"
-ok "Executors rendered only when pullman.dev/v1alpha1/Executor is served"
+# ... and so can the NetworkPolicy check: the API server judges the rules it is sent.
+helm template weak "$CHART" -n pullman-mon -f "$WORK/monitoring.yaml" --set networkPolicy.enabled=true \
+  --set 'networkPolicy.apiServer.to[0].ipBlock.cidr=10.0.0.1/99' --show-only templates/networkpolicy.yaml \
+  | k apply --dry-run=server -f - > "$WORK/weak-np.log" 2>&1 && fail "the API server accepted a NetworkPolicy with a bad CIDR"
+grep -q 'cidr' "$WORK/weak-np.log" || { cat "$WORK/weak-np.log"; fail "a bad NetworkPolicy was refused for another reason"; }
+ok "a NetworkPolicy with a bad CIDR is refused by the API server (the dry runs above can fail)"
+# Executors are rendered as they are, with no .Capabilities question: what `helm template`
+# (Argo CD, Flux post-rendering, Tilt) renders is what `helm install` installs.
+[[ "$(grep -c '^kind: Executor$' "$WORK/pullman-cw.rendered.yaml")" == 2 ]] \
+  || fail "helm template did not render both Executors of cw.yaml"
+ok "both Executors rendered by a plain helm template"
+python3 - "$WORK" <<'PY' || fail "rendered NetworkPolicies, anti-affinity or resources are not what values.yaml says"
+import sys, yaml
+work = sys.argv[1]
+def docs(rel):
+    return [d for d in yaml.safe_load_all(open(f"{work}/{rel}.rendered.yaml")) if d]
+def one(rel, kind, name=None):
+    found = [d for d in docs(rel) if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, (rel, kind, name, len(found))
+    return found[0]
+# cluster-wide: 2 replicas -> soft anti-affinity over the server pods; no CPU limit; ephemeral storage.
+pod = one("pullman-cw", "Deployment")["spec"]["template"]["spec"]
+term = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+assert term["topologyKey"] == "kubernetes.io/hostname", term
+assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "server", term
+res = pod["containers"][0]["resources"]
+assert "cpu" not in res["limits"] and res["limits"]["ephemeral-storage"] == "256Mi" and res["requests"]["ephemeral-storage"] == "32Mi", res
+# Its NetworkPolicy: ingress on the API port from the release namespace and team-cw (an executor's);
+# egress to DNS, PostgreSQL and the API server only.
+np = one("pullman-cw", "NetworkPolicy", "pullman-cw")["spec"]
+assert np["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "server", np
+assert np["policyTypes"] == ["Ingress", "Egress"], np
+[ing] = np["ingress"]
+assert ing["ports"] == [{"port": "http", "protocol": "TCP"}], ing
+assert ing["from"] == [{"podSelector": {}}, {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-cw"}}}], ing
+ports = [[p["port"] for p in r["ports"]] for r in np["egress"]]
+assert ports == [[53, 53], [5432], [443, 6443]], ports
+assert all("to" not in r for r in np["egress"]), np["egress"]
+# namespaced, narrowed: 1 replica -> no anti-affinity; the given peers are used as they are.
+pod = one("pullman-ns", "Deployment")["spec"]["template"]["spec"]
+assert "affinity" not in pod, pod.get("affinity")
+egress = one("pullman-ns-np", "NetworkPolicy", "pullman-ns-np")["spec"]["egress"]
+assert egress[1]["to"] == [{"podSelector": {"matchLabels": {"cnpg.io/cluster": "pullman-db"}}}], egress
+assert egress[2]["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}], egress
+# agent: no ingress at all; egress to the central server's port (http://pullman.example:8080).
+np = one("pullman-agent-np", "NetworkPolicy", "pullman-agent-np-agent")["spec"]
+assert np["ingress"] == [] and np["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "agent", np
+assert [[p["port"] for p in r["ports"]] for r in np["egress"]] == [[53, 53], [8080], [443, 6443]], np["egress"]
+assert [d["metadata"]["name"] for d in docs("pullman-agent-np") if d["kind"] == "NetworkPolicy"] == ["pullman-agent-np-agent"]
+# The `helm test` pod's own policy: out only to DNS and the server pods' API port.
+np = one("pullman-cw", "NetworkPolicy", "pullman-cw-test")["spec"]
+job = one("pullman-cw", "Job")["spec"]["template"]["metadata"]["labels"]
+assert np["podSelector"]["matchLabels"] == job and np["ingress"] == [], (np, job)
+assert np["egress"][1] == {"ports": [{"port": "http", "protocol": "TCP"}], "to": [{"podSelector": {"matchLabels": {
+    "app.kubernetes.io/name": "pullman", "app.kubernetes.io/instance": "pullman-cw", "app.kubernetes.io/component": "server"}}}]}, np
+PY
+ok "rendered: soft anti-affinity only with 2+ replicas, no CPU limit, ephemeral storage, NetworkPolicy rules"
+# The overrides: hard, none, a CPU limit, and an anti-affinity of one's own winning.
+# shellcheck disable=SC2086
+render_pod() { helm template t "$CHART" $DB --show-only templates/deployment.yaml "$@" \
+  | python3 -c 'import sys, yaml, json; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "Deployment"][0]["spec"]["template"]["spec"]))'; }
+render_pod --set server.podAntiAffinity=hard | jsonf 'd["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"]' | grep -qx kubernetes.io/hostname \
+  || fail "podAntiAffinity=hard does not render a required term"
+[[ "$(render_pod --set server.podAntiAffinity=none | jsonf '"affinity" in d')" == False ]] || fail "podAntiAffinity=none still renders an affinity"
+[[ "$(render_pod --set 'server.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=7' \
+  --set 'server.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.topologyKey=zone' \
+  | jsonf 'd["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"]')" == 7 ]] \
+  || fail "server.affinity.podAntiAffinity does not replace the default"
+[[ "$(render_pod --set server.resources.limits.cpu=500m | jsonf 'd["containers"][0]["resources"]["limits"]["cpu"]')" == 500m ]] \
+  || fail "server.resources.limits.cpu is not rendered"
+ok "overrides: podAntiAffinity hard/none, server.affinity's own podAntiAffinity, a CPU limit"
 grep -q "kind: ClusterRole$" "$WORK/pullman-ns.rendered.yaml" && fail "namespaced mode renders a ClusterRole"
 grep -q -- "--watch-namespace=team-ns,pullman-ns" "$WORK/pullman-ns.rendered.yaml" || fail "namespaced mode does not pass --watch-namespace"
 ok "namespaced mode: Roles only, --watch-namespace passed"
+
+step "kube-score on every documented mode (each finding fixed or listed in the chart README)"
+kube_score() { # kube_score <release>: kube-score's JSON for what the dry runs above sent
+  "$BIN/kube-score" score -o json --kubernetes-version v1.27 "$WORK/$1.rendered.yaml" > "$WORK/$1.kube-score.json" || true
+  python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))' "$WORK/$1.kube-score.json" \
+    || fail "kube-score produced no report for $1"
+}
+for rel in pullman-cw pullman-ns pullman-agent pullman-mon; do kube_score "$rel"; done
+python3 e2e/chart/kube-score.py "$CHART/README.md" cluster-wide="$WORK/pullman-cw.kube-score.json" pullman-cw \
+  namespaced="$WORK/pullman-ns.kube-score.json" pullman-ns agent-only="$WORK/pullman-agent.kube-score.json" pullman-agent \
+  monitoring="$WORK/pullman-mon.kube-score.json" pullman-mon > "$WORK/kube-score.log" \
+  || { cat "$WORK/kube-score.log"; fail "kube-score: findings differ from the chart README's table"; }
+ok "$(tail -n1 "$WORK/kube-score.log")"
+# The comparison can fail: without the anti-affinity, 2 replicas are a finding the README lacks.
+helm template pullman-cw "$CHART" -n pullman-cw -f "$WORK/cw.yaml" --set server.podAntiAffinity=none > "$WORK/pullman-cw-noaa.rendered.yaml"
+kube_score pullman-cw-noaa
+if python3 e2e/chart/kube-score.py "$CHART/README.md" cluster-wide="$WORK/pullman-cw-noaa.kube-score.json" pullman-cw \
+  > "$WORK/kube-score-noaa.log" 2>&1; then fail "kube-score: a chart without anti-affinity passed the comparison"; fi
+grep -q "deployment-has-host-podantiaffinity" "$WORK/kube-score-noaa.log" \
+  || { cat "$WORK/kube-score-noaa.log"; fail "kube-score: the missing anti-affinity was not the finding reported"; }
+ok "kube-score: a chart without the anti-affinity fails the comparison (deployment-has-host-podantiaffinity)"
 
 # ---------------------------------------------------------------------------------------------
 # Runs `pullman serve` locally as the chart's server ServiceAccount would run it.
@@ -308,6 +415,23 @@ pi_to_succeeded() { # pi_to_succeeded <namespace>
   ok "$1: pi WorkOrder Succeeded ($(k -n "$1" get workorder pi -o jsonpath='{.status.message}'))"
 }
 
+# A cluster without Pullman's CRDs, as before a first install. Custom resources left by earlier
+# tests (kept Executors) lose their finalizers first: no controller runs to remove them, and a
+# CRD is not deleted while any of its objects is.
+remove_crds() {
+  local kind
+  for kind in workorders.pullman.dev executors.pullman.dev; do
+    k get crd "$kind" >/dev/null 2>&1 || continue
+    k get "$kind" -A -o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.name}{"\n"}{end}' \
+      | while read -r ns name; do
+          [[ -n "$name" ]] && k -n "$ns" patch "$kind" "$name" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null
+        done
+  done
+  k delete crd workorders.pullman.dev executors.pullman.dev --ignore-not-found --wait --timeout=60s >/dev/null \
+    || fail "the CRDs could not be removed before a first install"
+  ! k get crd executors.pullman.dev >/dev/null 2>&1 || fail "executors.pullman.dev still exists"
+}
+
 executor_ready() { # executor_ready <namespace> <name>
   k -n "$1" wait "executor/$2" --for=condition=Ready --timeout=90s >/dev/null \
     || { k -n "$1" get executor "$2" -o yaml | tail -n 30; fail "$1/$2: Executor not Ready"; }
@@ -316,11 +440,31 @@ executor_ready() { # executor_ready <namespace> <name>
 }
 
 # ---------------------------------------------------------------------------------------------
-step "cluster-wide: helm install --wait into a restricted namespace"
+step "cluster-wide: a first helm install --wait, on a cluster without the CRDs, into a restricted namespace"
+remove_crds
+# Without the CRDs the Executors cannot be created: Helm refuses the release before creating
+# anything, and says what to do (it never leaves them out silently).
+must_fail "helm install --skip-crds without the CRDs" "ensure CRDs are installed first" \
+  helm install pullman-cw "$CHART" -n pullman-cw -f "$WORK/cw.yaml" --skip-crds
+# The server needs them too (its controller watches both kinds): `--controller=on`, as the chart
+# runs it, refuses to start without them and says what to do (before: it ran, reconciling nothing).
+must_fail "pullman serve --controller=on without the CRDs" "not served by the Kubernetes API; install the CRDs" \
+  timeout -s KILL 120 env -u DATABASE_URL PULLMAN_ADMIN_TOKEN=unused "$PULLMAN" serve --controller=on \
+  --listen=127.0.0.1:0 --data-dir="$WORK/no-crds-data" --leader-election-namespace=default
+helm status pullman-cw -n pullman-cw >/dev/null 2>&1 && fail "the refused install left a release"
+[[ -z "$(k -n pullman-cw get deploy,sa -l app.kubernetes.io/instance=pullman-cw -o name)" ]] \
+  || fail "the refused install left objects behind"
+ok "the refused install left no release and no objects"
 t=$SECONDS
 helm install pullman-cw "$CHART" -n pullman-cw -f "$WORK/cw.yaml" --wait --timeout 3m > "$WORK/install-cw.log" \
   || fail "helm install pullman-cw"
 ok "helm install --wait (cluster-wide) in $((SECONDS - t))s"
+# Right after the first install, before any controller ran: the CRDs from crds/ and both Executors.
+k get crd workorders.pullman.dev executors.pullman.dev >/dev/null || fail "the first install did not create the CRDs"
+[[ "$(k get executors -A -l app.kubernetes.io/instance=pullman-cw -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {end}')" == "team-cw/demo team-cw/reports " ]] \
+  || fail "the first install did not create both Executors"
+grep -q "NetworkPolicy" <(helm get manifest pullman-cw -n pullman-cw) || fail "the release has no NetworkPolicy"
+ok "the first install created the CRDs, both Executors and the NetworkPolicy"
 [[ "$(k -n pullman-cw get pods -l app.kubernetes.io/component=server -o jsonpath='{.items[*].status.phase}')" == "Running Running" ]] \
   || fail "the server pods were not admitted and running under enforce=restricted"
 ok "2 server pods admitted under pod-security enforce=restricted"
@@ -330,6 +474,7 @@ ok "helm test"
 step "cluster-wide: RBAC for real"
 start_serve pullman-cw pullman-cw
 executor_ready team-cw demo
+executor_ready team-cw reports
 k -n team-cw get secret demo-agent-token -o jsonpath='{.data.token}' | base64 -d > "$WORK/cw-agent.token"
 start_executor cw-demo team-cw demo-executor "$WORK/cw-agent.token" team-cw
 pi_to_succeeded team-cw
@@ -396,7 +541,7 @@ step "cluster-wide: helm uninstall with the controller gone"
 stop_pids "$SERVE_PID" "$EXECUTOR_PID"
 helm uninstall pullman-agent -n pullman-agent --wait --timeout 2m >/dev/null || fail "helm uninstall pullman-agent"
 helm uninstall pullman-cw -n pullman-cw --wait --timeout 2m >/dev/null || fail "helm uninstall pullman-cw"
-k get crd workorders.pullman.dev executors.pullman.dev >/dev/null || fail "uninstall removed the CRDs (crds.keep)"
+k get crd workorders.pullman.dev executors.pullman.dev >/dev/null || fail "uninstall removed the CRDs (Helm keeps crds/)"
 [[ -z "$(k -n team-cw get executor demo -o jsonpath='{.metadata.deletionTimestamp}')" ]] \
   || fail "uninstall deleted the Executor while its controller is gone"
 ok "uninstall kept the CRDs and the Executor (nothing left waiting on a finalizer)"
@@ -436,26 +581,58 @@ k delete namespace team-ns pullman-ns --wait --timeout=60s >/dev/null || fail "n
 ok "WorkOrders/Executors deleted first, then uninstall: namespaces deleted"
 
 # ---------------------------------------------------------------------------------------------
-step "Helm 4: lint, install --wait (server-side apply, kstatus wait), test, upgrade, uninstall"
+step "Helm 4: lint, a first install with executors (server-side apply, kstatus wait), test, upgrade, uninstall"
 H4="$BIN/helm4"
 "$H4" version --short
 # shellcheck disable=SC2086
 "$H4" lint --strict "$CHART" $DB >"$WORK/lint4.log" 2>&1 || { cat "$WORK/lint4.log"; fail "helm 4 lint --strict"; }
 must_fail "helm 4 install with a typo" "replica" "$H4" install typo "$CHART" $DB --set server.replica=3 -n default --dry-run=server
 restricted_ns pullman-h4
-# shellcheck disable=SC2086
-"$H4" install pullman-h4 "$CHART" -n pullman-h4 $DB --set crds.enabled=false --set 'watchNamespaces={pullman-h4}' \
-  --wait --timeout 3m > "$WORK/install-h4.log" || fail "helm 4 install"
+restricted_ns team-h4 baseline
+cat > "$WORK/h4.yaml" <<'YAML'
+database: {url: "postgres://pullman:secret@db.example:5432/pullman"}
+watchNamespaces: [pullman-h4, team-h4]
+server: {replicas: 2}
+executors:
+  - name: build
+    labels: [build]
+    rules:
+      - {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch, create, patch, delete, deletecollection]}
+  - name: demo
+    namespace: team-h4
+    labels: [demo]
+    rules:
+      - {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch, create, patch, delete, deletecollection]}
+YAML
+remove_crds
+must_fail "helm 4 install --skip-crds without the CRDs" "ensure CRDs are installed first" \
+  "$H4" install pullman-h4 "$CHART" -n pullman-h4 -f "$WORK/h4.yaml" --skip-crds
+"$H4" install pullman-h4 "$CHART" -n pullman-h4 -f "$WORK/h4.yaml" --wait --timeout 3m > "$WORK/install-h4.log" \
+  || fail "helm 4 install"
+[[ "$(k get executors -A -l app.kubernetes.io/instance=pullman-h4 -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name} {end}')" == "pullman-h4/build team-h4/demo " ]] \
+  || fail "the first helm 4 install did not create both Executors"
+ok "helm 4: the first install created the CRDs and both Executors"
 "$H4" test pullman-h4 -n pullman-h4 --timeout 2m > /dev/null || fail "helm 4 test"
+start_serve pullman-h4 pullman-h4
+executor_ready pullman-h4 build
+executor_ready team-h4 demo
+no_forbidden "$WORK/pullman-h4.serve.log"
 admin_before="$(k -n pullman-h4 get secret pullman-h4-admin-token -o jsonpath='{.data.token}')"
-# shellcheck disable=SC2086
-"$H4" upgrade pullman-h4 "$CHART" -n pullman-h4 $DB --set crds.enabled=false --set 'watchNamespaces={pullman-h4}' \
-  --set server.replicas=1 --wait --timeout 3m > /dev/null || fail "helm 4 upgrade"
+agent_before="$(k -n team-h4 get secret demo-agent-token -o jsonpath='{.data.token}')"
+"$H4" upgrade pullman-h4 "$CHART" -n pullman-h4 -f "$WORK/h4.yaml" --set server.replicas=1 --wait --timeout 3m > /dev/null \
+  || fail "helm 4 upgrade"
 [[ "$(k -n pullman-h4 get secret pullman-h4-admin-token -o jsonpath='{.data.token}')" == "$admin_before" ]] \
   || fail "helm 4 upgrade changed the admin token"
+[[ "$(k -n team-h4 get secret demo-agent-token -o jsonpath='{.data.token}')" == "$agent_before" ]] \
+  || fail "helm 4 upgrade changed the agent token"
+ok "helm 4 upgrade: admin and agent tokens unchanged"
+# The documented full removal: custom resources while the controller runs, then the release.
+k delete executors -n pullman-h4 --all --wait --timeout=60s >/dev/null || fail "deleting the helm 4 Executors"
+k delete executors -n team-h4 --all --wait --timeout=60s >/dev/null || fail "deleting the helm 4 Executors"
+stop_pids "$SERVE_PID"
 "$H4" uninstall pullman-h4 -n pullman-h4 --wait --timeout 2m > /dev/null || fail "helm 4 uninstall"
-k delete namespace pullman-h4 --wait --timeout=60s >/dev/null || fail "namespace pullman-h4 stuck Terminating"
-ok "helm 4: lint, install --wait, test, upgrade (admin token kept), uninstall"
+k delete namespace pullman-h4 team-h4 --wait --timeout=60s >/dev/null || fail "helm 4 namespaces stuck Terminating"
+ok "helm 4: lint, first install with Executors Ready, test, upgrade (tokens kept), uninstall"
 
 echo "==> chart tests took $((SECONDS - T0))s"
 echo "chart: $PASSED passed, $FAILED failed"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the chart tests' tools from Go modules, once, into the test control plane's cache:
-# helm 3 (through e2e/testenv/build.sh), helm 4 (`helm4`), actionlint (GitHub Actions workflows)
-# and promrules (the Prometheus rule-file checker of promtool). Versions and checksums are pinned by the go.mod /
+# helm 3 (through e2e/testenv/build.sh), helm 4 (`helm4`), actionlint (GitHub Actions workflows),
+# promrules (the Prometheus rule-file checker of promtool) and kube-score (the object linter many
+# teams gate charts with). Versions and checksums are pinned by the go.mod /
 # go.sum files under e2e/testenv/tools/. Prints the bin directory as the last line on stdout.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,4 +36,7 @@ HELM4_VERSION="$(modver helm4 helm.sh/helm/v4)"
 build_tool helm4 "$TOOLS/helm4" helm.sh/helm/v4/cmd/helm "$HELM4_VERSION" \
   "-X helm.sh/helm/v4/internal/version.version=$HELM4_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 build_tool promrules "$TOOLS/promrules" . "$(modver promrules github.com/prometheus/prometheus)"
+KUBE_SCORE_VERSION="$(modver kube-score github.com/zegl/kube-score)"
+build_tool kube-score "$TOOLS/kube-score" github.com/zegl/kube-score/cmd/kube-score "$KUBE_SCORE_VERSION" \
+  "-X main.version=$KUBE_SCORE_VERSION"
 echo "$BIN"

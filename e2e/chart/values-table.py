@@ -24,7 +24,7 @@ def main(path):
             if doc is not None and not cont.group(1).startswith("-"):
                 doc.append(cont.group(1).strip())
             continue
-        key = re.match(r"^(\s*)([A-Za-z][A-Za-z0-9_]*):", line)
+        key = re.match(r"^(\s*)([A-Za-z][A-Za-z0-9_-]*):", line)
         if not key:
             continue
         depth = len(key.group(1)) // 2

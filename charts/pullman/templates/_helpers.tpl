@@ -35,6 +35,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: server
 {{- end -}}
 
+{{/* Selector of the `helm test` pods (its NetworkPolicy selects them). */}}
+{{- define "pullman.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "pullman.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+{{- end -}}
+
 {{/* Selector of the agent pods (agent mode). */}}
 {{- define "pullman.agentSelectorLabels" -}}
 app.kubernetes.io/name: {{ include "pullman.name" . }}
@@ -78,13 +85,11 @@ app.kubernetes.io/component: agent
 {{- default (printf "http://%s.%s.svc:%d" (include "pullman.fullname" .) .Release.Namespace (int .Values.service.port)) .Values.server.executorServerUrl -}}
 {{- end -}}
 
-{{/* Whether the Executor kind is served, so Executor objects can be part of the release. */}}
-{{- define "pullman.executorKindServed" -}}
-{{- if .Capabilities.APIVersions.Has "pullman.dev/v1alpha1/Executor" -}}true{{- end -}}
-{{- end -}}
-
 {{/* Checks that combinations of values make sense; fails with a message naming the value. */}}
 {{- define "pullman.validate" -}}
+{{- if hasKey .Values "crds" -}}
+{{- fail "crds.enabled and crds.keep were removed: the CRDs are in the chart's crds/ directory, which Helm installs before everything else and never deletes or upgrades (chart README, \"CRDs\"). Drop `crds` from your values; to not install the CRDs, pass --skip-crds (Argo CD: skipCrds, Flux: install.crds: Skip). A release installed with crds.keep=false: first `kubectl annotate crd workorders.pullman.dev executors.pullman.dev helm.sh/resource-policy=keep`, or this upgrade deletes the CRDs and every WorkOrder and Executor" -}}
+{{- end -}}
 {{- if eq .Values.mode "server" -}}
 {{- if and (not .Values.database.existingSecret) (not .Values.database.url) -}}
 {{- fail "database: set database.existingSecret (a Secret with the PostgreSQL URL under database.secretKey, e.g. a CloudNativePG <cluster>-app Secret) or database.url" -}}
@@ -112,4 +117,38 @@ app.kubernetes.io/component: agent
 {{- fail "mode=agent: executors are declared on the central server's release, not on an agent's" -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Container resources with empty values left out (`limits.cpu: ""` means no CPU limit; the API
+server refuses an empty quantity). Argument: a resources object from values. */}}
+{{- define "pullman.resources" -}}
+{{- $out := dict -}}
+{{- range $section, $quantities := . -}}
+{{- $kept := dict -}}
+{{- range $name, $q := $quantities -}}
+{{- if and (not (kindIs "invalid" $q)) (ne (toString $q) "") -}}
+{{- $_ := set $kept $name $q -}}
+{{- end -}}
+{{- end -}}
+{{- if $kept -}}{{- $_ := set $out $section $kept -}}{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* Pod affinity: server.affinity, plus a pod anti-affinity over the given pods when there is more
+than one replica (server.podAntiAffinity), unless server.affinity brings its own. Two replicas of
+the leader-elected server on one node would both go with that node. Argument: dict with root
+(the chart context), replicas and selector (labels of the pods to keep apart). */}}
+{{- define "pullman.affinity" -}}
+{{- $v := .root.Values.server -}}
+{{- $affinity := deepCopy $v.affinity -}}
+{{- if and (gt (int .replicas) 1) (ne $v.podAntiAffinity "none") (not (hasKey $affinity "podAntiAffinity")) -}}
+{{- $term := dict "topologyKey" $v.podAntiAffinityTopologyKey "labelSelector" (dict "matchLabels" .selector) -}}
+{{- if eq $v.podAntiAffinity "hard" -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- else -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) -}}
+{{- end -}}
+{{- end -}}
+{{- with $affinity }}{{ toYaml . }}{{ end -}}
 {{- end -}}
