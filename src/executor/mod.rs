@@ -45,8 +45,8 @@ running orders; a second signal abandons them to the reaper.";
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = EXECUTOR_HELP)]
 pub struct ExecutorArgs {
-    /// Pullman server URL, e.g. http://pullman.pullman-system:8080.
-    #[arg(long, env = "PULLMAN_SERVER")]
+    /// Pullman server URL, scheme, host and port, e.g. http://pullman.pullman-system:8080.
+    #[arg(long, env = "PULLMAN_SERVER", value_parser = crate::client::parse_server_url)]
     pub server: String,
     /// File holding this executor's agent token (the Executor's Secret, key `token`).
     #[arg(long, env = "PULLMAN_TOKEN_FILE")]
@@ -71,7 +71,7 @@ pub struct ExecutorArgs {
 pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
     let shutdown = Shutdown::on_signals();
     let (api, agent_id) =
-        match pull::connect_as_agent(&args.server, &args.token_file, &shutdown.drain).await {
+        match pull::connect_as_agent(&args.server, &args.token_file, &shutdown.drain, None).await {
             Ok(c) => c,
             Err(ConnectError::Stopped) => return Ok(()),
             Err(e) => return Err(e.into()),
