@@ -13,7 +13,11 @@
 //! - [`pull`]: the pull loop of agents (claim, heartbeat, complete) and the life of one order,
 //!   shared by [`worker`] and [`executor`].
 //! - [`wire`]: the HTTP API's request, answer and error shapes, shared by server and clients.
+//! - [`stdout`]: printing for the commands that print; a closed pipe ends them quietly.
 //! - `testing` (feature `testing`): the set-up shared by `tests/` and `bench/`.
+
+// Printing to stdout goes through `stdout` (a closed pipe must not panic).
+#![deny(clippy::print_stdout)]
 
 pub mod admin;
 pub mod api;
@@ -30,6 +34,7 @@ pub mod pull;
 pub mod queue;
 pub mod serve;
 pub mod signals;
+pub mod stdout;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
