@@ -189,7 +189,7 @@ pub struct ControllerArgs {
     /// Pull-API URL that executors deployed for `Executor.spec.deployment` connect to, e.g.
     /// http://pullman.pullman-system.svc:8080. Default: none; such Executors then stall with
     /// reason DeploymentNotConfigured.
-    #[arg(long, env = "PULLMAN_EXECUTOR_SERVER_URL")]
+    #[arg(long, env = "PULLMAN_EXECUTOR_SERVER_URL", value_parser = crate::client::parse_server_url)]
     pub executor_server_url: Option<String>,
 
     /// Seconds between full resyncs of WorkOrders (changes arrive through LISTEN/NOTIFY sooner);

@@ -23,6 +23,47 @@ pub fn read_token_file(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
+/// Checks a `--server` value (DESIGN.md §7) and returns it without a trailing slash: an `http`
+/// or `https` URL naming a host, with no path, query or fragment (the client adds `/api/v1`).
+/// Errors: a sentence saying what is wrong and what to give instead. A bad URL is a
+/// configuration error, reported at once, never retried as "not reachable".
+pub fn parse_server_url(given: &str) -> Result<String, String> {
+    let example = |host: &str| format!("http://{host}");
+    let trimmed = given.trim();
+    if !trimmed.contains("://") {
+        let host = trimmed.trim_end_matches('/');
+        return Err(format!(
+            "{given:?} is not a server URL: give the scheme too, e.g. {}",
+            example(if host.is_empty() {
+                "127.0.0.1:8080"
+            } else {
+                host
+            })
+        ));
+    }
+    let url = reqwest::Url::parse(trimmed).map_err(|e| format!("{given:?} is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "{given:?}: the scheme must be http or https, not {:?}",
+            url.scheme()
+        ));
+    }
+    let Some(host) = url.host_str() else {
+        return Err(format!("{given:?} names no host"));
+    };
+    let root = match url.port() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    };
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "{given:?} has a path: give the server's root URL ({root}); Pullman adds /api/v1 \
+             itself"
+        ));
+    }
+    Ok(trimmed.trim_end_matches('/').to_string())
+}
+
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -43,6 +84,10 @@ pub enum ClientError {
     /// The answer was not what the API promises.
     #[error("unexpected answer from the server: {0}")]
     Protocol(String),
+    /// The server URL is wrong (no scheme, a path, https against plain HTTP): retrying cannot
+    /// help; the message says what to give instead.
+    #[error("{0}")]
+    Config(String),
 }
 
 impl ClientError {
@@ -70,7 +115,7 @@ impl ClientError {
         match self {
             ClientError::Transport { .. } => true,
             ClientError::Api { status, .. } => status.is_server_error(),
-            ClientError::Protocol(_) => false,
+            ClientError::Protocol(_) | ClientError::Config(_) => false,
         }
     }
 }
@@ -92,8 +137,10 @@ pub struct Client {
 
 impl Client {
     /// `base` is the server's root URL, e.g. `http://127.0.0.1:8080`. Requests time out after
-    /// 60 s (long-polls wait at most 30 s on the server).
+    /// 60 s (long-polls wait at most 30 s on the server). Errors: `base` is not such a URL
+    /// ([`parse_server_url`]), or the HTTP client cannot be built.
     pub fn new(base: &str, token: &str) -> Result<Self, ClientError> {
+        let base = parse_server_url(base).map_err(ClientError::Config)?;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(10))
@@ -101,7 +148,7 @@ impl Client {
             .build()
             .map_err(|e| ClientError::Protocol(format!("building HTTP client: {e}")))?;
         Ok(Client {
-            base: base.trim_end_matches('/').to_string(),
+            base,
             token: token.trim().to_string(),
             http,
         })
@@ -118,10 +165,10 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.map_err(|source| ClientError::Transport {
-            url: self.base.clone(),
-            source,
-        })?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|source| self.transport_error(source))?;
         let status = resp.status();
         let bytes = resp
             .bytes()
@@ -152,6 +199,28 @@ impl Client {
                 ),
             },
         })
+    }
+
+    /// A failed request as a [`ClientError`]. `https://` against a plain-HTTP port fails in the
+    /// TLS handshake ("received corrupt message"): that is a wrong URL, not an outage, so it is
+    /// a [`ClientError::Protocol`] (not retried) that says which scheme to use.
+    fn transport_error(&self, source: reqwest::Error) -> ClientError {
+        let mut cause: Option<&dyn std::error::Error> = Some(&source);
+        while let Some(e) = cause {
+            let text = e.to_string();
+            if text.contains("corrupt message") || text.contains("InvalidContentType") {
+                return ClientError::Config(format!(
+                    "{} does not answer TLS (https); if it serves plain HTTP, use {}",
+                    self.base,
+                    self.base.replacen("https://", "http://", 1)
+                ));
+            }
+            cause = e.source();
+        }
+        ClientError::Transport {
+            url: self.base.clone(),
+            source,
+        }
     }
 
     async fn json<T: DeserializeOwned>(

@@ -35,6 +35,7 @@
 //! - [`client`]: the typed HTTP client of the API (agents and CLI).
 //! - [`crd`]: the `WorkOrder` and `Executor` custom resources (`pullman crdgen`).
 //! - [`signals`]: SIGINT/SIGTERM handling.
+//! - [`stdout`]: printing for the commands that print; a closed pipe ends them quietly.
 //! - `testing` (feature `testing`): the set-up shared by `tests/` and `bench/`.
 //!
 //! # Where to start reading
@@ -51,6 +52,9 @@
 //!   live claim) and `queue::refusal` (`explain_refusal` says `cancelled`, `reclaimed` or
 //!   `not_claim_holder`), turned into HTTP by `api::error`.
 
+// Printing to stdout goes through `stdout` (a closed pipe must not panic).
+#![deny(clippy::print_stdout)]
+
 pub mod admin;
 pub mod api;
 pub mod auth;
@@ -66,6 +70,7 @@ pub mod pull;
 pub mod queue;
 pub mod serve;
 pub mod signals;
+pub mod stdout;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -1,3 +1,6 @@
+// Printing to stdout goes through `pullman::stdout` (a closed pipe must not panic).
+#![deny(clippy::print_stdout)]
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
@@ -14,7 +17,7 @@ async fn main() -> ExitCode {
         Command::Serve(args) => done(pullman::serve::serve(args).await),
         Command::Migrate(args) => done(pullman::serve::migrate(args).await),
         Command::Crdgen => {
-            print!("{}", pullman::crd::crds_yaml());
+            pullman::stdout::write_all(pullman::crd::crds_yaml().as_bytes());
             Ok(ExitCode::SUCCESS)
         }
         Command::Executor(args) => done(pullman::executor::run(args).await),
@@ -23,12 +26,10 @@ async fn main() -> ExitCode {
         Command::WorkOrders { conn, command } => pullman::admin::work_orders(&conn, command).await,
         Command::Log { conn, command } => done(pullman::admin::log(&conn, command).await),
         Command::Completion { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "pullman",
-                &mut std::io::stdout(),
-            );
+            // Into memory first: clap_complete panics on a failed write.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "pullman", &mut script);
+            pullman::stdout::write_all(&script);
             Ok(ExitCode::SUCCESS)
         }
     };

@@ -157,15 +157,33 @@ pub async fn migrate(args: DatabaseArgs) -> anyhow::Result<()> {
     db.close().await
 }
 
-/// `pullman serve`.
+/// `pullman serve`. The port is taken first: a port in use is refused at once, before a
+/// database is started or migrated.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let listener = bind_listen(args.listen).await?;
     let db = open_database(&args.database).await?;
-    let result = run_server(&args, &db.pool).await;
+    let result = run_server(&args, &db.pool, listener).await;
     db.close().await?;
     result
 }
 
-async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
+/// Binds `--listen`. Errors: the address is in use or cannot be bound, with what to do.
+async fn bind_listen(addr: std::net::SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => Ok(l),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::anyhow!(
+            "--listen {addr}: the address is in use (another pullman serve?); stop that process \
+             or give another address with --listen"
+        )),
+        Err(e) => Err(e).with_context(|| format!("--listen {addr}: cannot listen there")),
+    }
+}
+
+async fn run_server(
+    args: &ServeArgs,
+    pool: &PgPool,
+    listener: tokio::net::TcpListener,
+) -> anyhow::Result<()> {
     queue::MIGRATOR
         .run(pool)
         .await
@@ -222,9 +240,6 @@ async fn run_server(args: &ServeArgs, pool: &PgPool) -> anyhow::Result<()> {
         notifications.clone(),
         args.max_long_polls,
     );
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
     tracing::info!(listen = %listener.local_addr()?, "pullman API listening");
     let stop_http = CancellationToken::new();
     let mut server = tokio::spawn(

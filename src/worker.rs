@@ -27,8 +27,9 @@ pub const EXIT_NO_RETRY: i32 = 3;
 /// Longest line of CMD's output logged as one entry; longer lines are logged in pieces.
 pub const LOG_LINE_BYTES: usize = 4096;
 
-/// Exit codes of `pullman worker` (documented in `--help`). With `--once` they are those of
-/// `pullman work-orders wait` (3 failed, 4 cancelled, 5 timed out), so a script reads both alike.
+/// Exit codes of `pullman worker` (documented in `--help`, [`WORKER_HELP`]; a test runs each).
+/// With `--once` they are those of `pullman work-orders wait` (3 failed, 4 cancelled, 5 timed
+/// out), so a script reads both alike; 0 with `--once` only ever means the order succeeded.
 pub mod exit {
     /// Stopped by a signal after draining; with `--once`: the order succeeded.
     pub const OK: i32 = 0;
@@ -39,7 +40,8 @@ pub mod exit {
     /// `--once`: the order was cancelled, reclaimed or abandoned, or its result could not be
     /// delivered.
     pub const ABANDONED: i32 = 4;
-    /// `--once`: no order was run (`--wait` ran out, or a signal came first).
+    /// `--once`: no order was run (`--wait` ran out, also while the server was unreachable, or
+    /// a signal came first).
     pub const NO_ORDER: i32 = 5;
     /// The server refused the token: the agent was retired or its token revoked or rotated.
     pub const UNAUTHORIZED: i32 = 6;
@@ -69,15 +71,16 @@ Exit codes (with --once, as `pullman work-orders wait`):
   2   bad command line
   3   --once: the order failed (reported; the server may retry it)
   4   --once: the order was cancelled, reclaimed or abandoned (nothing reported)
-  5   --once: no order was run (--wait ran out, or a signal came first)
+  5   --once: no order was run (--wait ran out, the server unreachable included, or a
+      signal came first)
   6   the server refused the token: agent retired or token revoked/rotated";
 
 /// Run work orders with a shell command (see [`WORKER_HELP`]).
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = WORKER_HELP)]
 pub struct WorkerArgs {
-    /// Pullman server URL, e.g. http://127.0.0.1:8080.
-    #[arg(long, env = "PULLMAN_SERVER")]
+    /// Pullman server URL, scheme, host and port, e.g. http://127.0.0.1:8080.
+    #[arg(long, env = "PULLMAN_SERVER", value_parser = crate::client::parse_server_url)]
     pub server: String,
     /// File holding this agent's bearer token (from `pullman agents create`).
     #[arg(long, env = "PULLMAN_TOKEN_FILE")]
@@ -95,12 +98,12 @@ pub struct WorkerArgs {
     #[arg(long, env = "PULLMAN_CONCURRENCY", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub concurrency: u32,
-    /// Run one order, then exit with its status (0 succeeded, 1 failed, 3 cancelled or
-    /// reclaimed); for CI jobs and scripts.
+    /// Run one order, then exit with its status (0 succeeded, 3 failed, 4 cancelled or
+    /// reclaimed, 5 no order); for CI jobs and scripts.
     #[arg(long, env = "PULLMAN_ONCE")]
     pub once: bool,
-    /// With --once: give up after this many seconds without an order and exit 4 (default: wait
-    /// until one arrives or a signal comes).
+    /// With --once: give up after this many seconds without an order and exit 5, counted from
+    /// the start, connecting included (default: wait until one arrives or a signal comes).
     #[arg(
         long,
         env = "PULLMAN_WAIT_SECONDS",
@@ -127,10 +130,31 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
 
 async fn run_for_exit_code(args: WorkerArgs) -> i32 {
     let shutdown = Shutdown::on_signals();
+    // `--wait` bounds the whole run up to the claim, connecting included: a server that is down
+    // or never answers must not keep a CI job waiting past it.
+    let deadline = args
+        .wait
+        .filter(|_| args.once)
+        .map(|w| tokio::time::Instant::now() + Duration::from_secs(w));
     let (client, agent_id) =
-        match pull::connect_as_agent(&args.server, &args.token_file, &shutdown.drain).await {
+        match pull::connect_as_agent(&args.server, &args.token_file, &shutdown.drain, deadline)
+            .await
+        {
             Ok(c) => c,
-            Err(ConnectError::Stopped) => return exit::OK,
+            // With --once, 0 means "the order succeeded": a signal before any order is "no order".
+            Err(ConnectError::Stopped) => {
+                let code = if args.once { exit::NO_ORDER } else { exit::OK };
+                tracing::info!(exit_code = code, "worker stopped before connecting");
+                return code;
+            }
+            Err(ConnectError::DeadlinePassed) => {
+                tracing::error!(
+                    server = %args.server,
+                    exit_code = exit::NO_ORDER,
+                    "the server did not answer within --wait; no order was run"
+                );
+                return exit::NO_ORDER;
+            }
             Err(e @ ConnectError::Unauthorized(_)) => {
                 tracing::error!("{e}");
                 return exit::UNAUTHORIZED;
@@ -151,8 +175,7 @@ async fn run_for_exit_code(args: WorkerArgs) -> i32 {
         command: args.exec.clone(),
     });
     let ended = if args.once {
-        let wait = args.wait.map(Duration::from_secs);
-        pull::run_once(client, config, carrier, shutdown, wait).await
+        pull::run_once(client, config, carrier, shutdown, deadline).await
     } else {
         pull::run(client, config, carrier, shutdown)
             .await

@@ -570,6 +570,6 @@ async fn get_watch_prints_each_change_until_the_order_finishes() {
         .iter()
         .map(|l| l.split_whitespace().nth(2).unwrap())
         .collect();
-    assert_eq!(states, ["PENDING", "CLAIMED", "succeeded"], "{text}");
+    assert_eq!(states, ["PENDING", "CLAIMED", "SUCCEEDED"], "{text}");
     assert!(lines[2].contains("watched"), "{text}");
 }

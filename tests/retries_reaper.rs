@@ -458,3 +458,39 @@ async fn due_retries_are_promoted_and_wake_long_polls() {
     assert_eq!(v["id"], json!(o));
     assert_eq!(v["retry_count"], 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_is_claimable_when_due_not_at_the_next_maintenance_tick() {
+    // Maintenance at serve's default interval; its first pass runs before the retry exists.
+    let s = std::sync::Arc::new(TestServer::start().await);
+    tokio::spawn(pullman::queue::run_maintenance(
+        s.queue.clone(),
+        std::time::Duration::from_secs(10),
+        None,
+        s.shutdown.clone(),
+        |_| {},
+    ));
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let o = s.order(order_with(3, 1)).await;
+    claim(&s, &a, &tok, &o, None).await;
+    let (st, v) = complete(&s, &a, &tok, &o, json!({"success": false})).await;
+    assert_eq!(st, 202, "{v}");
+    let failed_at = std::time::Instant::now();
+    // An agent long-polling for work gets the retry at its time (1 s), not up to 10 s later.
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{a}/claim"),
+            Some(&tok),
+            Some(json!({"max_wait_seconds": 15})),
+        )
+        .await;
+    let took = failed_at.elapsed();
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["id"], json!(o));
+    assert!(
+        took < std::time::Duration::from_millis(2500),
+        "claimed {took:?} after the failure"
+    );
+}

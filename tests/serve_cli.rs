@@ -428,6 +428,31 @@ async fn a_second_serve_on_a_data_dir_in_use_is_refused_and_a_restart_reads_the_
         .unwrap();
     assert!(!migrate.status.success());
     assert!(String::from_utf8_lossy(&migrate.stderr).contains("in use"));
+    // A second serve on the port in use is refused at once, before it starts a database.
+    let other = dir.path().join("other");
+    let started = std::time::Instant::now();
+    let busy = Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(&other)
+        .args(["--controller", "off"])
+        .env_remove("DATABASE_URL")
+        .env_remove("PULLMAN_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&busy.stderr);
+    assert_eq!(busy.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the address is in use") && err.contains("--listen"),
+        "{err}"
+    );
+    assert!(!err.contains("WARN"), "nothing else is said first: {err}");
+    assert!(!other.join("postgres").exists(), "no database was started");
+    assert!(started.elapsed() < Duration::from_secs(5));
 
     // The first still serves, with its database.
     let token_file = data.join("admin-token");

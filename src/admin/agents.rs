@@ -10,7 +10,7 @@ use super::args::{AgentsCommand, Connection, Output};
 use super::render::{opt, print_document, print_table, relative, when};
 use super::{MAX_PAGE, collect_pages, query};
 use crate::client::Client;
-use crate::wire::{Agent, NewAgent};
+use crate::wire::{Agent, AgentHealth, NewAgent};
 
 /// Every agent (all pages), for name look-ups and the AGENT column of order tables.
 pub async fn all_agents(client: &Client) -> anyhow::Result<Vec<Agent>> {
@@ -33,13 +33,15 @@ pub async fn agent_names(client: &Client) -> anyhow::Result<HashMap<Uuid, String
 
 /// Resolves what the user typed to one agent id: a full id, an agent's name, or a unique prefix
 /// of an id (as git and docker take). Names win over prefixes: `cafe` is the agent named `cafe`
-/// if there is one. Errors: no agent matches; the prefix matches several (they are listed).
+/// if there is one. A name freed by retirement may be reused (names are unique among live
+/// agents, docs/design.md §5): a name means its live agent, else the newest retired one. Errors:
+/// no agent matches; the prefix matches several (they are listed).
 pub async fn resolve_agent(client: &Client, given: &str) -> anyhow::Result<Uuid> {
     if let Ok(id) = Uuid::parse_str(given) {
         return Ok(id);
     }
     let agents = all_agents(client).await?;
-    if let Some(a) = agents.iter().find(|a| a.name == given) {
+    if let Some(a) = by_name(&agents, given) {
         return Ok(a.id);
     }
     let prefix = given.replace('-', "").to_ascii_lowercase();
@@ -64,6 +66,14 @@ pub async fn resolve_agent(client: &Client, given: &str) -> anyhow::Result<Uuid>
                 .join("\n")
         ),
     }
+}
+
+/// The agent a name means: the live one, else the newest retired one.
+fn by_name<'a>(agents: &'a [Agent], name: &str) -> Option<&'a Agent> {
+    agents
+        .iter()
+        .filter(|a| a.name == name)
+        .max_by_key(|a| (a.health != AgentHealth::Retired, a.created_at))
 }
 
 fn health(a: &Agent) -> String {
@@ -133,26 +143,103 @@ const AGENT_WIDE_HEADERS: &[&str] = &[
 
 fn print_agents(output: Output, agents: &[Agent]) -> anyhow::Result<()> {
     match output {
-        Output::Name => agents.iter().for_each(|a| println!("{}", a.name)),
+        Output::Name => agents.iter().for_each(|a| crate::outln!("{}", a.name)),
         Output::Wide => print_table(AGENT_WIDE_HEADERS, &agent_rows(agents, true), Some(2)),
         _ => print_table(AGENT_HEADERS, &agent_rows(agents, false), Some(2)),
     }
     Ok(())
 }
 
-fn write_token(path: &std::path::Path, token: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    f.write_all(format!("{token}\n").as_bytes())?;
-    Ok(())
+/// A token file being written (`--token-out`): made before the server is asked for the token,
+/// so a path that cannot be written fails before an agent is registered or a token rotated
+/// (either would otherwise leave a token nobody has). The token goes to a temporary file created
+/// 0600 next to the target and is renamed over it, so the file ends 0600 whatever existed there
+/// before (README: "mode 0600").
+pub struct TokenOut {
+    path: std::path::PathBuf,
+    temp: std::path::PathBuf,
+    file: Option<std::fs::File>,
 }
+
+impl TokenOut {
+    /// Checks `path` and creates the temporary file. Errors: the folder is missing or not
+    /// writable, or `path` is a directory.
+    pub fn prepare(path: &std::path::Path) -> anyhow::Result<TokenOut> {
+        use std::os::unix::fs::OpenOptionsExt;
+        if path.is_dir() {
+            bail!(
+                "--token-out {} is a directory; give a file path",
+                path.display()
+            );
+        }
+        let name = path
+            .file_name()
+            .with_context(|| format!("--token-out {} names no file", path.display()))?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            bail!(
+                "--token-out {}: the folder {} does not exist; create it first",
+                path.display(),
+                dir.display()
+            );
+        }
+        let mut temp_name = std::ffi::OsString::from(".");
+        temp_name.push(name);
+        temp_name.push(format!(".tmp-{}", std::process::id()));
+        let temp = dir.join(temp_name);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .with_context(|| {
+                format!(
+                    "--token-out {}: cannot write in {}",
+                    path.display(),
+                    dir.display()
+                )
+            })?;
+        Ok(TokenOut {
+            path: path.to_path_buf(),
+            temp,
+            file: Some(file),
+        })
+    }
+
+    /// Writes the token and moves it into place (mode 0600).
+    pub fn commit(mut self, token: &str) -> anyhow::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let mut file = self.file.take().expect("committed once");
+        file.write_all(format!("{token}\n").as_bytes())?;
+        // A umask never adds bits, but say it outright: only the owner reads a token.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        file.sync_all()?;
+        std::fs::rename(&self.temp, &self.path)
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        Ok(())
+    }
+}
+
+impl Drop for TokenOut {
+    fn drop(&mut self) {
+        // Not committed (the server refused, or writing failed): leave nothing behind.
+        if self.file.is_some() || self.temp.exists() {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// The registration body's fields and the flags of `agents create` that set them.
+const AGENT_FLAGS: &[(&str, &str)] = &[
+    ("work_types", "--work-type"),
+    ("max_concurrency", "--max-concurrency"),
+    ("labels", "--label"),
+    ("annotations", "--annotation"),
+];
 
 /// `pullman agents …`.
 pub async fn agents(conn: &Connection, cmd: AgentsCommand) -> anyhow::Result<()> {
@@ -169,9 +256,19 @@ pub async fn agents(conn: &Connection, cmd: AgentsCommand) -> anyhow::Result<()>
                 max_concurrency: c.max_concurrency,
                 lease_seconds: None,
             };
-            let created = client.register_agent(&body).await?;
-            if let Some(path) = &c.token_out {
-                write_token(path, &created.token)?;
+            let token_out = c.token_out.as_deref().map(TokenOut::prepare).transpose()?;
+            let created = client
+                .register_agent(&body)
+                .await
+                .map_err(|e| super::in_flag_words(e, AGENT_FLAGS))?;
+            if let Some(out) = token_out {
+                out.commit(&created.token).with_context(|| {
+                    format!(
+                        "agent {} was registered but its token could not be saved; issue a new \
+                         one with `pullman agents rotate-token {} --token-out FILE`",
+                        created.agent.name, created.agent.name
+                    )
+                })?;
             }
             let mut doc = serde_json::to_value(&created)?;
             if c.token_out.is_some() {
@@ -182,9 +279,9 @@ pub async fn agents(conn: &Connection, cmd: AgentsCommand) -> anyhow::Result<()>
                 if output != Output::Name {
                     match &c.token_out {
                         Some(p) => {
-                            println!("\ntoken written to {} (shown nowhere else)", p.display())
+                            crate::outln!("\ntoken written to {} (shown nowhere else)", p.display())
                         }
-                        None => println!("\ntoken (shown once): {}", created.token),
+                        None => crate::outln!("\ntoken (shown once): {}", created.token),
                     }
                 }
             }
@@ -215,28 +312,36 @@ pub async fn agents(conn: &Connection, cmd: AgentsCommand) -> anyhow::Result<()>
             let agent = client.retire_agent(id).await?;
             if !print_document(output, &agent)? {
                 match output {
-                    Output::Name => println!("{}", agent.name),
-                    _ => println!("agent {} ({id}) retired", agent.name),
+                    Output::Name => crate::outln!("{}", agent.name),
+                    _ => crate::outln!("agent {} ({id}) retired", agent.name),
                 }
             }
         }
         AgentsCommand::RotateToken { agent, token_out } => {
             let id = resolve_agent(&client, &agent).await?;
+            let out = token_out.as_deref().map(TokenOut::prepare).transpose()?;
             let rotated = client.rotate_token(id).await?;
-            match &token_out {
-                Some(p) => {
-                    write_token(p, &rotated.token)?;
-                    println!(
+            match (&token_out, out) {
+                (Some(p), Some(out)) => {
+                    out.commit(&rotated.token).with_context(|| {
+                        format!(
+                            "the token of {} was rotated (the old one is revoked) but the new \
+                             one could not be saved; rotate again",
+                            rotated.agent.name
+                        )
+                    })?;
+                    crate::outln!(
                         "new token for {} written to {}; the old one is revoked",
                         rotated.agent.name,
                         p.display()
                     );
                 }
-                None => {
+                _ => {
                     if !print_document(output, &rotated)? {
-                        println!(
+                        crate::outln!(
                             "new token for {} (shown once; the old one is revoked): {}",
-                            rotated.agent.name, rotated.token
+                            rotated.agent.name,
+                            rotated.token
                         )
                     }
                 }

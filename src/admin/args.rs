@@ -28,7 +28,8 @@ pub struct Connection {
         long,
         global = true,
         env = "PULLMAN_SERVER",
-        default_value = "http://127.0.0.1:8080"
+        default_value = "http://127.0.0.1:8080",
+        value_parser = crate::client::parse_server_url
     )]
     pub server: String,
     /// Admin token (prefer the environment variable or --token-file: command lines are visible
@@ -110,7 +111,8 @@ pub struct CreateAgent {
 pub const WAIT_EXIT_CODES: &str = "\
 Exit status:
   0  the order succeeded
-  1  the command itself failed (bad arguments, unknown id, server unreachable)
+  1  the command failed (unknown id, server unreachable, admin token refused)
+  2  bad command line (unknown flag, bad value)
   3  the order failed (retries exhausted, a non-retryable failure, or too many reclaims)
   4  the order was cancelled
   5  --timeout passed while the order was still queued or running";
@@ -170,8 +172,8 @@ pub enum WorkOrdersCommand {
 /// Filters of `work-orders list` (sent to the server as query parameters).
 #[derive(Debug, Clone, Args)]
 pub struct OrderListFilter {
-    /// Only this state: PENDING, CLAIMED or RETRY_PENDING. Default: all.
-    #[arg(long)]
+    /// Only this state: PENDING, CLAIMED or RETRY_PENDING (any case). Default: all.
+    #[arg(long, value_parser = parse_status)]
     pub status: Option<String>,
     /// Only this work type: build or custom. Default: both.
     #[arg(long)]
@@ -254,8 +256,8 @@ pub enum LogCommand {
         /// true: succeeded only; false: failed or cancelled. Default: all.
         #[arg(long)]
         success: Option<bool>,
-        /// Only this outcome. Default: all.
-        #[arg(long, value_parser = ["succeeded", "failed", "cancelled"])]
+        /// Only this outcome: succeeded, failed or cancelled (any case). Default: all.
+        #[arg(long, value_parser = parse_outcome)]
         outcome: Option<String>,
         /// Only orders that targeted this label. Default: any.
         #[arg(long)]
@@ -283,6 +285,28 @@ pub enum LogCommand {
         /// The order's id or a unique prefix of it (with or without dashes).
         id: String,
     },
+}
+
+/// `--status` in any case (`pending`, `retry-pending`) as the API spells it (`PENDING`).
+pub fn parse_status(s: &str) -> Result<String, String> {
+    let state = s.trim().to_ascii_uppercase().replace('-', "_");
+    match state.as_str() {
+        "PENDING" | "CLAIMED" | "RETRY_PENDING" => Ok(state),
+        _ => Err(format!(
+            "expected PENDING, CLAIMED or RETRY_PENDING (any case), got {s:?}"
+        )),
+    }
+}
+
+/// `--outcome` in any case as the API spells it (`succeeded`).
+pub fn parse_outcome(s: &str) -> Result<String, String> {
+    let outcome = s.trim().to_ascii_lowercase();
+    match outcome.as_str() {
+        "succeeded" | "failed" | "cancelled" => Ok(outcome),
+        _ => Err(format!(
+            "expected succeeded, failed or cancelled (any case), got {s:?}"
+        )),
+    }
 }
 
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
@@ -331,6 +355,10 @@ mod tests {
         assert_eq!(parse_duration("2h").unwrap().as_secs(), 7200);
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("m").is_err());
+        assert_eq!(parse_status("retry-pending").unwrap(), "RETRY_PENDING");
+        assert_eq!(parse_status("pending").unwrap(), "PENDING");
+        assert!(parse_status("done").is_err());
+        assert_eq!(parse_outcome("FAILED").unwrap(), "failed");
         let t = parse_since("2026-12-01T08:00:00Z").unwrap();
         assert_eq!(t.to_rfc3339(), "2026-12-01T08:00:00+00:00");
         let ago = chrono::Utc::now() - parse_since("2h").unwrap();

@@ -70,10 +70,10 @@ pub fn print_attempts(attempts: Option<&[Attempt]>, names: &HashMap<Uuid, String
         return;
     };
     if attempts.is_empty() {
-        println!("\nAttempts: none (never claimed)");
+        crate::outln!("\nAttempts: none (never claimed)");
         return;
     }
-    println!("\nAttempts:");
+    crate::outln!("\nAttempts:");
     print_table(
         ATTEMPT_HEADERS,
         &attempt_rows(attempts, names, wide),

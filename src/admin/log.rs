@@ -19,9 +19,9 @@ use crate::wire::LogEntry;
 /// Prints a result message in full; a message the server cut at its limit is marked as cut.
 pub fn print_message(message: &str) {
     let (text, cut) = message_parts(message);
-    println!("{text}");
+    crate::outln!("{text}");
     if cut {
-        println!("{CUT_NOTE}");
+        crate::outln!("{CUT_NOTE}");
     }
 }
 
@@ -90,7 +90,7 @@ fn print_entries(
         return Ok(());
     }
     match output {
-        Output::Name => entries.iter().for_each(|e| println!("{}", e.id)),
+        Output::Name => entries.iter().for_each(|e| crate::outln!("{}", e.id)),
         Output::Wide => print_table(LOG_WIDE_HEADERS, &log_rows(entries, names, true), Some(2)),
         _ => print_table(LOG_HEADERS, &log_rows(entries, names, false), Some(2)),
     }
@@ -123,7 +123,7 @@ fn describe(e: &LogEntry, names: &HashMap<Uuid, String>, wide: bool) {
     print_fields(&fields);
     print_attempts(e.attempts.as_deref(), names, wide);
     if let Some(m) = &e.message {
-        println!("\nMessage:");
+        crate::outln!("\nMessage:");
         print_message(m);
     }
 }
@@ -180,7 +180,7 @@ pub async fn log(conn: &Connection, cmd: LogCommand) -> anyhow::Result<()> {
             let entry = client.get_log_entry(id).await?;
             if !print_document(output, &entry)? {
                 match output {
-                    Output::Name => println!("{}", entry.id),
+                    Output::Name => crate::outln!("{}", entry.id),
                     _ => describe(&entry, &agent_names(&client).await?, output == Output::Wide),
                 }
             }

@@ -47,6 +47,53 @@ impl Connection {
     }
 }
 
+/// A refusal of the server (4xx) reworded in the user's terms: the API's field names in its
+/// message (`targeting.agent_ids`, `yaml_content`) become the flags that set them (`--agent-id`,
+/// `-f FILE`), as `fields` maps them; other errors are returned as they are.
+pub fn in_flag_words(error: ClientError, fields: &[(&str, &str)]) -> anyhow::Error {
+    match error {
+        ClientError::Api {
+            status,
+            code,
+            message,
+        } if status.is_client_error() => {
+            let message = rename_fields(&message, fields);
+            ClientError::Api {
+                status,
+                code,
+                message,
+            }
+            .into()
+        }
+        other => other.into(),
+    }
+}
+
+/// Replaces whole-word occurrences of each field name (a word: letters, digits, `_` and `.`).
+fn rename_fields(message: &str, fields: &[(&str, &str)]) -> String {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.';
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = rest.find(|c: char| word(c)) {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let end = tail.find(|c: char| !word(c)).unwrap_or(tail.len());
+        let token = &tail[..end];
+        // A sentence's full stop is not part of the field name.
+        let bare = token.trim_end_matches('.');
+        match fields.iter().find(|(f, _)| *f == bare) {
+            Some((_, flag)) => {
+                out.push_str(flag);
+                out.push_str(&token[bare.len()..]);
+            }
+            None => out.push_str(token),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Largest page the API serves (DESIGN.md §5: `limit` ≤ 1000).
 pub const MAX_PAGE: usize = 1000;
 
@@ -81,6 +128,28 @@ where
             Some(next) => cursor = Some(next),
             None => return Ok((items, false)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn api_field_names_become_flags() {
+        let fields = [
+            ("targeting.agent_ids", "--agent-id"),
+            ("yaml_content", "-f FILE"),
+        ];
+        assert_eq!(
+            super::rename_fields(
+                "yaml_content holds nothing; see targeting.agent_ids.",
+                &fields
+            ),
+            "-f FILE holds nothing; see --agent-id."
+        );
+        assert_eq!(
+            super::rename_fields("my_yaml_content", &fields),
+            "my_yaml_content"
+        );
     }
 }
 

@@ -143,7 +143,7 @@ pub fn print_orders(
         return Ok(());
     }
     match output {
-        Output::Name => orders.iter().for_each(|o| println!("{}", o.id)),
+        Output::Name => orders.iter().for_each(|o| crate::outln!("{}", o.id)),
         Output::Wide => print_table(
             ORDER_WIDE_HEADERS,
             &order_rows(orders, names, true),
@@ -225,7 +225,7 @@ fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>, wide: bool) {
     print_fields(&fields);
     print_attempts(o.attempts.as_deref(), names, wide);
     if let Some(yaml) = &o.yaml_content {
-        println!("\nYAML:\n{yaml}");
+        crate::outln!("\nYAML:\n{yaml}");
     }
 }
 
@@ -296,8 +296,30 @@ async fn create(client: &Client, c: CreateWorkOrder) -> anyhow::Result<WorkOrder
     if let Some(t) = c.tenant {
         body["tenant"] = json!(t);
     }
-    Ok(client.create_work_order(&body).await?)
+    client
+        .create_work_order(&body)
+        .await
+        .map_err(|e| super::in_flag_words(e, CREATE_FLAGS))
 }
+
+/// The create body's fields and the flags of `work-orders create` that set them.
+const CREATE_FLAGS: &[(&str, &str)] = &[
+    ("yaml_content", "-f FILE"),
+    ("work_type", "--work-type"),
+    ("targeting.agent_ids", "--agent-id"),
+    ("targeting.agent_names", "--agent-name"),
+    ("targeting.labels", "--label"),
+    ("targeting.annotations", "--annotation"),
+    ("agent_ids", "--agent-id"),
+    ("agent_names", "--agent-name"),
+    ("labels", "--label"),
+    ("annotations", "--annotation"),
+    ("max_retries", "--max-retries"),
+    ("backoff_seconds", "--backoff-seconds"),
+    ("claim_timeout_seconds", "--claim-timeout-seconds"),
+    ("max_reclaims", "--max-reclaims"),
+    ("tenant", "--tenant"),
+];
 
 /// `pullman work-orders …`; the exit code is the order's outcome for `wait` and `create --wait`
 /// (see [`super::args::WAIT_EXIT_CODES`]), success otherwise.
@@ -309,8 +331,14 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
             let (then_wait, wait_args) = (c.wait, c.wait_args.clone());
             let mut order = create(&client, c).await?;
             if then_wait {
+                // `-o name` prints the id at once: `ID=$(… -o name --wait)` has it even when
+                // the wait times out or is interrupted, exactly when a script needs it.
+                let id_printed = output == Output::Name;
+                if id_printed {
+                    crate::outln!("{}", order.id);
+                }
                 eprintln!("work order {} created; waiting for it to finish", order.id);
-                return wait::wait_for(&client, order.id, &wait_args, output).await;
+                return wait::wait_for(&client, order.id, &wait_args, output, id_printed).await;
             }
             if output == Output::Table || output == Output::Wide {
                 order.yaml_content = None;
@@ -340,7 +368,9 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
             print_orders(output, &orders, &names)?;
             if matches!(output, Output::Table | Output::Wide) {
                 if orders.is_empty() {
-                    println!("(no active work orders; finished ones are in `pullman log list`)");
+                    crate::outln!(
+                        "(no active work orders; finished ones are in `pullman log list`)"
+                    );
                 }
                 if more {
                     eprintln!("(more orders: raise --limit or pass --all)");
@@ -355,22 +385,22 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
             let order = get_active(&client, id).await?;
             if !print_document(output, &order)? {
                 match output {
-                    Output::Name => println!("{}", order.id),
+                    Output::Name => crate::outln!("{}", order.id),
                     _ => describe(&order, &agent_names(&client).await?, output == Output::Wide),
                 }
             }
         }
         WorkOrdersCommand::Wait { id, wait } => {
             let id = resolve_order(&client, &id, Scope::Either).await?;
-            return wait::wait_for(&client, id, &wait, output).await;
+            return wait::wait_for(&client, id, &wait, output, false).await;
         }
         WorkOrdersCommand::Cancel { id } => {
             let id = resolve_order(&client, &id, Scope::Active).await?;
             let entry = client.cancel_work_order(id).await?;
             if !print_document(output, &entry)? {
                 match output {
-                    Output::Name => println!("{id}"),
-                    _ => println!("work order {id} cancelled"),
+                    Output::Name => crate::outln!("{id}"),
+                    _ => crate::outln!("work order {id} cancelled"),
                 }
             }
         }
@@ -379,10 +409,10 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
             let mut order = client.rerun_work_order(id).await?;
             if !print_document(output, &order)? {
                 match output {
-                    Output::Name => println!("{}", order.id),
+                    Output::Name => crate::outln!("{}", order.id),
                     _ => {
                         order.yaml_content = None;
-                        println!("work order {} queued as a rerun of {id}", order.id);
+                        crate::outln!("work order {} queued as a rerun of {id}", order.id);
                     }
                 }
             }

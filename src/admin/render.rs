@@ -14,10 +14,10 @@ use crate::wire::CUT_MARKER;
 /// is neither, so the caller prints its own table or names.
 pub fn print_document(output: Output, value: &impl Serialize) -> anyhow::Result<bool> {
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        Output::Json => crate::outln!("{}", serde_json::to_string_pretty(value)?),
         // Through serde_json::Value so that JSON and YAML print the same document (a round-trip
         // through either parser gives equal values).
-        Output::Yaml => print!(
+        Output::Yaml => crate::out!(
             "{}",
             serde_norway::to_string(&serde_json::to_value(value)?)?
         ),
@@ -35,11 +35,10 @@ pub fn colour_enabled() -> bool {
 /// ANSI colour of a state word: green done well, red failed, yellow waiting or cut short.
 fn colour_of(word: &str) -> Option<&'static str> {
     Some(match word {
-        "succeeded" | "active" => "32",
-        "failed" | "retired" => "31",
-        "RETRY_PENDING" | "cancelled" | "stale" | "reclaimed" | "released" | "retry_scheduled" => {
-            "33"
-        }
+        "succeeded" | "SUCCEEDED" | "active" => "32",
+        "failed" | "FAILED" | "retired" => "31",
+        "RETRY_PENDING" | "cancelled" | "CANCELLED" | "stale" | "reclaimed" | "released"
+        | "retry_scheduled" => "33",
         "CLAIMED" | "running" => "36",
         _ => return None,
     })
@@ -49,7 +48,7 @@ fn colour_of(word: &str) -> Option<&'static str> {
 /// when [`colour_enabled`]. Padding is computed on the plain text, so colour never misaligns.
 pub fn print_table(headers: &[&str], rows: &[Vec<String>], state_column: Option<usize>) {
     for line in table_lines(headers, rows, state_column, colour_enabled()) {
-        println!("{line}");
+        crate::outln!("{line}");
     }
 }
 
@@ -59,7 +58,7 @@ pub fn print_rows(headers: &[&str], rows: &[Vec<String>], state_column: Option<u
         .into_iter()
         .skip(1)
     {
-        println!("{line}");
+        crate::outln!("{line}");
     }
 }
 
@@ -104,7 +103,7 @@ pub fn print_fields(fields: &[(&str, String)]) {
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     for (k, v) in fields {
         let label = format!("{k}:");
-        println!("{label:<width$} {v}");
+        crate::outln!("{label:<width$} {v}");
     }
 }
 

@@ -56,8 +56,13 @@ async fn look(client: &Client, id: Uuid) -> Result<State, ClientError> {
     }
 }
 
-/// Looks until it gets an answer; transient failures are reported once each and waited out.
-async fn look_patiently(client: &Client, id: Uuid) -> anyhow::Result<State> {
+/// Looks until it gets an answer; transient failures are reported once each and waited out,
+/// until `give_up_at` (then the last error is returned: the command failed, exit 1).
+async fn look_patiently(
+    client: &Client,
+    id: Uuid,
+    give_up_at: Option<Instant>,
+) -> anyhow::Result<State> {
     let mut reported = false;
     loop {
         match look(client, id).await {
@@ -67,7 +72,7 @@ async fn look_patiently(client: &Client, id: Uuid) -> anyhow::Result<State> {
                 }
                 return Ok(state);
             }
-            Err(e) if e.is_transient() => {
+            Err(e) if e.is_transient() && give_up_at.is_none_or(|at| Instant::now() < at) => {
                 if !reported {
                     eprintln!("{e}; still waiting");
                     reported = true;
@@ -80,23 +85,36 @@ async fn look_patiently(client: &Client, id: Uuid) -> anyhow::Result<State> {
 }
 
 /// Blocks until order `id` finishes or `args.timeout` passes; prints the log entry (its message,
-/// or the document with `-o json|yaml`) and returns the outcome's exit status.
+/// or the document with `-o json|yaml`; with `-o name` its id unless `id_printed`) and returns
+/// the outcome's exit status. A server that cannot be reached at the first look is an error
+/// (exit 1, as `--help` says); later it is waited out (a restart), up to `--timeout`.
 pub async fn wait_for(
     client: &Client,
     id: Uuid,
     args: &WaitArgs,
     output: Output,
+    id_printed: bool,
 ) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
+    let give_up_at = (!args.timeout.is_zero()).then(|| started + args.timeout);
+    let mut first = true;
     loop {
-        let order = match look_patiently(client, id).await? {
+        let state = if first {
+            look(client, id).await.map_err(anyhow::Error::from)
+        } else {
+            look_patiently(client, id, give_up_at).await
+        };
+        first = false;
+        let order = match state? {
             State::Finished(entry) => {
-                print_finished(&entry, output)?;
+                if !(id_printed && output == Output::Name) {
+                    print_finished(&entry, output)?;
+                }
                 return Ok(ExitCode::from(exit_code_of(entry.outcome)));
             }
             State::Active(order) => order,
         };
-        if !args.timeout.is_zero() && started.elapsed() >= args.timeout {
+        if give_up_at.is_some_and(|at| Instant::now() >= at) {
             eprintln!(
                 "timed out after {} s: work order {id} is still {}",
                 args.timeout.as_secs(),
@@ -115,7 +133,7 @@ fn print_finished(entry: &LogEntry, output: Output) -> anyhow::Result<()> {
         return Ok(());
     }
     if output == Output::Name {
-        println!("{}", entry.id);
+        crate::outln!("{}", entry.id);
         return Ok(());
     }
     eprintln!(
@@ -153,12 +171,12 @@ fn print_change(
     first: bool,
 ) -> anyhow::Result<()> {
     match output {
-        Output::Json => println!("{}", serde_json::to_string(order)?),
-        Output::Yaml => print!(
+        Output::Json => crate::outln!("{}", serde_json::to_string(order)?),
+        Output::Yaml => crate::out!(
             "---\n{}",
             serde_norway::to_string(&serde_json::to_value(order)?)?
         ),
-        Output::Name => println!("{}", order.id),
+        Output::Name => crate::outln!("{}", order.id),
         Output::Table | Output::Wide => {
             let rows = order_rows(std::slice::from_ref(order), names, false);
             if first {
@@ -181,12 +199,12 @@ fn print_gone(
     match output {
         Output::Json => {
             if let Some(e) = entry {
-                println!("{}", serde_json::to_string(e)?)
+                crate::outln!("{}", serde_json::to_string(e)?)
             }
         }
         Output::Yaml => {
             if let Some(e) = entry {
-                print!(
+                crate::out!(
                     "---\n{}",
                     serde_norway::to_string(&serde_json::to_value(e)?)?
                 )
@@ -195,9 +213,10 @@ fn print_gone(
         Output::Name => {}
         Output::Table | Output::Wide => {
             let mut row = order_rows(std::slice::from_ref(last), names, false).remove(0);
+            // In the STATUS column's spelling (PENDING, …), not the log's (succeeded).
             row[STATE_COLUMN] = entry
-                .map(|e| e.outcome.as_str().to_string())
-                .unwrap_or_else(|| "gone".into());
+                .map(|e| e.outcome.as_str().to_ascii_uppercase())
+                .unwrap_or_else(|| "GONE".into());
             row[NEXT_COLUMN] = "-".into();
             print_rows(ORDER_HEADERS, &[row], Some(STATE_COLUMN));
         }
@@ -210,7 +229,7 @@ pub async fn watch_order(client: &Client, id: Uuid, output: Output) -> anyhow::R
     let names = agent_names(client).await?;
     let mut last: Option<WorkOrder> = None;
     loop {
-        match look_patiently(client, id).await? {
+        match look_patiently(client, id, None).await? {
             State::Active(order) => {
                 if last.as_ref().map(change_key) != Some(change_key(&order)) {
                     print_change(output, &order, &names, last.is_none())?;

@@ -50,8 +50,8 @@ next executor to claim the order watches them again).";
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = EXECUTOR_HELP)]
 pub struct ExecutorArgs {
-    /// Pullman server URL, e.g. http://pullman.pullman-system:8080.
-    #[arg(long, env = "PULLMAN_SERVER")]
+    /// Pullman server URL, scheme, host and port, e.g. http://pullman.pullman-system:8080.
+    #[arg(long, env = "PULLMAN_SERVER", value_parser = crate::client::parse_server_url)]
     pub server: String,
     /// File holding this executor's agent token (the Executor's Secret, key `token`).
     #[arg(long, env = "PULLMAN_TOKEN_FILE")]
@@ -83,7 +83,7 @@ pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
     let shutdown = Shutdown::on_signals();
     abandon_after_drain(&shutdown, Duration::from_secs(args.drain_seconds.into()));
     let (api, agent_id) =
-        match pull::connect_as_agent(&args.server, &args.token_file, &shutdown.drain).await {
+        match pull::connect_as_agent(&args.server, &args.token_file, &shutdown.drain, None).await {
             Ok(c) => c,
             Err(ConnectError::Stopped) => return Ok(()),
             Err(e) => return Err(e.into()),

@@ -40,6 +40,11 @@ impl Backoff {
         wait
     }
 
+    /// Failures since the last success.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
     /// Records a success; returns how many failures came before it (0 if none).
     pub fn succeeded(&mut self) -> u32 {
         let failures = self.failures;
@@ -61,24 +66,45 @@ pub enum ConnectError {
     /// Stopped by a signal before connecting.
     #[error("stopped before connecting")]
     Stopped,
+    /// The deadline passed before the server answered.
+    #[error("the server did not answer in time")]
+    DeadlinePassed,
     /// Anything else (unreadable token file, admin token, protocol error).
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
 
 /// Connects with the token and learns which agent it belongs to. While the server cannot be
-/// reached (or answers 5xx) it retries with [`Backoff`] until `stop` fires, logging each failure
-/// and once when connected; a refused token ends at once with [`ConnectError::Unauthorized`].
+/// reached (or answers 5xx) it retries with [`Backoff`] until `stop` fires or `deadline` passes
+/// (ending it with [`ConnectError::Stopped`] or
+/// [`ConnectError::DeadlinePassed`]), logging each failure; a refused token ends at
+/// once with [`ConnectError::Unauthorized`]. `stop` and `deadline` also cut short a request in
+/// flight, so a server that accepts and never answers cannot hold a stopping agent for the
+/// HTTP timeout (60 s). "connected" is logged when the server first answers.
 pub async fn connect_as_agent(
     server: &str,
     token_file: &Path,
     stop: &CancellationToken,
+    deadline: Option<tokio::time::Instant>,
 ) -> Result<(Client, Uuid), ConnectError> {
     let client = Client::new(server, &crate::client::read_token_file(token_file)?)
         .map_err(anyhow::Error::from)?;
     let mut backoff = Backoff::default();
+    // A deadline that never comes when there is none.
+    let until = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(until);
     let me = loop {
-        match client.whoami().await {
+        let answer = tokio::select! {
+            _ = stop.cancelled() => return Err(ConnectError::Stopped),
+            _ = &mut until => return Err(ConnectError::DeadlinePassed),
+            r = client.whoami() => r,
+        };
+        match answer {
             Ok(me) => break me,
             Err(e) if e.is_unauthorized() => return Err(ConnectError::Unauthorized(e)),
             Err(e) if e.is_transient() => {
@@ -86,6 +112,7 @@ pub async fn connect_as_agent(
                 tracing::warn!(error = %e, server, retry_in = ?wait, "server not reachable; retrying");
                 tokio::select! {
                     _ = stop.cancelled() => return Err(ConnectError::Stopped),
+                    _ = &mut until => return Err(ConnectError::DeadlinePassed),
                     _ = tokio::time::sleep(wait) => {}
                 }
             }

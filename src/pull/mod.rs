@@ -99,19 +99,24 @@ pub async fn run<C: Carrier>(
         .map(|_| ())
 }
 
-/// Claims and carries out at most one order (`pullman worker --once`), waiting for one at most
-/// `wait` (None: until drained). `Ok(None)`: no order came.
+/// Claims and carries out at most one order (`pullman worker --once`), claimed before
+/// `deadline` (None: waiting until drained). `Ok(None)`: no order came. Retries after failures
+/// and a request to a server that does not answer end at the deadline too (a request at most
+/// [`DEADLINE_GRACE`] after it, so a long-poll the server answers on time is not dropped).
 pub async fn run_once<C: Carrier>(
     client: Client,
     mut config: LoopConfig,
     carrier: Arc<C>,
     shutdown: Shutdown,
-    wait: Option<Duration>,
+    deadline: Option<tokio::time::Instant>,
 ) -> Result<Option<Ended>, PullError> {
     config.concurrency = 1;
-    let deadline = wait.map(|w| tokio::time::Instant::now() + w);
     run_loop(client, config, carrier, shutdown, Some(deadline)).await
 }
+
+/// How long a claim request may outlast the `--once` deadline: the server answers a long-poll
+/// bounded by the deadline within about a second; past this it is not answering at all.
+pub const DEADLINE_GRACE: Duration = Duration::from_secs(2);
 
 /// `once`: None = loop forever; Some(deadline) = one order, claimed before the deadline if any.
 async fn run_loop<C: Carrier>(
@@ -160,13 +165,28 @@ async fn run_loop<C: Carrier>(
             }
             max_wait = max_wait.min(left.as_secs_f64().ceil() as i64);
         }
+        if backoff.failures() > 0 {
+            // After failures the first claim does not wait, so its answer says at once that the
+            // server is back (a long-poll would answer only when its wait ends, up to 30 s on).
+            max_wait = 0;
+        }
         let body = ClaimNextBody {
             work_types: (!config.work_types.is_empty()).then(|| config.work_types.clone()),
             max_wait_seconds: Some(max_wait),
             lease_seconds: Some(i64::from(config.lease_seconds)),
         };
+        let give_up = async {
+            match once {
+                Some(Some(at)) => tokio::time::sleep_until(at + DEADLINE_GRACE).await,
+                _ => std::future::pending().await,
+            }
+        };
         let claimed = tokio::select! {
             _ = shutdown.drain.cancelled() => break,
+            _ = give_up => {
+                tracing::warn!("the server did not answer the claim before --wait ran out");
+                break;
+            }
             r = client.claim_next(config.agent_id, &body) => r,
         };
         match claimed {
@@ -211,9 +231,14 @@ async fn run_loop<C: Carrier>(
                 } else {
                     tracing::error!(%error, retry_in = ?wait, "claim refused; retrying");
                 }
+                let wake = tokio::time::Instant::now() + wait;
+                let wake = match once {
+                    Some(Some(at)) => wake.min(at),
+                    _ => wake,
+                };
                 tokio::select! {
                     _ = shutdown.drain.cancelled() => break,
-                    _ = tokio::time::sleep(wait) => {}
+                    _ = tokio::time::sleep_until(wake) => {}
                 }
             }
         }

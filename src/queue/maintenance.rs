@@ -210,10 +210,13 @@ impl Queue {
     }
 }
 
-/// Runs maintenance every `interval` (DESIGN.md §7: 10 s by default), and sooner when a retry
-/// falls due, until `shutdown` fires. Each report goes to `on_report` (metrics); failures are
-/// logged and retried at the next tick. With `log_retention`, history past it is deleted too
-/// ([`Queue::expire_history`]).
+/// Runs maintenance every `interval` (DESIGN.md §7: 10 s by default), and when a retry falls
+/// due, until `shutdown` fires: the pass promotes it, which wakes long-polls that may take it
+/// (DESIGN.md §2, §7). A retry scheduled by this process while it sleeps wakes it to look at the
+/// earliest due time again, so a 1 s backoff is claimable after about 1 s, not at the next tick.
+/// (Several replicas each run maintenance; the one that scheduled a retry promotes it on time.)
+/// Each report goes to `on_report` (metrics); failures are logged and retried at the next tick.
+/// With `log_retention`, history past it is deleted too ([`Queue::expire_history`]).
 pub async fn run_maintenance(
     queue: Queue,
     interval: Duration,
@@ -221,8 +224,11 @@ pub async fn run_maintenance(
     shutdown: tokio_util::sync::CancellationToken,
     on_report: impl Fn(&MaintenanceReport) + Send,
 ) {
+    // A small floor keeps a tight loop from forming around clock jitter.
+    let due_at = |due: Duration| tokio::time::Instant::now() + due.max(Duration::from_millis(50));
     loop {
-        let mut sleep_for = interval;
+        let next_tick = tokio::time::Instant::now() + interval;
+        let mut wake_at = next_tick;
         let pass = async {
             let mut report = queue.maintain().await?;
             if let Some(retention) = log_retention {
@@ -243,8 +249,7 @@ pub async fn run_maintenance(
                 }
                 on_report(&report);
                 if let Ok(Some(due)) = queue.next_retry_due_in().await {
-                    // A small floor keeps a tight loop from forming around clock jitter.
-                    sleep_for = sleep_for.min(due.max(Duration::from_millis(50)));
+                    wake_at = wake_at.min(due_at(due));
                 }
             }
             Err(error) => {
@@ -254,9 +259,16 @@ pub async fn run_maintenance(
                 tracing::warn!(%error, "maintenance pass failed; retrying next tick")
             }
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(sleep_for) => {}
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep_until(wake_at) => break,
+                _ = queue.retry_scheduled.notified() => {
+                    if let Ok(Some(due)) = queue.next_retry_due_in().await {
+                        wake_at = wake_at.min(due_at(due));
+                    }
+                }
+            }
         }
     }
 }

@@ -190,6 +190,9 @@ pub struct Queue {
     /// See [`Queue::token_revocations`].
     token_revocations: std::sync::Arc<std::sync::atomic::AtomicU64>,
     availability: std::sync::Arc<availability::Availability>,
+    /// Rung when this process schedules a retry, so that maintenance can wake when it falls due
+    /// (see [`run_maintenance`]).
+    retry_scheduled: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Queue {
@@ -199,6 +202,7 @@ impl Queue {
             pool,
             token_revocations: Default::default(),
             availability: Default::default(),
+            retry_scheduled: Default::default(),
         }
     }
 

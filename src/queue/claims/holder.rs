@@ -153,6 +153,10 @@ impl Queue {
             )),
         };
         tx.commit().await?;
+        if matches!(result, CompletionResult::RetryScheduled { .. }) {
+            // Maintenance may be asleep past the retry's time: it looks again (DESIGN.md §7).
+            self.retry_scheduled.notify_one();
+        }
         Ok(result)
     }
 }
