@@ -16,6 +16,7 @@ pub use crate::queue::model::{
 };
 /// Ends a result message the server cut at its limit (DESIGN.md §5).
 pub use crate::queue::text::CUT_MARKER;
+pub use crate::queue::waiting::{Explanation, WaitReason};
 
 /// Body of `POST /work-orders/{id}/claim`.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]

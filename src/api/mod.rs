@@ -101,6 +101,7 @@ pub fn router(state: AppState) -> Router {
         .route("/work-orders/{id}/claim", post(claims::claim))
         .route("/work-orders/{id}/heartbeat", post(claims::heartbeat))
         .route("/work-orders/{id}/complete", post(claims::complete))
+        .route("/work-orders/{id}/explain", get(work_orders::explain))
         .route("/work-orders/{id}/attempts", get(work_orders::attempts))
         .route("/work-orders/{id}/rerun", post(work_orders::rerun))
         .route("/work-order-log", get(work_orders::list_log))

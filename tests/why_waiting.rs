@@ -1,0 +1,139 @@
+//! DESIGN.md §10 over HTTP: why an order waits (`GET /work-orders/{id}/explain` and the `waiting`
+//! field of `GET /work-orders/{id}`), its 404/409 answers, and the gauges of waiting orders by
+//! reason. The reasons themselves are checked against the claim path in
+//! `queue::waiting_agreement`.
+
+mod support;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{TestServer, configmap_order};
+
+async fn get(s: &TestServer, path: &str) -> (u16, Value) {
+    s.admin(Method::GET, path, None).await
+}
+
+#[tokio::test]
+async fn explain_answers_the_reason_and_get_carries_it() {
+    let s = TestServer::start().await;
+    let o = s.order(configmap_order("gpu")).await;
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(e["reason"], "no_matching_agent");
+    assert_eq!(e["matching_agents"], json!([]));
+    assert!(e["waiting_seconds"].as_i64().unwrap() >= 0);
+    assert!(e.get("position").is_none(), "{e}");
+
+    let (a, token) = s
+        .agent(json!({"name": "runner-1", "labels": ["gpu"]}))
+        .await;
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
+    assert_eq!(st, 200);
+    assert_eq!(e["reason"], "no_agent_connected", "{e}");
+    assert_eq!(e["matching_agents"], json!(["runner-1"]));
+
+    // The pending list reads without recording contact: the agent is still never seen.
+    let (st, _) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/agents/{a}/work-orders/pending"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (st, order) = get(&s, &format!("/api/v1/work-orders/{o}")).await;
+    assert_eq!(st, 200);
+    assert_eq!(order["waiting"]["reason"], "no_agent_connected", "{order}");
+    let (st, claimed) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{o}/claim"),
+            Some(&token),
+            Some(json!({"agent_id": a})),
+        )
+        .await;
+    assert_eq!(st, 200, "{claimed}");
+    let (st, order) = get(&s, &format!("/api/v1/work-orders/{o}")).await;
+    assert_eq!(st, 200);
+    assert!(
+        order.get("waiting").is_none(),
+        "a claimed order does not wait: {order}"
+    );
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
+    assert_eq!(st, 409, "{e}");
+    assert_eq!(e["error"]["code"], "not_waiting");
+
+    let second = s.order(configmap_order("gpu")).await;
+    let (_, order) = get(&s, &format!("/api/v1/work-orders/{second}")).await;
+    assert_eq!(order["waiting"]["reason"], "queued", "{order}");
+    assert_eq!(order["waiting"]["position"], 1);
+    assert!(
+        order["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("next in line for agent runner-1"),
+        "{order}"
+    );
+}
+
+#[tokio::test]
+async fn explain_404_names_unknown_and_finished() {
+    let s = TestServer::start().await;
+    let unknown = uuid::Uuid::new_v4();
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{unknown}/explain")).await;
+    assert_eq!(st, 404);
+    assert_eq!(e["error"]["code"], "not_found");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&unknown.to_string())
+    );
+    let o = s.order(configmap_order("gpu")).await;
+    let (st, _) = s
+        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
+        .await;
+    assert_eq!(st, 200);
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
+    assert_eq!(st, 404);
+    assert_eq!(e["error"]["code"], "finished", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled"),
+        "{e}"
+    );
+    let (st, e) = get(&s, "/api/v1/work-orders/not-a-uuid/explain").await;
+    assert_eq!(st, 400, "{e}");
+}
+
+#[tokio::test]
+async fn metrics_count_waiting_orders_by_reason() {
+    let s = TestServer::start().await;
+    s.order(configmap_order("nobody")).await;
+    s.order(configmap_order("nobody")).await;
+    s.agent(json!({"name": "a", "labels": ["gpu"]})).await;
+    s.order(configmap_order("gpu")).await;
+    let text = reqwest::get(s.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .to_string()
+    };
+    assert!(
+        line("pullman_work_orders_waiting{reason=\"no_matching_agent\"}").ends_with(" 2"),
+        "{text}"
+    );
+    assert!(line("pullman_work_orders_waiting{reason=\"no_agent_connected\"}").ends_with(" 1"));
+    assert!(line("pullman_work_orders_waiting{reason=\"queued\"}").ends_with(" 0"));
+    line("pullman_work_orders_waiting_oldest_seconds{reason=\"no_matching_agent\"}");
+    line("pullman_work_orders_waiting_oldest_seconds{reason=\"agents_busy\"}");
+}
