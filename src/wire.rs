@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 pub use crate::queue::Heartbeat;
+pub use crate::queue::backlog::Backlog;
 pub use crate::queue::model::{
     Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, LogEntry, NewAgent, NewWorkOrder,
     OrderStatus, Outcome, Page, RequestedWorkType, Targeting, WorkOrder, WorkType,

@@ -1,6 +1,7 @@
 //! DESIGN.md §10 over HTTP: why an order waits (`GET /work-orders/{id}/explain` and the `waiting`
-//! field of `GET /work-orders/{id}`), its 404/409 answers, and the gauges of waiting orders by
-//! reason. The reasons themselves are checked against the claim path in
+//! field of `GET /work-orders/{id}`), its 404/409 answers, the backlog of an agent and of a
+//! profile (403 for another agent's token, 422 naming an unknown work type), and the gauges of
+//! waiting orders by reason. The reasons themselves are checked against the claim path in
 //! `queue::waiting_agreement`.
 
 mod support;
@@ -107,6 +108,92 @@ async fn explain_404_names_unknown_and_finished() {
     );
     let (st, e) = get(&s, "/api/v1/work-orders/not-a-uuid/explain").await;
     assert_eq!(st, 400, "{e}");
+}
+
+#[tokio::test]
+async fn backlog_of_an_agent_and_of_a_profile() {
+    let s = TestServer::start().await;
+    let (a, a_token) = s
+        .agent(json!({"name": "a", "labels": ["gpu"], "max_concurrency": 1}))
+        .await;
+    let (b, b_token) = s.agent(json!({"name": "b", "labels": ["cpu"]})).await;
+    for _ in 0..3 {
+        s.order(configmap_order("gpu")).await;
+    }
+    s.order(configmap_order("cpu")).await;
+    let path = format!("/api/v1/agents/{a}/backlog");
+    let (st, v) = s.call(Method::GET, &path, Some(&a_token), None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["count"], 3);
+    assert!(v["oldest_seconds"].as_i64().unwrap() >= 0);
+    // The admin may ask too; another agent's token may not.
+    let (st, v) = get(&s, &path).await;
+    assert_eq!((st, v["count"].clone()), (200, json!(3)));
+    let (st, v) = s.call(Method::GET, &path, Some(&b_token), None).await;
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(v["error"]["code"], "forbidden");
+    let (st, v) = s.call(Method::GET, &path, None, None).await;
+    assert_eq!(st, 401, "{v}");
+    let (st, v) = get(
+        &s,
+        &format!("/api/v1/agents/{}/backlog", uuid::Uuid::new_v4()),
+    )
+    .await;
+    assert_eq!(st, 404, "{v}");
+
+    // A busy agent keeps its backlog: it is what more agents like it would take.
+    let (st, _) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{a}/claim"),
+            Some(&a_token),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (_, v) = s.call(Method::GET, &path, Some(&a_token), None).await;
+    assert_eq!(v["count"], 2);
+    let (_, v) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/agents/{b}/backlog"),
+            Some(&b_token),
+            None,
+        )
+        .await;
+    assert_eq!(v["count"], 1);
+
+    // A profile not registered: the same rule over its labels, work types and tenant.
+    let (st, v) = get(&s, "/api/v1/backlog?label=gpu&label=cpu").await;
+    assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
+    let (_, v) = get(&s, "/api/v1/backlog?label=gpu&work_type=build").await;
+    assert_eq!(v["count"], 0);
+    let (_, v) = get(&s, "/api/v1/backlog?label=gpu&tenant=team-a").await;
+    assert_eq!(
+        v["count"], 0,
+        "a tenant's agent takes only its tenant's orders"
+    );
+    let (st, v) = get(&s, "/api/v1/backlog?label=gpu&work_type=gpu").await;
+    assert_eq!(st, 422, "{v}");
+    assert_eq!(v["error"]["code"], "unknown_work_type");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("work_type"),
+        "{v}"
+    );
+    let (st, v) = get(&s, "/api/v1/backlog?labels=gpu").await;
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = s
+        .call(
+            Method::GET,
+            "/api/v1/backlog?label=gpu",
+            Some(&a_token),
+            None,
+        )
+        .await;
+    assert_eq!(st, 403, "{v}");
 }
 
 #[tokio::test]

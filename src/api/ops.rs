@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use super::{ApiError, AppState, agents, claims, work_orders};
+use super::{ApiError, AppState, agents, backlog, claims, work_orders};
 use crate::telemetry::{HealthLabel, ReasonLabel, StatusLabel};
 
 /// The OpenAPI 3.1 description of every route, generated from the handlers' annotations.
@@ -19,7 +19,7 @@ use crate::telemetry::{HealthLabel, ReasonLabel, StatusLabel};
         work_orders::cancel,
         work_orders::attempts, work_orders::rerun, work_orders::list_log, work_orders::get_log,
         agents::register, agents::list, agents::get_one, agents::rotate_token, agents::retire,
-        agents::pending, agents::whoami,
+        agents::pending, agents::whoami, backlog::agent, backlog::profile,
         claims::claim, claims::claim_next, claims::heartbeat, claims::complete,
         healthz, readyz, metrics, openapi,
     ),

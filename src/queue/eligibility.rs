@@ -7,8 +7,8 @@
 //! `WHERE` of an order `w` for the agent of a one-row relation `a` (columns `id`, `name`,
 //! `labels`, `annotation_pairs`, `work_types`, `tenant`, `retired_at`, `requested_types`). The
 //! SQL predicate (`sql/eligible.sql`) is repeated verbatim in `sql/pending_for_agent.sql`,
-//! `sql/claim_next.sql`, `sql/claim_next_capped.sql` and `sql/queue_position.sql` (a statement
-//! is one literal, so it cannot import it);
+//! `sql/claim_next.sql`, `sql/claim_next_capped.sql`, `sql/queue_position.sql` and
+//! `sql/backlog.sql` (a statement is one literal, so it cannot import it);
 //! `tests::every_statement_repeats_the_rules_verbatim` fails when a copy drifts, and the property
 //! test `eligibility_agreement` (`queue::eligibility_agreement`, run with feature `testing`: it
 //! needs PostgreSQL) runs generated agents and orders through
@@ -136,6 +136,7 @@ mod tests {
         ("claim_next", sql::CLAIM_NEXT),
         ("claim_next_capped", sql::CLAIM_NEXT_CAPPED),
         ("queue_position", sql::QUEUE_POSITION),
+        ("backlog", sql::BACKLOG),
     ];
 
     /// Statements that must repeat [`LIVE_CLAIM_SQL`] (the reaper as `NOT (…)`).

@@ -22,6 +22,7 @@
 //!   (DESIGN.md §10) in `waiting` (the rule, pure) and `explain` (its reads).
 
 mod availability;
+pub mod backlog;
 mod claims;
 mod cursor;
 pub mod eligibility;
