@@ -8,7 +8,25 @@ mod support;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{TestServer, configmap_order};
+use support::{ADMIN_TOKEN, TestServer, configmap_order, pullman_bin};
+
+/// Runs the admin CLI against `s`; returns (success, stdout, stderr).
+async fn cli(s: &TestServer, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = std::process::Command::new(pullman_bin());
+    cmd.args(args)
+        .env("PULLMAN_SERVER", &s.base)
+        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env_remove("PULLMAN_ADMIN_TOKEN_FILE")
+        .env("NO_COLOR", "1");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
 
 async fn get(s: &TestServer, path: &str) -> (u16, Value) {
     s.admin(Method::GET, path, None).await
@@ -223,4 +241,33 @@ async fn metrics_count_waiting_orders_by_reason() {
     assert!(line("pullman_work_orders_waiting{reason=\"queued\"}").ends_with(" 0"));
     line("pullman_work_orders_waiting_oldest_seconds{reason=\"no_matching_agent\"}");
     line("pullman_work_orders_waiting_oldest_seconds{reason=\"agents_busy\"}");
+}
+
+#[tokio::test]
+async fn the_cli_says_why_by_id_prefix() {
+    let s = TestServer::start().await;
+    let o = s.order(configmap_order("gpu")).await;
+    let prefix = &o[..8];
+    let (ok, out, err) = cli(&s, &["work-orders", "explain", prefix]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("No live agent may take work order"), "{out}");
+    assert!(out.contains("(no_matching_agent)"), "{out}");
+    let (ok, out, err) = cli(&s, &["work-orders", "get", prefix]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("Waiting") && l.contains("No live agent")),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&s, &["work-orders", "explain", prefix, "-o", "json"]).await;
+    assert!(ok);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["reason"], "no_matching_agent");
+    let (st, _) = s
+        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
+        .await;
+    assert_eq!(st, 200);
+    let (ok, _, err) = cli(&s, &["work-orders", "explain", prefix]).await;
+    assert!(!ok);
+    assert!(err.contains("finished"), "{err}");
 }
