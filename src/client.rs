@@ -9,7 +9,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::wire::{Agent, AgentWithToken, Heartbeat, LogEntry, NewAgent, Page, WorkOrder};
+use crate::wire::{
+    Agent, AgentWithToken, Explanation, Heartbeat, LogEntry, NewAgent, Page, WorkOrder,
+};
 use crate::wire::{ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, RetryScheduled, WhoAmI};
 
 /// Reads a bearer token from a file (surrounding whitespace ignored), naming the file in errors.
@@ -263,6 +265,16 @@ impl Client {
     pub async fn get_work_order(&self, id: Uuid) -> Result<WorkOrder, ClientError> {
         self.json(Method::GET, &format!("/work-orders/{id}"), None::<&()>)
             .await
+    }
+
+    /// `GET /work-orders/{id}/explain`: why the order waits (DESIGN.md §10).
+    pub async fn explain_work_order(&self, id: Uuid) -> Result<Explanation, ClientError> {
+        self.json(
+            Method::GET,
+            &format!("/work-orders/{id}/explain"),
+            None::<&()>,
+        )
+        .await
     }
 
     /// `DELETE /work-orders/{id}`.

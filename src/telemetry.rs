@@ -68,6 +68,13 @@ pub struct HealthLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why the orders wait (DESIGN.md §10): `no_matching_agent`, `no_agent_connected`,
+    /// `agents_busy`, `backing_off` or `queued`.
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     /// `workorder` or `executor`.
     pub controller: String,
@@ -180,6 +187,12 @@ pub struct Metrics {
     pub queue_lag: Gauge<f64, AtomicU64>,
     /// `pullman_agents{health}`: live agents by health, refreshed at scrape time.
     pub agents: Family<HealthLabel, Gauge>,
+    /// `pullman_work_orders_waiting{reason}`: unclaimed orders by why they wait (DESIGN.md §10),
+    /// refreshed at scrape time (`Queue::waiting_by_reason`).
+    pub waiting: Family<ReasonLabel, Gauge>,
+    /// `pullman_work_orders_waiting_oldest_seconds{reason}`: the longest wait of each reason's
+    /// orders, since each last became unclaimed (0 when none).
+    pub waiting_oldest: Family<ReasonLabel, Gauge<f64, AtomicU64>>,
     /// `pullman_long_polls`: claim-next requests waiting now.
     pub long_polls: Gauge<i64, AtomicI64>,
     /// `pullman_http_requests_total{method,route,status}`.
@@ -256,6 +269,26 @@ impl Metrics {
         );
         let agents = Family::<HealthLabel, Gauge>::default();
         registry.register("agents", "Live agents by health", agents.clone());
+        let waiting = Family::<ReasonLabel, Gauge>::default();
+        registry.register(
+            "work_orders_waiting",
+            "Unclaimed work orders by why they wait",
+            waiting.clone(),
+        );
+        let waiting_oldest = Family::<ReasonLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "work_orders_waiting_oldest_seconds",
+            "Longest wait of the unclaimed work orders of each reason (0 when none)",
+            waiting_oldest.clone(),
+        );
+        // Every reason is exported from the start, so alerts can name one before it happens.
+        for reason in crate::queue::waiting::WaitReason::ALL {
+            let label = ReasonLabel {
+                reason: reason.as_str().to_string(),
+            };
+            let _ = waiting.get_or_create(&label);
+            let _ = waiting_oldest.get_or_create(&label);
+        }
         let controller = controller_metrics();
         registry.register(
             "controller_reconciles",
@@ -310,6 +343,8 @@ impl Metrics {
             queue_wait,
             queue_lag,
             agents,
+            waiting,
+            waiting_oldest,
             long_polls,
             http_requests,
             http_duration,

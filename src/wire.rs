@@ -10,12 +10,14 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 pub use crate::queue::Heartbeat;
+pub use crate::queue::backlog::Backlog;
 pub use crate::queue::model::{
     Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, LogEntry, NewAgent, NewWorkOrder,
     OrderStatus, Outcome, Page, RequestedWorkType, Targeting, WorkOrder, WorkType,
 };
 /// Ends a result message the server cut at its limit (DESIGN.md §5).
 pub use crate::queue::text::CUT_MARKER;
+pub use crate::queue::waiting::{Explanation, WaitReason};
 
 /// Body of `POST /work-orders/{id}/claim`.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]

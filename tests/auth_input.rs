@@ -32,6 +32,12 @@ async fn admin_agent_and_anonymous_matrix() {
         ),
         (Method::GET, "/api/v1/work-orders".into(), None),
         (Method::GET, format!("/api/v1/work-orders/{o}"), None),
+        (
+            Method::GET,
+            format!("/api/v1/work-orders/{o}/explain"),
+            None,
+        ),
+        (Method::GET, "/api/v1/backlog?label=m".into(), None),
         (Method::GET, "/api/v1/work-order-log".into(), None),
         (Method::GET, format!("/api/v1/work-order-log/{o}"), None),
         (
@@ -442,6 +448,9 @@ async fn openapi_describes_every_route_and_ops_endpoints_answer() {
         "/api/v1/agents/{id}/token",
         "/api/v1/agents/{id}/work-orders/pending",
         "/api/v1/agents/{id}/claim",
+        "/api/v1/work-orders/{id}/explain",
+        "/api/v1/agents/{id}/backlog",
+        "/api/v1/backlog",
         "/healthz",
         "/readyz",
         "/metrics",

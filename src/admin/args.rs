@@ -149,6 +149,12 @@ pub enum WorkOrdersCommand {
         #[arg(short = 'w', long)]
         watch: bool,
     },
+    /// Say why a work order waits: no matching agent, none connected, all busy, backing off, or
+    /// its place in the queue; with the agents that may take it and how long it has waited.
+    Explain {
+        /// The order's id or a unique prefix of it (with or without dashes).
+        id: String,
+    },
     /// Wait until a work order finishes; print its result message and exit with its outcome.
     #[command(after_help = WAIT_EXIT_CODES)]
     Wait {

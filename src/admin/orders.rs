@@ -20,7 +20,7 @@ use super::render::{
 };
 use super::{collect_pages, query, wait};
 use crate::client::Client;
-use crate::wire::{OrderStatus, WorkOrder};
+use crate::wire::{Explanation, OrderStatus, WorkOrder};
 
 /// Columns of `work-orders list` and of `--watch` lines.
 pub const ORDER_HEADERS: &[&str] = &[
@@ -184,6 +184,9 @@ fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>, wide: bool) {
     ];
     if let Some(t) = o.next_retry_after {
         fields.push(("Next retry", relative_and_exact(t, now)));
+    }
+    if let Some(w) = &o.waiting {
+        fields.push(("Waiting", waiting_sentence(w)));
     }
     if let Some(agent) = o.claimed_by {
         let name = names.get(&agent).map(String::as_str).unwrap_or("?");
@@ -390,6 +393,16 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
                 }
             }
         }
+        WorkOrdersCommand::Explain { id } => {
+            let id = resolve_order(&client, &id, Scope::Either).await?;
+            let explanation = client.explain_work_order(id).await?;
+            if !print_document(output, &explanation)? {
+                match output {
+                    Output::Name => println!("{}", explanation.reason),
+                    _ => println!("{}", waiting_sentence(&explanation)),
+                }
+            }
+        }
         WorkOrdersCommand::Wait { id, wait } => {
             let id = resolve_order(&client, &id, Scope::Either).await?;
             return wait::wait_for(&client, id, &wait, output, false).await;
@@ -419,4 +432,15 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An explanation as a person reads it (DESIGN.md §10): its message, how long the order has
+/// waited, and its reason code for scripts that grep.
+fn waiting_sentence(e: &Explanation) -> String {
+    format!(
+        "{} Waiting {} ({}).",
+        e.message,
+        super::render::span_text(e.waiting_seconds.unsigned_abs()),
+        e.reason
+    )
 }

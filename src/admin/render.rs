@@ -115,18 +115,24 @@ pub fn when(t: DateTime<Utc>) -> String {
 /// `in 2m`, `3h ago`, `now`: the distance from `now` in its largest whole unit.
 pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let secs = (t - now).num_seconds();
-    let span = secs.unsigned_abs();
-    let text = match span {
-        0 => return "now".into(),
-        1..90 => format!("{span}s"),
-        90..5400 => format!("{}m", span / 60),
-        5400..129_600 => format!("{}h", span / 3600),
-        _ => format!("{}d", span / 86_400),
-    };
+    if secs == 0 {
+        return "now".into();
+    }
+    let text = span_text(secs.unsigned_abs());
     if secs > 0 {
         format!("in {text}")
     } else {
         format!("{text} ago")
+    }
+}
+
+/// `45s`, `2m`, `3h`, `4d`: a span of seconds in its largest whole unit.
+pub fn span_text(span: u64) -> String {
+    match span {
+        0..90 => format!("{span}s"),
+        90..5400 => format!("{}m", span / 60),
+        5400..129_600 => format!("{}h", span / 3600),
+        _ => format!("{}d", span / 86_400),
     }
 }
 

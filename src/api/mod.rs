@@ -2,6 +2,7 @@
 //! `/metrics` and `/api/v1/openapi.json`.
 
 mod agents;
+mod backlog;
 mod claims;
 pub mod error;
 mod ops;
@@ -101,6 +102,7 @@ pub fn router(state: AppState) -> Router {
         .route("/work-orders/{id}/claim", post(claims::claim))
         .route("/work-orders/{id}/heartbeat", post(claims::heartbeat))
         .route("/work-orders/{id}/complete", post(claims::complete))
+        .route("/work-orders/{id}/explain", get(work_orders::explain))
         .route("/work-orders/{id}/attempts", get(work_orders::attempts))
         .route("/work-orders/{id}/rerun", post(work_orders::rerun))
         .route("/work-order-log", get(work_orders::list_log))
@@ -109,6 +111,8 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}", get(agents::get_one).delete(agents::retire))
         .route("/agents/{id}/token", post(agents::rotate_token))
         .route("/agents/{id}/work-orders/pending", get(agents::pending))
+        .route("/agents/{id}/backlog", get(backlog::agent))
+        .route("/backlog", get(backlog::profile))
         .route("/agents/{id}/claim", post(claims::claim_next))
         .route("/whoami", get(agents::whoami))
         .route("/openapi.json", get(ops::openapi));

@@ -7,18 +7,19 @@ use axum::response::IntoResponse;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use super::{ApiError, AppState, agents, claims, work_orders};
-use crate::telemetry::{HealthLabel, StatusLabel};
+use super::{ApiError, AppState, agents, backlog, claims, work_orders};
+use crate::telemetry::{HealthLabel, ReasonLabel, StatusLabel};
 
 /// The OpenAPI 3.1 description of every route, generated from the handlers' annotations.
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Pullman", description = "Pull-based work-order queue (DESIGN.md §5)"),
     paths(
-        work_orders::create, work_orders::list, work_orders::get_one, work_orders::cancel,
+        work_orders::create, work_orders::list, work_orders::get_one, work_orders::explain,
+        work_orders::cancel,
         work_orders::attempts, work_orders::rerun, work_orders::list_log, work_orders::get_log,
         agents::register, agents::list, agents::get_one, agents::rotate_token, agents::retire,
-        agents::pending, agents::whoami,
+        agents::pending, agents::whoami, backlog::agent, backlog::profile,
         claims::claim, claims::claim_next, claims::heartbeat, claims::complete,
         healthz, readyz, metrics, openapi,
     ),
@@ -237,7 +238,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// Reads the gauges that come from the database: orders by status, queue lag, agents by health.
+/// Reads the gauges that come from the database: orders by status, queue lag, agents by health,
+/// waiting orders by reason.
 async fn refresh_database_gauges(state: &AppState) {
     match state.queue.count_by_status().await {
         Ok(counts) => {
@@ -280,6 +282,22 @@ async fn refresh_database_gauges(state: &AppState) {
             }
         }
         Err(error) => tracing::warn!(%error, "could not count agents for /metrics"),
+    }
+    match state.queue.waiting_by_reason().await {
+        Ok(counts) => {
+            for (reason, c) in counts {
+                let label = ReasonLabel {
+                    reason: reason.as_str().to_string(),
+                };
+                state.metrics.waiting.get_or_create(&label).set(c.orders);
+                state
+                    .metrics
+                    .waiting_oldest
+                    .get_or_create(&label)
+                    .set(c.oldest_seconds.max(0.0));
+            }
+        }
+        Err(error) => tracing::warn!(%error, "could not count waiting orders for /metrics"),
     }
 }
 

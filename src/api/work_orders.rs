@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
 use super::{ApiError, AppState, Caller, ErrorBody};
 use crate::queue::validate::{parse_work_type, validate_work_order_off_thread};
+use crate::queue::waiting::Explanation;
 use crate::queue::{
     Attempt, Created, IdPrefix, IdempotencyKey, LogEntry, LogFilter, NewWorkOrder, OrderFilter,
     OrderStatus, Outcome, Page, WorkOrder, WorkType,
@@ -199,7 +200,29 @@ pub async fn get_one(
     caller.require_admin()?;
     let mut order = state.queue.get_work_order(id).await?;
     order.attempts = Some(state.queue.attempts(id).await?);
+    order.waiting = state.queue.waiting(id).await?;
     Ok(Json(order))
+}
+
+/// Why a work order waits (DESIGN.md §10): `no_matching_agent`, `no_agent_connected`,
+/// `agents_busy`, `backing_off` (until when) or `queued` (with its position), the matching
+/// agents (at most 10 names) and how long it has waited. `404` names an unknown id
+/// (`not_found`) or a finished one (`finished`); a claimed order does not wait (`409
+/// not_waiting`).
+#[utoipa::path(get, path = "/api/v1/work-orders/{id}/explain", tag = "work orders",
+    params(("id" = Uuid, Path, description = "Work order id")),
+    responses((status = 200, body = Explanation),
+        (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody),
+        (status = 409, description = "Claimed, so not waiting (`not_waiting`)", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn explain(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Explanation>, ApiError> {
+    caller.require_admin()?;
+    Ok(Json(state.queue.explain(id).await?))
 }
 
 /// Cancel a work order: it moves to the log as `cancelled`.

@@ -317,6 +317,7 @@ pub(super) mod tests {
             lease_expires_at: None,
             rerun_of: None,
             attempts: None,
+            waiting: None,
             created_at: t,
             updated_at: t,
         }

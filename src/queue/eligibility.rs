@@ -7,13 +7,15 @@
 //! `WHERE` of an order `w` for the agent of a one-row relation `a` (columns `id`, `name`,
 //! `labels`, `annotation_pairs`, `work_types`, `tenant`, `retired_at`, `requested_types`). The
 //! SQL predicate (`sql/eligible.sql`) is repeated verbatim in `sql/pending_for_agent.sql`,
-//! `sql/claim_next.sql` and `sql/claim_next_capped.sql` (a statement is one literal, so it
-//! cannot import it);
+//! `sql/claim_next.sql`, `sql/claim_next_capped.sql`, `sql/queue_position.sql` and
+//! `sql/backlog.sql` (a statement is one literal, so it cannot import it);
 //! `tests::every_statement_repeats_the_rules_verbatim` fails when a copy drifts, and the property
 //! test `eligibility_agreement` (`queue::eligibility_agreement`, run with feature `testing`: it
 //! needs PostgreSQL) runs generated agents and orders through
 //! the pending list, claim by id, claim-next and the wake filter against PostgreSQL and fails
-//! when any two disagree. Claim by id and the wake filter use the Rust side.
+//! when any two disagree. Claim by id, the wake filter and the reasons an order waits
+//! (`queue::waiting`, DESIGN.md §10) use the Rust side; `queue::waiting_agreement` checks the
+//! reasons against what claims do.
 //!
 //! **Claim liveness** (DESIGN.md §2): a claim holds while its deadline
 //! (`claimed_at + claim_timeout_seconds`) and its lease, if any, lie in the future.
@@ -133,6 +135,8 @@ mod tests {
         ("pending_for_agent", sql::PENDING_FOR_AGENT),
         ("claim_next", sql::CLAIM_NEXT),
         ("claim_next_capped", sql::CLAIM_NEXT_CAPPED),
+        ("queue_position", sql::QUEUE_POSITION),
+        ("backlog", sql::BACKLOG),
     ];
 
     /// Statements that must repeat [`LIVE_CLAIM_SQL`] (the reaper as `NOT (…)`).

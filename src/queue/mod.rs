@@ -18,14 +18,17 @@
 //!   claim in `claims::holder` (heartbeat; complete, success in one statement and failure as a
 //!   transaction), refusals and replays in `refusal`, orders and the log in `orders`,
 //!   agents and the storage of their tokens in `registry` (checking tokens is `crate::auth`'s),
-//!   maintenance (reaper, retry promotion, retention) in `maintenance`.
+//!   maintenance (reaper, retry promotion, retention) in `maintenance`, why an order waits
+//!   (DESIGN.md §10) in `waiting` (the rule, pure) and `explain` (its reads).
 
 mod availability;
+pub mod backlog;
 mod claims;
 mod cursor;
 pub mod eligibility;
 #[cfg(all(test, feature = "testing"))]
 mod eligibility_agreement;
+mod explain;
 mod history;
 mod maintenance;
 pub mod model;
@@ -37,6 +40,9 @@ pub mod rules;
 mod sql;
 pub mod text;
 pub mod validate;
+pub mod waiting;
+#[cfg(all(test, feature = "testing"))]
+mod waiting_agreement;
 mod wake;
 
 use std::collections::BTreeMap;
@@ -92,6 +98,8 @@ pub enum ConflictCode {
     IdempotencyKeyReused,
     /// Re-run of an order that has not finished.
     NotFinished,
+    /// Explain of an order that is claimed, so it does not wait (DESIGN.md §10).
+    NotWaiting,
 }
 
 impl ConflictCode {
@@ -110,6 +118,7 @@ impl ConflictCode {
             ConflictCode::AlreadyCompleted => "already_completed",
             ConflictCode::IdempotencyKeyReused => "idempotency_key_reused",
             ConflictCode::NotFinished => "not_finished",
+            ConflictCode::NotWaiting => "not_waiting",
         }
     }
 }
@@ -304,6 +313,7 @@ impl From<OrderRow> for WorkOrder {
             lease_expires_at: r.lease_expires_at,
             rerun_of: r.rerun_of,
             attempts: None,
+            waiting: None,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }

@@ -254,6 +254,10 @@ pub struct WorkOrder {
     /// full by `GET /work-orders/{id}` (not in lists or claim answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<Attempt>>,
+    /// Why the order waits (DESIGN.md §10), as `GET /work-orders/{id}/explain` answers it;
+    /// present in `GET /work-orders/{id}` for an unclaimed order (not in lists or claims).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<super::waiting::Explanation>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }

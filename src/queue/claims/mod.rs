@@ -275,89 +275,99 @@ impl Queue {
     /// say which part failed.
     pub async fn claim(&self, order_id: Uuid, req: &ClaimRequest) -> Result<WorkOrder, QueueError> {
         let mut tx = self.pool.begin().await?;
-        let claimer = lock_claimer(&mut tx, req).await?;
-        #[derive(sqlx::FromRow)]
-        struct Candidate {
-            work_type: String,
-            tenant: Option<String>,
-            target_agent_ids: Vec<Uuid>,
-            target_agent_names: Vec<String>,
-            target_labels: Vec<String>,
-            target_annotations: Json<BTreeMap<String, String>>,
-            status: String,
-            next_retry_after: Option<DateTime<Utc>>,
-            due: bool,
-        }
-        let candidate: Option<Candidate> = sqlx::query_as(sql::CLAIM_CANDIDATE)
-            .bind(order_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let not_found = || QueueError::NotFound {
-            what: "work order",
-            id: order_id.to_string(),
-        };
-        let c = candidate.ok_or_else(not_found)?;
-        let targeting = Targeting {
-            agent_ids: c.target_agent_ids,
-            agent_names: c.target_agent_names,
-            labels: c.target_labels,
-            annotations: c.target_annotations.0,
-        };
-        let work_type = WorkType::parse(&c.work_type).unwrap_or(WorkType::Custom);
-        let visible = eligibility::agent_may_see(
-            &claimer.profile,
-            &OrderProfile {
-                work_type,
-                tenant: c.tenant.as_deref(),
-                targeting: &targeting,
-            },
-        );
-        if !visible {
-            return Err(not_found());
-        }
-        let status = OrderStatus::parse(&c.status).unwrap_or(OrderStatus::Claimed);
-        if !eligibility::claimable_now(status, c.due) {
-            return Err(if status == OrderStatus::RetryPending {
-                QueueError::conflict(
-                    ConflictCode::BackingOff,
-                    match c.next_retry_after {
-                        Some(t) => format!(
-                            "work order {order_id} is backing off until {}",
-                            t.to_rfc3339()
-                        ),
-                        None => {
-                            format!("work order {order_id} is waiting for a retry with no time set")
-                        }
-                    },
-                )
-            } else {
-                QueueError::conflict(
-                    ConflictCode::AlreadyClaimed,
-                    format!("work order {order_id} is already claimed"),
-                )
-            });
-        }
-        if at_capacity(
-            claimer.max_concurrency,
-            held_claims(&mut *tx, req.agent_id).await?,
-        ) {
-            return Err(QueueError::conflict(
-                ConflictCode::MaxConcurrency,
-                format!(
-                    "agent {} already holds max_concurrency ({}) claims",
-                    req.agent_id,
-                    claimer.max_concurrency.unwrap_or_default()
-                ),
-            ));
-        }
-        let row = take_claim(sql::CLAIM_BY_ID, req)
-            .bind(order_id)
-            .fetch_one(&mut *tx)
-            .await?;
-        let row = OrderRow::from_row(&row)?;
+        let order = claim_in(&mut tx, order_id, req).await?;
         tx.commit().await?;
-        Ok(row.into())
+        Ok(order)
     }
+}
+
+/// Claim by id ([`Queue::claim`]) inside `tx`, which the caller commits (or, in the tests that
+/// ask what a claim would do, rolls back).
+pub(in crate::queue) async fn claim_in(
+    tx: &mut Transaction<'_, Postgres>,
+    order_id: Uuid,
+    req: &ClaimRequest,
+) -> Result<WorkOrder, QueueError> {
+    let claimer = lock_claimer(tx, req).await?;
+    #[derive(sqlx::FromRow)]
+    struct Candidate {
+        work_type: String,
+        tenant: Option<String>,
+        target_agent_ids: Vec<Uuid>,
+        target_agent_names: Vec<String>,
+        target_labels: Vec<String>,
+        target_annotations: Json<BTreeMap<String, String>>,
+        status: String,
+        next_retry_after: Option<DateTime<Utc>>,
+        due: bool,
+    }
+    let candidate: Option<Candidate> = sqlx::query_as(sql::CLAIM_CANDIDATE)
+        .bind(order_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let not_found = || QueueError::NotFound {
+        what: "work order",
+        id: order_id.to_string(),
+    };
+    let c = candidate.ok_or_else(not_found)?;
+    let targeting = Targeting {
+        agent_ids: c.target_agent_ids,
+        agent_names: c.target_agent_names,
+        labels: c.target_labels,
+        annotations: c.target_annotations.0,
+    };
+    let work_type = WorkType::parse(&c.work_type).unwrap_or(WorkType::Custom);
+    let visible = eligibility::agent_may_see(
+        &claimer.profile,
+        &OrderProfile {
+            work_type,
+            tenant: c.tenant.as_deref(),
+            targeting: &targeting,
+        },
+    );
+    if !visible {
+        return Err(not_found());
+    }
+    let status = OrderStatus::parse(&c.status).unwrap_or(OrderStatus::Claimed);
+    if !eligibility::claimable_now(status, c.due) {
+        return Err(if status == OrderStatus::RetryPending {
+            QueueError::conflict(
+                ConflictCode::BackingOff,
+                match c.next_retry_after {
+                    Some(t) => format!(
+                        "work order {order_id} is backing off until {}",
+                        t.to_rfc3339()
+                    ),
+                    None => {
+                        format!("work order {order_id} is waiting for a retry with no time set")
+                    }
+                },
+            )
+        } else {
+            QueueError::conflict(
+                ConflictCode::AlreadyClaimed,
+                format!("work order {order_id} is already claimed"),
+            )
+        });
+    }
+    if at_capacity(
+        claimer.max_concurrency,
+        held_claims(&mut **tx, req.agent_id).await?,
+    ) {
+        return Err(QueueError::conflict(
+            ConflictCode::MaxConcurrency,
+            format!(
+                "agent {} already holds max_concurrency ({}) claims",
+                req.agent_id,
+                claimer.max_concurrency.unwrap_or_default()
+            ),
+        ));
+    }
+    let row = take_claim(sql::CLAIM_BY_ID, req)
+        .bind(order_id)
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(OrderRow::from_row(&row)?.into())
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 -- eligible: DESIGN.md §3 as SQL, a condition on order w and the one-row agent relation a
 -- (id, name, labels, annotation_pairs, work_types, tenant, retired_at, requested_types). Repeated
--- verbatim in pending_for_agent.sql, claim_next.sql and claim_next_capped.sql; its Rust side
--- and the tests that keep them together are in queue::eligibility. The first conjunct repeats
--- the partial index predicate of work_orders_claimable, so the planner walks that index.
+-- verbatim in pending_for_agent.sql, claim_next.sql, claim_next_capped.sql, queue_position.sql
+-- and backlog.sql; its Rust side and the tests that keep them together are in
+-- queue::eligibility. The first conjunct repeats the partial index predicate of
+-- work_orders_claimable, so the planner walks that index.
 w.status IN ('PENDING', 'RETRY_PENDING')
 AND (w.status = 'PENDING' OR w.next_retry_after <= now())
 AND (SELECT retired_at IS NULL FROM a)

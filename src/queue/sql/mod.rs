@@ -200,6 +200,23 @@ pub(in crate::queue) const OLDEST_CLAIMABLE_AGE: &str = include_str!("oldest_cla
 /// `agent_contacts.sql`.
 pub(in crate::queue) const AGENT_CONTACTS: &str = include_str!("agent_contacts.sql");
 
+// Why an order waits, and backlogs (DESIGN.md §10; `queue::explain`, `queue::backlog`).
+
+/// `waiting_order.sql`.
+pub(in crate::queue) const WAITING_ORDER: &str = include_str!("waiting_order.sql");
+
+/// `waiting_agents.sql`.
+pub(in crate::queue) const WAITING_AGENTS: &str = include_str!("waiting_agents.sql");
+
+/// `queue_position.sql`.
+pub(in crate::queue) const QUEUE_POSITION: &str = include_str!("queue_position.sql");
+
+/// `backlog.sql`.
+pub(in crate::queue) const BACKLOG: &str = include_str!("backlog.sql");
+
+/// `waiting_by_profile.sql`.
+pub(in crate::queue) const WAITING_BY_PROFILE: &str = include_str!("waiting_by_profile.sql");
+
 // Health and readiness (`queue`).
 
 /// `count_by_status.sql`.
@@ -266,6 +283,11 @@ mod tests {
         ("expire_idempotency_keys", EXPIRE_IDEMPOTENCY_KEYS),
         ("oldest_claimable_age", OLDEST_CLAIMABLE_AGE),
         ("agent_contacts", AGENT_CONTACTS),
+        ("waiting_order", WAITING_ORDER),
+        ("waiting_agents", WAITING_AGENTS),
+        ("queue_position", QUEUE_POSITION),
+        ("waiting_by_profile", WAITING_BY_PROFILE),
+        ("backlog", BACKLOG),
         ("count_by_status", COUNT_BY_STATUS),
         ("applied_migrations", APPLIED_MIGRATIONS),
     ];

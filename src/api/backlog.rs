@@ -1,0 +1,167 @@
+//! Queue depth for autoscalers (DESIGN.md §10): an agent's backlog, and the backlog of an agent
+//! profile not yet registered, as the small JSON object KEDA's `metrics-api` scaler reads
+//! (`valueLocation: count`).
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use utoipa::IntoParams;
+use uuid::Uuid;
+
+use super::error::ApiPath;
+use super::{ApiError, AppState, Caller, ErrorBody};
+use crate::queue::backlog::Backlog;
+use crate::queue::eligibility::AgentProfile;
+use crate::queue::validate::validate_agent;
+use crate::queue::{NewAgent, RequestedWorkType, WorkType};
+
+/// What this agent could claim now: unclaimed orders it may take that are due, whether or not
+/// it has room (a busy agent's backlog is what more agents like it would take), and the longest
+/// wait among them. The agent's own token or the admin token.
+#[utoipa::path(get, path = "/api/v1/agents/{id}/backlog", tag = "agents",
+    params(("id" = Uuid, Path, description = "Agent id")),
+    responses((status = 200, body = Backlog),
+        (status = 404, description = "Unknown agent (`not_found`)", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "Token of another agent", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn agent(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Backlog>, ApiError> {
+    caller.require_agent(id)?;
+    Ok(Json(state.queue.agent_backlog(id).await?))
+}
+
+/// Query of `GET /api/v1/backlog`: an agent profile. Repeat a parameter for more values
+/// (`?label=gpu&label=eu`).
+#[derive(Debug, Default, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ProfileQuery {
+    /// Labels of the agent.
+    label: Vec<String>,
+    /// Annotations of the agent, each `KEY=VALUE`.
+    annotation: Vec<String>,
+    /// Work types it would take (`build`, `custom`); none means all.
+    #[param(value_type = Vec<WorkType>)]
+    work_type: Vec<String>,
+    /// Tenant it would serve; absent means instance-wide.
+    tenant: Option<String>,
+}
+
+/// What an agent with this profile would have as its backlog if it were registered now, so an
+/// autoscaler can start the first one from zero. Orders that target agents by id or name are not
+/// counted: they target registered agents. `422 unknown_work_type` names the `work_type`
+/// parameter.
+#[utoipa::path(get, path = "/api/v1/backlog", tag = "agents",
+    params(ProfileQuery),
+    responses((status = 200, body = Backlog),
+        (status = 400, description = "Unknown or malformed parameter, or a value out of bounds", body = ErrorBody),
+        (status = 422, description = "Unknown work type (`unknown_work_type`, naming `work_type`)", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn profile(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Backlog>, ApiError> {
+    caller.require_admin()?;
+    let profile = parse_profile(query.as_deref().unwrap_or(""))?;
+    Ok(Json(state.queue.profile_backlog(&profile).await?))
+}
+
+/// The profile a query names, checked as a registration would be (bounds on texts and lists).
+fn parse_profile(query: &str) -> Result<AgentProfile, ApiError> {
+    let mut q = ProfileQuery::default();
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        match &*key {
+            "label" => q.label.push(value.into_owned()),
+            "annotation" => q.annotation.push(value.into_owned()),
+            "work_type" => q.work_type.push(value.into_owned()),
+            "tenant" if q.tenant.is_none() => q.tenant = Some(value.into_owned()),
+            "tenant" => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    "tenant: give at most one tenant",
+                ));
+            }
+            other => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!(
+                        "unknown query parameter `{other}`; expected label, annotation, work_type or tenant"
+                    ),
+                ));
+            }
+        }
+    }
+    let mut work_types = vec![];
+    for t in &q.work_type {
+        let known = WorkType::parse(t).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_work_type",
+                format!("work_type: Unknown work type: {t} (expected build or custom)"),
+            )
+        })?;
+        work_types.push(RequestedWorkType::Known(known));
+    }
+    let mut annotations = std::collections::BTreeMap::new();
+    for a in &q.annotation {
+        let (k, v) = a.split_once('=').ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!("annotation: `{a}` is not KEY=VALUE"),
+            )
+        })?;
+        annotations.insert(k.to_string(), v.to_string());
+    }
+    // The checks of a registration; the name is not part of a profile.
+    let spec = validate_agent(NewAgent {
+        name: "profile".into(),
+        labels: q.label,
+        annotations,
+        work_types,
+        tenant: q.tenant,
+        ..Default::default()
+    })?;
+    Ok(AgentProfile {
+        id: Uuid::nil(),
+        name: String::new(),
+        labels: spec.labels,
+        annotations: spec.annotations,
+        work_types: spec.work_types,
+        tenant: spec.tenant,
+        retired: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_reads_repeated_parameters() {
+        let p = parse_profile("label=gpu&label=eu&annotation=zone%3Da&work_type=build&tenant=t")
+            .unwrap();
+        assert_eq!(p.labels, ["gpu", "eu"]);
+        assert_eq!(p.annotations["zone"], "a");
+        assert_eq!(p.work_types, [WorkType::Build]);
+        assert_eq!(p.tenant.as_deref(), Some("t"));
+        assert!(parse_profile("").unwrap().labels.is_empty());
+    }
+
+    #[test]
+    fn bad_profiles_name_the_parameter() {
+        let e = parse_profile("work_type=gpu").unwrap_err();
+        assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(e.message.starts_with("work_type:"), "{}", e.message);
+        let e = parse_profile("labels=gpu").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        let e = parse_profile("annotation=zone").unwrap_err();
+        assert!(e.message.starts_with("annotation:"), "{}", e.message);
+        let e = parse_profile("tenant=a&tenant=b").unwrap_err();
+        assert_eq!(e.code, "invalid_query");
+    }
+}

@@ -1,0 +1,63 @@
+//! Queue depth for autoscalers (DESIGN.md §10): what an agent, or an agent profile not yet
+//! registered, could take now. One statement (`sql/backlog.sql`) repeats the eligibility rule of
+//! `queue::eligibility` verbatim over the agent's side given as parameters.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::eligibility::{AgentProfile, annotation_pairs};
+use super::{Queue, QueueError, sql};
+
+/// `GET /api/v1/agents/{id}/backlog` and `GET /api/v1/backlog` (DESIGN.md §10): unclaimed
+/// orders the agent may take now (eligible and due), whether or not it has room, and the longest
+/// wait among them. Small and flat so that KEDA's `metrics-api` scaler reads `count` with
+/// `valueLocation: count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Backlog {
+    pub count: i64,
+    /// Seconds since the longest-waiting of them last became unclaimed; 0 when there are none.
+    pub oldest_seconds: i64,
+}
+
+impl Queue {
+    /// The backlog of a registered agent (DESIGN.md §10). `NotFound` for an unknown agent; a
+    /// retired agent's backlog is empty.
+    pub async fn agent_backlog(&self, agent_id: Uuid) -> Result<Backlog, QueueError> {
+        let claimer = self.read_claimer(agent_id).await?;
+        self.backlog(&claimer.profile, Some(claimer.profile.name.as_str()))
+            .await
+    }
+
+    /// The backlog an agent with this `profile` would have if it were registered now
+    /// (DESIGN.md §10), so a scaler can start the first one. The profile's id and name are not
+    /// used: an order that targets an agent by id or name targets a registered one.
+    pub async fn profile_backlog(&self, profile: &AgentProfile) -> Result<Backlog, QueueError> {
+        let anonymous = AgentProfile {
+            id: Uuid::new_v4(),
+            ..profile.clone()
+        };
+        self.backlog(&anonymous, None).await
+    }
+
+    async fn backlog(&self, a: &AgentProfile, name: Option<&str>) -> Result<Backlog, QueueError> {
+        // The statement reads retirement as the agents row has it; only its being set matters.
+        let retired_at: Option<DateTime<Utc>> = a.retired.then(Utc::now);
+        let types: Vec<&str> = a.work_types.iter().map(|t| t.as_str()).collect();
+        let (count, oldest_seconds): (i64, i64) = sqlx::query_as(sql::BACKLOG)
+            .bind(a.id)
+            .bind(name)
+            .bind(&a.labels)
+            .bind(annotation_pairs(&a.annotations))
+            .bind(types)
+            .bind(&a.tenant)
+            .bind(retired_at)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(Backlog {
+            count,
+            oldest_seconds: oldest_seconds.max(0),
+        })
+    }
+}

@@ -1,0 +1,214 @@
+//! Why an order waits (DESIGN.md §10): reads the order and the live agents in one read-only
+//! snapshot, asks `queue::waiting` for the reason, and for a `queued` order counts the orders
+//! that go first (`sql/queue_position.sql`). The metrics' counts by reason ask the same
+//! function once per group of orders that share their side of eligibility
+//! (`sql/waiting_by_profile.sql`).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use super::eligibility::{AgentProfile, OrderProfile};
+use super::rules::agent_health;
+use super::waiting::{self, AgentState, Explanation, OrderFacts, ReasonCount, WaitReason};
+use super::{ConflictCode, Lookup, OrderStatus, Queue, QueueError, Targeting, WorkType, sql};
+
+/// `sql/waiting_order.sql`.
+#[derive(sqlx::FromRow)]
+struct WaitingOrderRow {
+    id: Uuid,
+    work_type: String,
+    tenant: Option<String>,
+    target_agent_ids: Vec<Uuid>,
+    target_agent_names: Vec<String>,
+    target_labels: Vec<String>,
+    target_annotations: Json<BTreeMap<String, String>>,
+    status: String,
+    retry_count: i32,
+    next_retry_after: Option<DateTime<Utc>>,
+    due: bool,
+    waiting_seconds: i64,
+}
+
+/// `sql/waiting_by_profile.sql`.
+#[derive(sqlx::FromRow)]
+struct ProfileRow {
+    work_type: String,
+    tenant: Option<String>,
+    target_agent_ids: Vec<Uuid>,
+    target_agent_names: Vec<String>,
+    target_labels: Vec<String>,
+    target_annotations: Json<BTreeMap<String, String>>,
+    status: String,
+    due: bool,
+    orders: i64,
+    oldest_seconds: f64,
+}
+
+/// `sql/waiting_agents.sql`.
+#[derive(sqlx::FromRow)]
+struct WaitingAgentRow {
+    id: Uuid,
+    name: String,
+    labels: Vec<String>,
+    annotations: Json<BTreeMap<String, String>>,
+    work_types: Vec<String>,
+    tenant: Option<String>,
+    max_concurrency: Option<i32>,
+    lease_seconds: Option<i32>,
+    last_seen_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    held: i64,
+}
+
+impl From<WaitingAgentRow> for AgentState {
+    fn from(r: WaitingAgentRow) -> Self {
+        AgentState {
+            health: agent_health(false, r.last_seen_at, r.lease_seconds, r.now),
+            profile: AgentProfile {
+                id: r.id,
+                name: r.name,
+                labels: r.labels,
+                annotations: r.annotations.0,
+                work_types: WorkType::parse_all(&r.work_types),
+                tenant: r.tenant,
+                retired: false,
+            },
+            max_concurrency: r.max_concurrency,
+            held: r.held,
+        }
+    }
+}
+
+/// Every live agent as the reasons see it (`sql/waiting_agents.sql`).
+pub(in crate::queue) async fn live_agents(
+    exec: impl sqlx::PgExecutor<'_>,
+) -> Result<Vec<AgentState>, QueueError> {
+    let rows: Vec<WaitingAgentRow> = sqlx::query_as(sql::WAITING_AGENTS).fetch_all(exec).await?;
+    Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// A read-only transaction on one snapshot, so the order, the agents and the position agree.
+async fn snapshot(queue: &Queue) -> Result<Transaction<'static, Postgres>, QueueError> {
+    let mut tx = queue.pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
+impl Queue {
+    /// Why work order `id` waits (DESIGN.md §10 `GET /work-orders/{id}/explain`). Errors:
+    /// `NotFound` for an unknown id, `Finished` for one in the log, `Conflict`
+    /// (`not_waiting`) for a claimed one.
+    pub async fn explain(&self, id: Uuid) -> Result<Explanation, QueueError> {
+        if let Some(explanation) = self.waiting(id).await? {
+            return Ok(explanation);
+        }
+        match self.lookup(id, false).await? {
+            Lookup::Active(order) => Err(QueueError::conflict(
+                ConflictCode::NotWaiting,
+                match (order.claimed_by, order.claimed_at) {
+                    (Some(agent), Some(at)) => format!(
+                        "work order {id} is not waiting: agent {agent} claimed it at {}",
+                        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    ),
+                    _ => format!("work order {id} is not waiting: it is claimed"),
+                },
+            )),
+            Lookup::Finished(entry) => Err(QueueError::Finished {
+                id,
+                outcome: entry.outcome.as_str(),
+            }),
+            Lookup::Unknown => Err(QueueError::NotFound {
+                what: "work order",
+                id: id.to_string(),
+            }),
+        }
+    }
+
+    /// Why work order `id` waits, or `None` when it is not an active unclaimed order.
+    pub async fn waiting(&self, id: Uuid) -> Result<Option<Explanation>, QueueError> {
+        let mut tx = snapshot(self).await?;
+        let row: Option<WaitingOrderRow> = sqlx::query_as(sql::WAITING_ORDER)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let agents = live_agents(&mut *tx).await?;
+        let targeting = Targeting {
+            agent_ids: row.target_agent_ids,
+            agent_names: row.target_agent_names,
+            labels: row.target_labels,
+            annotations: row.target_annotations.0,
+        };
+        let order = OrderProfile {
+            work_type: WorkType::parse(&row.work_type).unwrap_or(WorkType::Custom),
+            tenant: row.tenant.as_deref(),
+            targeting: &targeting,
+        };
+        let status = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending);
+        let Some(verdict) = waiting::classify(&order, status, row.due, &agents) else {
+            return Ok(None);
+        };
+        let position = if verdict.takers.is_empty() {
+            None
+        } else {
+            let (ahead,): (i64,) = sqlx::query_as(sql::QUEUE_POSITION)
+                .bind(id)
+                .bind(&verdict.takers)
+                .fetch_one(&mut *tx)
+                .await?;
+            Some(ahead + 1)
+        };
+        tx.commit().await?;
+        let facts = OrderFacts {
+            id: row.id,
+            retry_count: row.retry_count,
+            next_retry_after: row.next_retry_after,
+            waiting_seconds: row.waiting_seconds,
+        };
+        Ok(Some(waiting::explanation(&facts, &verdict, position)))
+    }
+
+    /// Unclaimed orders by reason, with the longest wait of each in seconds, for the
+    /// `pullman_work_orders_waiting{reason}` gauges (DESIGN.md §10). Every reason is present,
+    /// at zero when no order waits for it.
+    pub async fn waiting_by_reason(&self) -> Result<BTreeMap<WaitReason, ReasonCount>, QueueError> {
+        let mut tx = snapshot(self).await?;
+        let groups: Vec<ProfileRow> = sqlx::query_as(sql::WAITING_BY_PROFILE)
+            .fetch_all(&mut *tx)
+            .await?;
+        let agents = live_agents(&mut *tx).await?;
+        tx.commit().await?;
+        let mut counts: BTreeMap<WaitReason, ReasonCount> = WaitReason::ALL
+            .into_iter()
+            .map(|r| (r, ReasonCount::default()))
+            .collect();
+        for g in groups {
+            let targeting = Targeting {
+                agent_ids: g.target_agent_ids,
+                agent_names: g.target_agent_names,
+                labels: g.target_labels,
+                annotations: g.target_annotations.0,
+            };
+            let order = OrderProfile {
+                work_type: WorkType::parse(&g.work_type).unwrap_or(WorkType::Custom),
+                tenant: g.tenant.as_deref(),
+                targeting: &targeting,
+            };
+            let status = OrderStatus::parse(&g.status).unwrap_or(OrderStatus::Pending);
+            if let Some(verdict) = waiting::classify(&order, status, g.due, &agents) {
+                let c = counts.entry(verdict.reason).or_default();
+                c.orders += g.orders;
+                c.oldest_seconds = c.oldest_seconds.max(g.oldest_seconds);
+            }
+        }
+        Ok(counts)
+    }
+}

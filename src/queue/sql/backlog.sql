@@ -1,0 +1,37 @@
+-- backlog: how many unclaimed orders an agent, or an agent profile not yet registered, may take
+-- now, and the longest wait among them (DESIGN.md §10 GET /agents/{id}/backlog): eligible and due,
+-- whether or not the agent has room. The agent relation a is built from the parameters, so one
+-- statement answers both; the eligibility conjuncts walk the work_orders_claimable index.
+-- $1 agent id (uuid; a fresh one for a profile, which no order targets)
+-- $2 agent name (text; NULL for a profile)
+-- $3 labels (text[])
+-- $4 annotation pairs (text[], queue::eligibility::annotation_pairs)
+-- $5 work types (text[], empty = all)
+-- $6 tenant (text, NULL = instance-wide)
+-- $7 retired at (timestamptz, NULL = live)
+-- Returns the count and the seconds since the longest-waiting one last became unclaimed (0 when
+-- none), as waiting_order.sql counts them.
+WITH a AS (
+  SELECT $1::uuid AS id, $2::text AS name, $3::text[] AS labels, $4::text[] AS annotation_pairs,
+         $5::text[] AS work_types, $6::text AS tenant, $7::timestamptz AS retired_at,
+         '{}'::text[] AS requested_types
+)
+SELECT count(*) AS count,
+       COALESCE(floor(EXTRACT(EPOCH FROM (now() - min(w.updated_at)))), 0)::bigint
+         AS oldest_seconds
+FROM work_orders w
+WHERE
+  -- eligible (queue::eligibility::ELIGIBLE_SQL, verbatim)
+  w.status IN ('PENDING', 'RETRY_PENDING')
+  AND (w.status = 'PENDING' OR w.next_retry_after <= now())
+  AND (SELECT retired_at IS NULL FROM a)
+  AND (w.target_agent_ids @> ARRAY[(SELECT id FROM a)]
+       OR (SELECT name FROM a) = ANY (w.target_agent_names)
+       OR w.target_labels && (SELECT labels FROM a)
+       OR w.target_annotation_pairs && (SELECT annotation_pairs FROM a))
+  AND (cardinality((SELECT work_types FROM a)) = 0
+       OR w.work_type = ANY ((SELECT work_types FROM a)::text[]))
+  AND (cardinality((SELECT requested_types FROM a)) = 0
+       OR w.work_type = ANY ((SELECT requested_types FROM a)::text[]))
+  AND ((SELECT tenant FROM a) IS NULL OR w.tenant = (SELECT tenant FROM a))
+  -- end eligible

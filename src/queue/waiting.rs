@@ -1,0 +1,420 @@
+//! Why an order waits (DESIGN.md §10), as a pure function of the order and the live agents, so
+//! it can be tested without I/O; `queue::explain` reads the inputs and answers the API.
+//!
+//! Which agents may take the order is decided by the eligibility rule of `queue::eligibility`
+//! (the Rust side, the one claim by id uses) on the order as it will be once due; contact by
+//! `rules::agent_health`; room by `eligibility::at_capacity`. The reasons, first that applies:
+//!
+//! | reason | when |
+//! |---|---|
+//! | `no_matching_agent` | no live (non-retired) agent may see it (targeting, work type, tenant) |
+//! | `backing_off` | it is `RETRY_PENDING` and its retry is not due |
+//! | `no_agent_connected` | matching agents exist, none `active` (never seen, or stale) |
+//! | `agents_busy` | every active matching agent holds `max_concurrency` claims |
+//! | `queued` | an active matching agent has room; `position` says how many go first |
+//!
+//! `no_matching_agent` comes before `backing_off` because it says the order will never run
+//! unless an agent is registered, which a person needs to know more than when its retry is due.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::eligibility::{self, AgentProfile, OrderProfile};
+use super::model::{AgentHealth, OrderStatus};
+
+/// Most agent names an explanation lists (DESIGN.md §10).
+pub const MATCHING_AGENTS_SHOWN: usize = 10;
+
+/// Why an unclaimed order waits (DESIGN.md §10). See the module docs for when each applies.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    NoMatchingAgent,
+    NoAgentConnected,
+    AgentsBusy,
+    BackingOff,
+    Queued,
+}
+
+impl WaitReason {
+    /// Every reason, for metrics registered at zero.
+    pub const ALL: [WaitReason; 5] = [
+        WaitReason::NoMatchingAgent,
+        WaitReason::NoAgentConnected,
+        WaitReason::AgentsBusy,
+        WaitReason::BackingOff,
+        WaitReason::Queued,
+    ];
+
+    /// The wire name (`no_matching_agent`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitReason::NoMatchingAgent => "no_matching_agent",
+            WaitReason::NoAgentConnected => "no_agent_connected",
+            WaitReason::AgentsBusy => "agents_busy",
+            WaitReason::BackingOff => "backing_off",
+            WaitReason::Queued => "queued",
+        }
+    }
+}
+
+impl std::fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A live agent as the reasons see it: its side of eligibility, its derived health and the
+/// claims it holds.
+#[derive(Debug, Clone)]
+pub struct AgentState {
+    pub profile: AgentProfile,
+    pub health: AgentHealth,
+    /// `None` = unlimited.
+    pub max_concurrency: Option<i32>,
+    /// Claims it holds now.
+    pub held: i64,
+}
+
+impl AgentState {
+    /// In contact within its health window (DESIGN.md §5 `active`).
+    pub fn connected(&self) -> bool {
+        self.health == AgentHealth::Active
+    }
+
+    /// Could claim one more order now (DESIGN.md §3 rule 4).
+    pub fn has_room(&self) -> bool {
+        !eligibility::at_capacity(self.max_concurrency, self.held)
+    }
+}
+
+/// An unclaimed order's reason, with the agents it was decided from.
+#[derive(Debug, Clone)]
+pub struct Verdict<'a> {
+    pub reason: WaitReason,
+    /// Live agents that may take the order once it is due, in the order given.
+    pub matching: Vec<&'a AgentState>,
+    /// Ids of the matching agents that could claim it now (connected, with room): the agents
+    /// whose earlier orders decide its position. Empty unless `reason` is `queued`.
+    pub takers: Vec<Uuid>,
+}
+
+/// The reason `order` waits (DESIGN.md §10), given its `status`, whether its retry is `due`
+/// (as `sql/claim_candidate.sql` reads it) and every live agent. `None` for a claimed order,
+/// which does not wait.
+pub fn classify<'a>(
+    order: &OrderProfile<'_>,
+    status: OrderStatus,
+    due: bool,
+    agents: &'a [AgentState],
+) -> Option<Verdict<'a>> {
+    if status == OrderStatus::Claimed {
+        return None;
+    }
+    let matching: Vec<&AgentState> = agents
+        .iter()
+        .filter(|a| eligibility::agent_may_see(&a.profile, order))
+        .collect();
+    let connected = || matching.iter().filter(|a| a.connected());
+    let takers: Vec<Uuid> = connected()
+        .filter(|a| a.has_room())
+        .map(|a| a.profile.id)
+        .collect();
+    let reason = if matching.is_empty() {
+        WaitReason::NoMatchingAgent
+    } else if !eligibility::claimable_now(status, due) {
+        WaitReason::BackingOff
+    } else if connected().next().is_none() {
+        WaitReason::NoAgentConnected
+    } else if takers.is_empty() {
+        WaitReason::AgentsBusy
+    } else {
+        WaitReason::Queued
+    };
+    let takers = if reason == WaitReason::Queued {
+        takers
+    } else {
+        vec![]
+    };
+    Some(Verdict {
+        reason,
+        matching,
+        takers,
+    })
+}
+
+/// Unclaimed orders of one reason (DESIGN.md §10 metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReasonCount {
+    pub orders: i64,
+    /// The longest wait among them, in seconds (0 when there are none).
+    pub oldest_seconds: f64,
+}
+
+/// Why a work order waits (DESIGN.md §10): the body of `GET /api/v1/work-orders/{id}/explain`
+/// and the `waiting` field of `GET /api/v1/work-orders/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Explanation {
+    pub reason: WaitReason,
+    /// The reason as a sentence for people.
+    pub message: String,
+    /// Names of live agents that may take the order once it is due, at most 10, by name.
+    pub matching_agents: Vec<String>,
+    /// How many live agents match in all (`matching_agents` shows at most 10).
+    pub matching_agent_count: usize,
+    /// For `queued`: 1 for the next order its agents will hand out, 2 for the one after, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<i64>,
+    /// For `backing_off`: when the retry becomes due (absent for a retry without a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backing_off_until: Option<DateTime<Utc>>,
+    /// Seconds since the order last became unclaimed (created, released by the reaper or a
+    /// retirement, its retry scheduled or come due), by the database's clock.
+    pub waiting_seconds: i64,
+}
+
+/// What the sentence of an [`Explanation`] needs about the order.
+#[derive(Debug, Clone)]
+pub struct OrderFacts {
+    pub id: Uuid,
+    pub retry_count: i32,
+    pub next_retry_after: Option<DateTime<Utc>>,
+    pub waiting_seconds: i64,
+}
+
+/// Builds the answer from a [`Verdict`] and, for `queued`, the `position` (1-based).
+pub fn explanation(
+    order: &OrderFacts,
+    verdict: &Verdict<'_>,
+    position: Option<i64>,
+) -> Explanation {
+    let mut names: Vec<&str> = verdict
+        .matching
+        .iter()
+        .map(|a| a.profile.name.as_str())
+        .collect();
+    names.sort_unstable();
+    let shown: Vec<String> = names
+        .iter()
+        .take(MATCHING_AGENTS_SHOWN)
+        .map(|n| n.to_string())
+        .collect();
+    let list = name_list(&shown, names.len());
+    let id = order.id;
+    let message = match verdict.reason {
+        WaitReason::NoMatchingAgent => format!(
+            "No live agent may take work order {id}: none matches its targeting, work type and \
+             tenant. It waits until such an agent is registered."
+        ),
+        WaitReason::BackingOff => match order.next_retry_after {
+            Some(t) => format!(
+                "Work order {id} failed attempt {} and is backing off until {}; then {list} may \
+                 take it.",
+                order.retry_count,
+                t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            None => format!("Work order {id} is waiting for a retry with no time set."),
+        },
+        WaitReason::NoAgentConnected => format!(
+            "Work order {id} matches {list}, but none of them is in contact (never seen, or \
+             stale). It waits until one connects."
+        ),
+        WaitReason::AgentsBusy => format!(
+            "Work order {id} matches {list}; every one in contact holds its max_concurrency \
+             claims. It waits until one finishes a claim."
+        ),
+        WaitReason::Queued => match position {
+            Some(1) | None => {
+                format!("Work order {id} is next in line for {list}.")
+            }
+            Some(p) => format!(
+                "Work order {id} is number {p} in line for {list}: {} order(s) go first.",
+                p - 1
+            ),
+        },
+    };
+    Explanation {
+        reason: verdict.reason,
+        message,
+        matching_agents: shown,
+        matching_agent_count: names.len(),
+        position: if verdict.reason == WaitReason::Queued {
+            Some(position.unwrap_or(1))
+        } else {
+            None
+        },
+        backing_off_until: if verdict.reason == WaitReason::BackingOff {
+            order.next_retry_after
+        } else {
+            None
+        },
+        waiting_seconds: order.waiting_seconds.max(0),
+    }
+}
+
+/// `agent a`, `agents a and b`, `agents a, b and 3 more`.
+fn name_list(shown: &[String], total: usize) -> String {
+    match shown {
+        [] => "no agent".into(),
+        [one] if total == 1 => format!("agent {one}"),
+        _ if total > shown.len() => {
+            format!(
+                "agents {} and {} more",
+                shown.join(", "),
+                total - shown.len()
+            )
+        }
+        [init @ .., last] => format!("agents {} and {last}", init.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::queue::model::{Targeting, WorkType};
+
+    fn agent(n: u128, health: AgentHealth, max: Option<i32>, held: i64) -> AgentState {
+        AgentState {
+            profile: AgentProfile {
+                id: Uuid::from_u128(n),
+                name: format!("a{n}"),
+                labels: vec!["gpu".into()],
+                annotations: BTreeMap::new(),
+                work_types: vec![],
+                tenant: None,
+                retired: false,
+            },
+            health,
+            max_concurrency: max,
+            held,
+        }
+    }
+
+    fn reason(status: OrderStatus, due: bool, label: &str, agents: &[AgentState]) -> WaitReason {
+        let t = Targeting {
+            labels: vec![label.into()],
+            ..Default::default()
+        };
+        let order = OrderProfile {
+            work_type: WorkType::Custom,
+            tenant: None,
+            targeting: &t,
+        };
+        classify(&order, status, due, agents).unwrap().reason
+    }
+
+    use AgentHealth::*;
+    use OrderStatus::*;
+
+    #[test]
+    fn each_reason_in_its_precedence() {
+        let active = agent(1, Active, None, 0);
+        assert_eq!(
+            reason(Pending, false, "cpu", std::slice::from_ref(&active)),
+            WaitReason::NoMatchingAgent
+        );
+        assert_eq!(
+            reason(RetryPending, false, "cpu", &[]),
+            WaitReason::NoMatchingAgent
+        );
+        assert_eq!(
+            reason(RetryPending, false, "gpu", std::slice::from_ref(&active)),
+            WaitReason::BackingOff
+        );
+        assert_eq!(
+            reason(RetryPending, true, "gpu", std::slice::from_ref(&active)),
+            WaitReason::Queued
+        );
+        assert_eq!(
+            reason(
+                Pending,
+                false,
+                "gpu",
+                &[agent(1, Stale, None, 0), agent(2, NeverSeen, None, 0)]
+            ),
+            WaitReason::NoAgentConnected
+        );
+        // A stale agent with room does not make a busy connected one's order `queued`.
+        assert_eq!(
+            reason(
+                Pending,
+                false,
+                "gpu",
+                &[agent(1, Active, Some(1), 1), agent(2, Stale, None, 0)]
+            ),
+            WaitReason::AgentsBusy
+        );
+        assert_eq!(
+            reason(
+                Pending,
+                false,
+                "gpu",
+                &[agent(1, Active, Some(1), 1), agent(2, Active, Some(2), 1)]
+            ),
+            WaitReason::Queued
+        );
+    }
+
+    #[test]
+    fn a_retired_agent_never_matches_and_claimed_orders_do_not_wait() {
+        let mut retired = agent(1, Retired, None, 0);
+        retired.profile.retired = true;
+        assert_eq!(
+            reason(Pending, false, "gpu", &[retired]),
+            WaitReason::NoMatchingAgent
+        );
+        let t = Targeting {
+            labels: vec!["gpu".into()],
+            ..Default::default()
+        };
+        let order = OrderProfile {
+            work_type: WorkType::Custom,
+            tenant: None,
+            targeting: &t,
+        };
+        assert!(classify(&order, Claimed, false, &[agent(1, Active, None, 0)]).is_none());
+    }
+
+    #[test]
+    fn the_answer_lists_ten_names_and_says_how_many_more() {
+        let agents: Vec<AgentState> = (0..12).map(|n| agent(n, Stale, None, 0)).collect();
+        let t = Targeting {
+            labels: vec!["gpu".into()],
+            ..Default::default()
+        };
+        let order = OrderProfile {
+            work_type: WorkType::Custom,
+            tenant: None,
+            targeting: &t,
+        };
+        let verdict = classify(&order, Pending, false, &agents).unwrap();
+        let facts = OrderFacts {
+            id: Uuid::nil(),
+            retry_count: 0,
+            next_retry_after: None,
+            waiting_seconds: 42,
+        };
+        let e = explanation(&facts, &verdict, None);
+        assert_eq!(e.reason, WaitReason::NoAgentConnected);
+        assert_eq!(e.matching_agents.len(), MATCHING_AGENTS_SHOWN);
+        assert_eq!(e.matching_agent_count, 12);
+        assert!(e.message.contains("and 2 more"), "{}", e.message);
+        assert_eq!(e.position, None);
+        assert_eq!(e.waiting_seconds, 42);
+    }
+
+    #[test]
+    fn names_read_as_a_sentence() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(name_list(&s(&["a"]), 1), "agent a");
+        assert_eq!(name_list(&s(&["a", "b"]), 2), "agents a and b");
+        assert_eq!(name_list(&s(&["a", "b", "c"]), 3), "agents a, b and c");
+        assert_eq!(name_list(&s(&["a", "b"]), 5), "agents a, b and 3 more");
+    }
+}

@@ -1,0 +1,580 @@
+//! The reasons an order waits (DESIGN.md §10, `queue::waiting`) checked against what claims
+//! actually do, on a real PostgreSQL (`crate::testing`).
+//!
+//! What a claim would do is asked by claiming by id inside a transaction that is then rolled
+//! back (`claims::claim_in`), so one order can be put to every agent without changing it.
+//!
+//! - A matrix, one case per reason: `no_matching_agent` cannot be claimed by any registered
+//!   agent; `no_agent_connected` can be claimed by a named agent once it makes contact;
+//!   `agents_busy` is refused with `max_concurrency` by every named agent; `backing_off` with
+//!   `backing_off`; `queued` at position p is what claim-next hands out at its p-th call.
+//! - `waiting_agreement`, a property test over generated agents (targeting, work types, tenant,
+//!   contact, `max_concurrency`, retired) and orders: the reason, the matching agents and the
+//!   position agree with claim by id for every agent and with the pending list.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::claims::claim_in;
+use super::waiting::{Explanation, WaitReason};
+use super::{ClaimRequest, Completion, ConflictCode, Queue, QueueError, WorkOrder, WorkType};
+
+const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n";
+const BUILD: &str =
+    "apiVersion: shipwright.io/v1beta1\nkind: Build\nmetadata:\n  name: b\nspec: {}\n";
+
+/// What claim by id would answer `agent` for `order`, without changing anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    Taken,
+    NotVisible,
+    Retired,
+    BackingOff,
+    Busy,
+}
+
+async fn would_claim(queue: &Queue, order: Uuid, agent: Uuid) -> Claim {
+    let mut tx = queue.pool().begin().await.unwrap();
+    let req = ClaimRequest {
+        agent_id: agent,
+        lease_seconds: None,
+    };
+    let got = claim_in(&mut tx, order, &req).await;
+    tx.rollback().await.unwrap();
+    match got {
+        Ok(_) => Claim::Taken,
+        Err(QueueError::NotFound { .. }) => Claim::NotVisible,
+        Err(QueueError::Conflict { code, .. }) => match code {
+            ConflictCode::AgentRetired => Claim::Retired,
+            ConflictCode::BackingOff => Claim::BackingOff,
+            ConflictCode::MaxConcurrency => Claim::Busy,
+            other => panic!("unexpected conflict {other:?}"),
+        },
+        Err(e) => panic!("claim by id failed: {e}"),
+    }
+}
+
+async fn agent(queue: &Queue, body: Value) -> Uuid {
+    let spec = super::validate::validate_agent(serde_json::from_value(body).unwrap()).unwrap();
+    queue.register_agent(&spec, None).await.unwrap().agent.id
+}
+
+async fn order(queue: &Queue, body: Value) -> Uuid {
+    let mut body = body;
+    if body.get("yaml_content").is_none() {
+        body["yaml_content"] = json!(CM);
+    }
+    if body.get("work_type").is_none() {
+        body["work_type"] = json!("custom");
+    }
+    let spec = super::validate::validate_work_order(serde_json::from_value(body).unwrap()).unwrap();
+    queue
+        .create_new_work_order(&spec, None)
+        .await
+        .unwrap()
+        .order
+        .id
+}
+
+/// Sets an agent's last contact: `Some(seconds ago)`, or `None` for never seen.
+async fn seen(queue: &Queue, agent: Uuid, seconds_ago: Option<i32>) {
+    sqlx::query(
+        "UPDATE agents SET lease_seconds = NULL, \
+         last_seen_at = now() - make_interval(secs => $2::int) WHERE id = $1",
+    )
+    .bind(agent)
+    .bind(seconds_ago)
+    .execute(queue.pool())
+    .await
+    .unwrap();
+}
+
+/// Makes an order `RETRY_PENDING` with its retry `hours` from now (negative: due).
+async fn backing_off(queue: &Queue, order: Uuid, hours: i32) {
+    sqlx::query(
+        "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = 1, \
+         next_retry_after = now() + make_interval(hours => $2::int) WHERE id = $1",
+    )
+    .bind(order)
+    .bind(hours)
+    .execute(queue.pool())
+    .await
+    .unwrap();
+}
+
+async fn explain(queue: &Queue, order: Uuid) -> Explanation {
+    queue.explain(order).await.unwrap()
+}
+
+async fn fresh() -> Queue {
+    Queue::new(crate::testing::fresh_pool(4).await)
+}
+
+#[tokio::test]
+async fn no_matching_agent_cannot_be_claimed_by_any_agent() {
+    let queue = fresh().await;
+    let gpu = agent(&queue, json!({"name": "gpu", "labels": ["gpu"]})).await;
+    let builder = agent(
+        &queue,
+        json!({"name": "b", "labels": ["arm"], "work_types": ["build"]}),
+    )
+    .await;
+    let tenant = agent(
+        &queue,
+        json!({"name": "t", "labels": ["arm"], "tenant": "team-a"}),
+    )
+    .await;
+    for a in [gpu, builder, tenant] {
+        seen(&queue, a, Some(0)).await;
+    }
+    let o = order(&queue, json!({"targeting": {"labels": ["arm"]}})).await;
+    let e = explain(&queue, o).await;
+    assert_eq!(e.reason, WaitReason::NoMatchingAgent, "{e:?}");
+    assert!(e.matching_agents.is_empty());
+    assert!(e.message.contains("No live agent"), "{}", e.message);
+    for a in [gpu, builder, tenant] {
+        assert_eq!(would_claim(&queue, o, a).await, Claim::NotVisible);
+        let next = queue
+            .claim_next(
+                &ClaimRequest {
+                    agent_id: a,
+                    lease_seconds: None,
+                },
+                &[],
+            )
+            .await
+            .unwrap();
+        assert!(next.is_none(), "claim-next handed it out");
+    }
+    // A retired agent that matched does not count either.
+    let retired = agent(&queue, json!({"name": "r", "labels": ["arm"]})).await;
+    assert_eq!(
+        explain(&queue, o).await.reason,
+        WaitReason::NoAgentConnected
+    );
+    queue.retire_agent(retired).await.unwrap();
+    assert_eq!(explain(&queue, o).await.reason, WaitReason::NoMatchingAgent);
+    assert_eq!(would_claim(&queue, o, retired).await, Claim::Retired);
+}
+
+#[tokio::test]
+async fn no_agent_connected_is_claimable_by_a_named_agent_once_it_calls() {
+    let queue = fresh().await;
+    let never = agent(&queue, json!({"name": "never", "labels": ["gpu"]})).await;
+    let stale = agent(&queue, json!({"name": "stale", "labels": ["gpu"]})).await;
+    seen(&queue, stale, Some(301)).await;
+    let o = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
+    let e = explain(&queue, o).await;
+    assert_eq!(e.reason, WaitReason::NoAgentConnected, "{e:?}");
+    assert_eq!(e.matching_agents, ["never", "stale"]);
+    assert_eq!(e.matching_agent_count, 2);
+    assert_eq!(would_claim(&queue, o, never).await, Claim::Taken);
+    assert_eq!(would_claim(&queue, o, stale).await, Claim::Taken);
+    // Contact is what was missing: the agent that calls takes it.
+    seen(&queue, stale, Some(0)).await;
+    let e = explain(&queue, o).await;
+    assert_eq!((e.reason, e.position), (WaitReason::Queued, Some(1)));
+    let claimed = queue
+        .claim(
+            o,
+            &ClaimRequest {
+                agent_id: stale,
+                lease_seconds: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.id, o);
+    match queue.explain(o).await {
+        Err(QueueError::Conflict {
+            code: ConflictCode::NotWaiting,
+            message,
+        }) => assert!(message.contains(&stale.to_string()), "{message}"),
+        other => panic!("explain of a claimed order: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn agents_busy_is_refused_for_max_concurrency_until_a_claim_ends() {
+    let queue = fresh().await;
+    let a = agent(
+        &queue,
+        json!({"name": "one", "labels": ["gpu"], "max_concurrency": 1}),
+    )
+    .await;
+    // A stale agent with room does not make the order claimable by anyone in contact.
+    let idle = agent(&queue, json!({"name": "idle", "labels": ["gpu"]})).await;
+    seen(&queue, idle, Some(3600)).await;
+    let first = order(&queue, json!({"targeting": {"agent_names": ["one"]}})).await;
+    let req = ClaimRequest {
+        agent_id: a,
+        lease_seconds: None,
+    };
+    let held = queue.claim(first, &req).await.unwrap();
+    let o = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
+    let e = explain(&queue, o).await;
+    assert_eq!(e.reason, WaitReason::AgentsBusy, "{e:?}");
+    assert_eq!(e.matching_agents, ["idle", "one"]);
+    assert_eq!(would_claim(&queue, o, a).await, Claim::Busy);
+    queue
+        .complete(
+            first,
+            a,
+            held.claim_id,
+            &Completion {
+                success: true,
+                message: None,
+                retryable: true,
+            },
+        )
+        .await
+        .unwrap();
+    let e = explain(&queue, o).await;
+    assert_eq!((e.reason, e.position), (WaitReason::Queued, Some(1)));
+    let next: WorkOrder = queue.claim_next(&req, &[]).await.unwrap().unwrap();
+    assert_eq!(next.id, o);
+}
+
+#[tokio::test]
+async fn backing_off_is_refused_until_the_retry_is_due() {
+    let queue = fresh().await;
+    let a = agent(&queue, json!({"name": "a", "labels": ["gpu"]})).await;
+    seen(&queue, a, Some(0)).await;
+    let o = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
+    backing_off(&queue, o, 1).await;
+    let e = explain(&queue, o).await;
+    assert_eq!(e.reason, WaitReason::BackingOff, "{e:?}");
+    assert!(e.backing_off_until.is_some());
+    assert_eq!(e.matching_agents, ["a"]);
+    assert_eq!(would_claim(&queue, o, a).await, Claim::BackingOff);
+    backing_off(&queue, o, -1).await;
+    assert_eq!(explain(&queue, o).await.reason, WaitReason::Queued);
+    assert_eq!(would_claim(&queue, o, a).await, Claim::Taken);
+}
+
+#[tokio::test]
+async fn queued_position_is_the_claim_next_call_that_hands_it_out() {
+    let queue = fresh().await;
+    let a = agent(&queue, json!({"name": "a", "labels": ["gpu"]})).await;
+    let b = agent(&queue, json!({"name": "b", "labels": ["cpu"]})).await;
+    for x in [a, b] {
+        seen(&queue, x, Some(0)).await;
+    }
+    // Ahead of `last` for agent a: gpu orders, and a due retry; not b's cpu order, not a retry
+    // backing off.
+    let mut ahead = vec![];
+    ahead.push(order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await);
+    let _other = order(&queue, json!({"targeting": {"labels": ["cpu"]}})).await;
+    let later = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
+    backing_off(&queue, later, 1).await;
+    let due = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
+    backing_off(&queue, due, -1).await;
+    ahead.push(due);
+    let last = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
+    let e = explain(&queue, last).await;
+    assert_eq!(
+        (e.reason, e.position),
+        (WaitReason::Queued, Some(3)),
+        "{e:?}"
+    );
+    assert!(e.message.contains("number 3"), "{}", e.message);
+    assert_eq!(would_claim(&queue, last, a).await, Claim::Taken);
+    let req = ClaimRequest {
+        agent_id: a,
+        lease_seconds: None,
+    };
+    for (i, expected) in ahead.iter().enumerate() {
+        let e = explain(&queue, last).await;
+        assert_eq!(e.position, Some(3 - i as i64));
+        let got = queue.claim_next(&req, &[]).await.unwrap().unwrap();
+        assert_eq!(got.id, *expected);
+    }
+    assert_eq!(explain(&queue, last).await.position, Some(1));
+    assert_eq!(queue.claim_next(&req, &[]).await.unwrap().unwrap().id, last);
+}
+
+#[tokio::test]
+async fn explain_names_unknown_and_finished_orders() {
+    let queue = fresh().await;
+    let unknown = Uuid::new_v4();
+    assert!(matches!(
+        queue.explain(unknown).await,
+        Err(QueueError::NotFound { .. })
+    ));
+    let o = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
+    queue.cancel_work_order(o, "test").await.unwrap();
+    assert!(matches!(
+        queue.explain(o).await,
+        Err(QueueError::Finished { .. })
+    ));
+    assert!(queue.waiting(o).await.unwrap().is_none());
+}
+
+// The property test.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contact {
+    Never,
+    Active,
+    Stale,
+}
+
+#[derive(Debug, Clone)]
+struct AgentCase {
+    labels: Vec<usize>,
+    work_types: Vec<WorkType>,
+    tenant: Option<usize>,
+    contact: Contact,
+    /// `max_concurrency: 1`, and whether it already holds a claim.
+    capped: Option<bool>,
+    retired: bool,
+}
+
+#[derive(Debug, Clone)]
+struct OrderCase {
+    labels: Vec<usize>,
+    /// Targets the agent of this index by name.
+    name: Option<usize>,
+    work_type: WorkType,
+    tenant: Option<usize>,
+    /// `None` = `PENDING`; `Some(hours)` = `RETRY_PENDING`, due when negative.
+    retry_in_hours: Option<i32>,
+}
+
+fn agent_case() -> impl Strategy<Value = AgentCase> {
+    (
+        proptest::sample::subsequence(vec![0usize, 1, 2], 0..=2),
+        proptest::sample::subsequence(vec![WorkType::Build, WorkType::Custom], 0..=2),
+        proptest::option::of(0usize..2),
+        prop_oneof![
+            Just(Contact::Never),
+            Just(Contact::Active),
+            Just(Contact::Stale)
+        ],
+        proptest::option::of(any::<bool>()),
+        proptest::bool::weighted(0.1),
+    )
+        .prop_map(
+            |(labels, work_types, tenant, contact, capped, retired)| AgentCase {
+                labels,
+                work_types,
+                tenant,
+                contact,
+                capped,
+                retired,
+            },
+        )
+}
+
+fn order_case() -> impl Strategy<Value = OrderCase> {
+    (
+        proptest::sample::subsequence(vec![0usize, 1, 2], 0..=2),
+        proptest::option::of(0usize..3),
+        proptest::sample::select(vec![WorkType::Build, WorkType::Custom]),
+        proptest::option::of(0usize..2),
+        proptest::option::of(prop_oneof![Just(-1), Just(1)]),
+    )
+        .prop_map(
+            |(labels, name, work_type, tenant, retry_in_hours)| OrderCase {
+                labels,
+                name,
+                work_type,
+                tenant,
+                retry_in_hours,
+            },
+        )
+}
+
+async fn check(
+    queue: &Queue,
+    agents: Vec<AgentCase>,
+    orders: Vec<OrderCase>,
+) -> Result<(), TestCaseError> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    // Names, labels and tenants unique to the case, so cases share one database unseen.
+    let tag = NEXT.fetch_add(1, Ordering::Relaxed);
+    let name = |i: usize| format!("n{i}-{tag}");
+    let label = |i: usize| format!("l{i}-{tag}");
+    let tenant = |i: usize| format!("t{i}-{tag}");
+
+    let mut ids = vec![];
+    for (i, a) in agents.iter().enumerate() {
+        let id = agent(
+            queue,
+            json!({
+                "name": name(i),
+                "labels": a.labels.iter().map(|&l| label(l)).collect::<Vec<_>>(),
+                "work_types": a.work_types.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+                "tenant": a.tenant.map(tenant),
+                "max_concurrency": a.capped.map(|_| 1),
+            }),
+        )
+        .await;
+        if a.capped == Some(true) {
+            // A claim held on an order only this agent may see.
+            let build = a.work_types == [WorkType::Build];
+            let filler = order(
+                queue,
+                json!({
+                    "work_type": if build { "build" } else { "custom" },
+                    "yaml_content": if build { BUILD } else { CM },
+                    "targeting": {"agent_ids": [id]},
+                    "tenant": a.tenant.map(tenant),
+                }),
+            )
+            .await;
+            let mut tx = queue.pool().begin().await.unwrap();
+            let req = ClaimRequest {
+                agent_id: id,
+                lease_seconds: None,
+            };
+            claim_in(&mut tx, filler, &req).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        match a.contact {
+            Contact::Never => seen(queue, id, None).await,
+            Contact::Active => seen(queue, id, Some(0)).await,
+            Contact::Stale => seen(queue, id, Some(301)).await,
+        }
+        ids.push(id);
+    }
+    let mut created = vec![];
+    for o in &orders {
+        let mut targeting = json!({
+            "labels": o.labels.iter().map(|&l| label(l)).collect::<Vec<_>>(),
+            "agent_names": o.name.map(name).into_iter().collect::<Vec<_>>(),
+        });
+        if o.labels.is_empty() && o.name.is_none() {
+            targeting["labels"] = json!([format!("nobody-{tag}")]);
+        }
+        let id = order(
+            queue,
+            json!({
+                "work_type": o.work_type.as_str(),
+                "yaml_content": if o.work_type == WorkType::Build { BUILD } else { CM },
+                "tenant": o.tenant.map(tenant),
+                "targeting": targeting,
+            }),
+        )
+        .await;
+        if let Some(hours) = o.retry_in_hours {
+            backing_off(queue, id, hours).await;
+        }
+        created.push(id);
+    }
+    // Retired last: retirement releases the filler claims, which then wait like any order.
+    for (a, id) in agents.iter().zip(&ids) {
+        if a.retired {
+            queue.retire_agent(*id).await.unwrap();
+        }
+    }
+
+    for (o, case) in created.iter().zip(&orders) {
+        let e = queue.explain(*o).await.unwrap();
+        let mut claims = vec![];
+        for id in &ids {
+            claims.push(would_claim(queue, *o, *id).await);
+        }
+        let matching: Vec<usize> = (0..ids.len())
+            .filter(|&i| !matches!(claims[i], Claim::NotVisible | Claim::Retired))
+            .collect();
+        let names: BTreeSet<String> = matching.iter().map(|&i| name(i)).collect();
+        prop_assert_eq!(
+            e.matching_agents.iter().cloned().collect::<BTreeSet<_>>(),
+            names,
+            "matching agents of {:?}: {:?}",
+            case,
+            e
+        );
+        let active = |i: &&usize| agents[**i].contact == Contact::Active;
+        let expected = if matching.is_empty() {
+            WaitReason::NoMatchingAgent
+        } else if matching.iter().all(|&i| claims[i] == Claim::BackingOff) {
+            WaitReason::BackingOff
+        } else if !matching.iter().any(|i| active(&i)) {
+            WaitReason::NoAgentConnected
+        } else if matching
+            .iter()
+            .filter(active)
+            .all(|&i| claims[i] == Claim::Busy)
+        {
+            WaitReason::AgentsBusy
+        } else {
+            WaitReason::Queued
+        };
+        prop_assert_eq!(e.reason, expected, "{:?} {:?} claims {:?}", case, e, claims);
+        if e.reason == WaitReason::BackingOff {
+            prop_assert!(
+                matching.iter().all(|&i| claims[i] == Claim::BackingOff),
+                "backing off for some agents only: {:?}",
+                claims
+            );
+        }
+        if e.reason == WaitReason::Queued {
+            // Orders ahead: what the takers' pending lists hold before it, in hand-out order.
+            let takers: Vec<Uuid> = matching
+                .iter()
+                .filter(active)
+                .filter(|&&i| claims[i] == Claim::Taken)
+                .map(|&i| ids[i])
+                .collect();
+            let mut ahead = BTreeSet::new();
+            let mut me = None;
+            for t in &takers {
+                let page = queue.pending_for_agent(*t, &[], 1000, None).await.unwrap();
+                let keys: BTreeMap<_, _> = page
+                    .items
+                    .iter()
+                    .map(|w| ((w.created_at, w.id), w.id))
+                    .collect();
+                let mine = page
+                    .items
+                    .iter()
+                    .find(|w| w.id == *o)
+                    .map(|w| (w.created_at, w.id));
+                prop_assert!(mine.is_some(), "a taker's pending list lacks the order");
+                me = mine;
+                ahead.extend(keys.range(..mine.unwrap()).map(|(k, _)| *k));
+            }
+            prop_assert!(me.is_some());
+            prop_assert_eq!(e.position, Some(ahead.len() as i64 + 1), "position {:?}", e);
+        } else {
+            prop_assert_eq!(e.position, None);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn waiting_agreement() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _context = rt.enter();
+    let queue = rt.block_on(async { Queue::new(crate::testing::fresh_pool(4).await) });
+    let cases: u32 = std::env::var("PULLMAN_PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(48);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (
+        proptest::collection::vec(agent_case(), 1..=3),
+        proptest::collection::vec(order_case(), 1..=4),
+    );
+    let result = runner.run(&strategy, |(agents, orders)| {
+        rt.block_on(check(&queue, agents, orders))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}

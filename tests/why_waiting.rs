@@ -1,0 +1,273 @@
+//! DESIGN.md §10 over HTTP: why an order waits (`GET /work-orders/{id}/explain` and the `waiting`
+//! field of `GET /work-orders/{id}`), its 404/409 answers, the backlog of an agent and of a
+//! profile (403 for another agent's token, 422 naming an unknown work type), and the gauges of
+//! waiting orders by reason. The reasons themselves are checked against the claim path in
+//! `queue::waiting_agreement`.
+
+mod support;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{ADMIN_TOKEN, TestServer, configmap_order, pullman_bin};
+
+/// Runs the admin CLI against `s`; returns (success, stdout, stderr).
+async fn cli(s: &TestServer, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = std::process::Command::new(pullman_bin());
+    cmd.args(args)
+        .env("PULLMAN_SERVER", &s.base)
+        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env_remove("PULLMAN_ADMIN_TOKEN_FILE")
+        .env("NO_COLOR", "1");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn get(s: &TestServer, path: &str) -> (u16, Value) {
+    s.admin(Method::GET, path, None).await
+}
+
+#[tokio::test]
+async fn explain_answers_the_reason_and_get_carries_it() {
+    let s = TestServer::start().await;
+    let o = s.order(configmap_order("gpu")).await;
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(e["reason"], "no_matching_agent");
+    assert_eq!(e["matching_agents"], json!([]));
+    assert!(e["waiting_seconds"].as_i64().unwrap() >= 0);
+    assert!(e.get("position").is_none(), "{e}");
+
+    let (a, token) = s
+        .agent(json!({"name": "runner-1", "labels": ["gpu"]}))
+        .await;
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
+    assert_eq!(st, 200);
+    assert_eq!(e["reason"], "no_agent_connected", "{e}");
+    assert_eq!(e["matching_agents"], json!(["runner-1"]));
+
+    // The pending list reads without recording contact: the agent is still never seen.
+    let (st, _) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/agents/{a}/work-orders/pending"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (st, order) = get(&s, &format!("/api/v1/work-orders/{o}")).await;
+    assert_eq!(st, 200);
+    assert_eq!(order["waiting"]["reason"], "no_agent_connected", "{order}");
+    let (st, claimed) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{o}/claim"),
+            Some(&token),
+            Some(json!({"agent_id": a})),
+        )
+        .await;
+    assert_eq!(st, 200, "{claimed}");
+    let (st, order) = get(&s, &format!("/api/v1/work-orders/{o}")).await;
+    assert_eq!(st, 200);
+    assert!(
+        order.get("waiting").is_none(),
+        "a claimed order does not wait: {order}"
+    );
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
+    assert_eq!(st, 409, "{e}");
+    assert_eq!(e["error"]["code"], "not_waiting");
+
+    let second = s.order(configmap_order("gpu")).await;
+    let (_, order) = get(&s, &format!("/api/v1/work-orders/{second}")).await;
+    assert_eq!(order["waiting"]["reason"], "queued", "{order}");
+    assert_eq!(order["waiting"]["position"], 1);
+    assert!(
+        order["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("next in line for agent runner-1"),
+        "{order}"
+    );
+}
+
+#[tokio::test]
+async fn explain_404_names_unknown_and_finished() {
+    let s = TestServer::start().await;
+    let unknown = uuid::Uuid::new_v4();
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{unknown}/explain")).await;
+    assert_eq!(st, 404);
+    assert_eq!(e["error"]["code"], "not_found");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&unknown.to_string())
+    );
+    let o = s.order(configmap_order("gpu")).await;
+    let (st, _) = s
+        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
+        .await;
+    assert_eq!(st, 200);
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
+    assert_eq!(st, 404);
+    assert_eq!(e["error"]["code"], "finished", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled"),
+        "{e}"
+    );
+    let (st, e) = get(&s, "/api/v1/work-orders/not-a-uuid/explain").await;
+    assert_eq!(st, 400, "{e}");
+}
+
+#[tokio::test]
+async fn backlog_of_an_agent_and_of_a_profile() {
+    let s = TestServer::start().await;
+    let (a, a_token) = s
+        .agent(json!({"name": "a", "labels": ["gpu"], "max_concurrency": 1}))
+        .await;
+    let (b, b_token) = s.agent(json!({"name": "b", "labels": ["cpu"]})).await;
+    for _ in 0..3 {
+        s.order(configmap_order("gpu")).await;
+    }
+    s.order(configmap_order("cpu")).await;
+    let path = format!("/api/v1/agents/{a}/backlog");
+    let (st, v) = s.call(Method::GET, &path, Some(&a_token), None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["count"], 3);
+    assert!(v["oldest_seconds"].as_i64().unwrap() >= 0);
+    // The admin may ask too; another agent's token may not.
+    let (st, v) = get(&s, &path).await;
+    assert_eq!((st, v["count"].clone()), (200, json!(3)));
+    let (st, v) = s.call(Method::GET, &path, Some(&b_token), None).await;
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(v["error"]["code"], "forbidden");
+    let (st, v) = s.call(Method::GET, &path, None, None).await;
+    assert_eq!(st, 401, "{v}");
+    let (st, v) = get(
+        &s,
+        &format!("/api/v1/agents/{}/backlog", uuid::Uuid::new_v4()),
+    )
+    .await;
+    assert_eq!(st, 404, "{v}");
+
+    // A busy agent keeps its backlog: it is what more agents like it would take.
+    let (st, _) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{a}/claim"),
+            Some(&a_token),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (_, v) = s.call(Method::GET, &path, Some(&a_token), None).await;
+    assert_eq!(v["count"], 2);
+    let (_, v) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/agents/{b}/backlog"),
+            Some(&b_token),
+            None,
+        )
+        .await;
+    assert_eq!(v["count"], 1);
+
+    // A profile not registered: the same rule over its labels, work types and tenant.
+    let (st, v) = get(&s, "/api/v1/backlog?label=gpu&label=cpu").await;
+    assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
+    let (_, v) = get(&s, "/api/v1/backlog?label=gpu&work_type=build").await;
+    assert_eq!(v["count"], 0);
+    let (_, v) = get(&s, "/api/v1/backlog?label=gpu&tenant=team-a").await;
+    assert_eq!(
+        v["count"], 0,
+        "a tenant's agent takes only its tenant's orders"
+    );
+    let (st, v) = get(&s, "/api/v1/backlog?label=gpu&work_type=gpu").await;
+    assert_eq!(st, 422, "{v}");
+    assert_eq!(v["error"]["code"], "unknown_work_type");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("work_type"),
+        "{v}"
+    );
+    let (st, v) = get(&s, "/api/v1/backlog?labels=gpu").await;
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = s
+        .call(
+            Method::GET,
+            "/api/v1/backlog?label=gpu",
+            Some(&a_token),
+            None,
+        )
+        .await;
+    assert_eq!(st, 403, "{v}");
+}
+
+#[tokio::test]
+async fn metrics_count_waiting_orders_by_reason() {
+    let s = TestServer::start().await;
+    s.order(configmap_order("nobody")).await;
+    s.order(configmap_order("nobody")).await;
+    s.agent(json!({"name": "a", "labels": ["gpu"]})).await;
+    s.order(configmap_order("gpu")).await;
+    let text = reqwest::get(s.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .to_string()
+    };
+    assert!(
+        line("pullman_work_orders_waiting{reason=\"no_matching_agent\"}").ends_with(" 2"),
+        "{text}"
+    );
+    assert!(line("pullman_work_orders_waiting{reason=\"no_agent_connected\"}").ends_with(" 1"));
+    assert!(line("pullman_work_orders_waiting{reason=\"queued\"}").ends_with(" 0"));
+    line("pullman_work_orders_waiting_oldest_seconds{reason=\"no_matching_agent\"}");
+    line("pullman_work_orders_waiting_oldest_seconds{reason=\"agents_busy\"}");
+}
+
+#[tokio::test]
+async fn the_cli_says_why_by_id_prefix() {
+    let s = TestServer::start().await;
+    let o = s.order(configmap_order("gpu")).await;
+    let prefix = &o[..8];
+    let (ok, out, err) = cli(&s, &["work-orders", "explain", prefix]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("No live agent may take work order"), "{out}");
+    assert!(out.contains("(no_matching_agent)"), "{out}");
+    let (ok, out, err) = cli(&s, &["work-orders", "get", prefix]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("Waiting") && l.contains("No live agent")),
+        "{out}"
+    );
+    let (ok, out, _) = cli(&s, &["work-orders", "explain", prefix, "-o", "json"]).await;
+    assert!(ok);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["reason"], "no_matching_agent");
+    let (st, _) = s
+        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
+        .await;
+    assert_eq!(st, 200);
+    let (ok, _, err) = cli(&s, &["work-orders", "explain", prefix]).await;
+    assert!(!ok);
+    assert!(err.contains("finished"), "{err}");
+}
