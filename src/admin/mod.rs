@@ -131,6 +131,26 @@ where
     }
 }
 
+/// A query string from the pairs that have a value, percent-encoded.
+pub fn query(pairs: &[(&str, Option<String>)]) -> String {
+    pairs
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", urlencode(v))))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -151,24 +171,4 @@ mod tests {
             "my_yaml_content"
         );
     }
-}
-
-/// A query string from the pairs that have a value, percent-encoded.
-pub fn query(pairs: &[(&str, Option<String>)]) -> String {
-    pairs
-        .iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", urlencode(v))))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -398,8 +398,8 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
             let explanation = client.explain_work_order(id).await?;
             if !print_document(output, &explanation)? {
                 match output {
-                    Output::Name => println!("{}", explanation.reason),
-                    _ => println!("{}", waiting_sentence(&explanation)),
+                    Output::Name => crate::outln!("{}", explanation.reason),
+                    _ => crate::outln!("{}", waiting_sentence(&explanation)),
                 }
             }
         }
