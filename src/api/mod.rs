@@ -46,6 +46,8 @@ pub struct AppState {
     pub notifications: Notifications,
     /// Permits for concurrently held long-polls; past them claim-next answers `503`.
     pub long_polls: Arc<Semaphore>,
+    /// When `/metrics` last computed the waiting-by-reason gauges (`ops::WAITING_REFRESH`).
+    pub waiting_refreshed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 impl AppState {
@@ -61,6 +63,7 @@ impl AppState {
             queue,
             admin,
             verified_tokens: Default::default(),
+            waiting_refreshed: Default::default(),
             metrics,
             notifications,
             long_polls: Arc::new(Semaphore::new(max_long_polls)),

@@ -1,5 +1,7 @@
 //! Operational routes: `/healthz`, `/readyz`, `/metrics`, `/api/v1/openapi.json` (DESIGN.md §5).
 
+use std::time::{Duration, Instant};
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -283,6 +285,9 @@ async fn refresh_database_gauges(state: &AppState) {
         }
         Err(error) => tracing::warn!(%error, "could not count agents for /metrics"),
     }
+    if !waiting_due(&state.waiting_refreshed) {
+        return;
+    }
     match state.queue.waiting_by_reason().await {
         Ok(counts) => {
             for (reason, c) in counts {
@@ -299,6 +304,23 @@ async fn refresh_database_gauges(state: &AppState) {
         }
         Err(error) => tracing::warn!(%error, "could not count waiting orders for /metrics"),
     }
+}
+
+/// How often a replica recomputes the waiting-by-reason gauges, at most. They read every active
+/// order against every live agent (seconds of database time with a million pending orders), while
+/// Prometheus scrapes every few seconds and from every replica; between refreshes a scrape reports
+/// the last values.
+pub const WAITING_REFRESH: Duration = Duration::from_secs(15);
+
+/// Whether this scrape recomputes the waiting gauges; claims the refresh at once, so concurrent
+/// scrapes do not compute them twice.
+fn waiting_due(last: &std::sync::Mutex<Option<Instant>>) -> bool {
+    let mut last = last.lock().unwrap();
+    if last.is_some_and(|at| at.elapsed() < WAITING_REFRESH) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
 }
 
 /// This document.
@@ -321,4 +343,24 @@ impl ApiDoc {
 /// Unknown routes answer in the API's error body.
 pub async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_waiting_gauges_are_recomputed_at_most_once_per_refresh_interval() {
+        let last = std::sync::Mutex::new(None);
+        assert!(waiting_due(&last), "the first scrape computes them");
+        assert!(
+            !waiting_due(&last),
+            "a scrape right after reports the last values"
+        );
+        *last.lock().unwrap() = Some(Instant::now() - WAITING_REFRESH);
+        assert!(
+            waiting_due(&last),
+            "once the interval has passed, the next scrape computes"
+        );
+    }
 }
