@@ -203,6 +203,29 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     );
     let (st, v) = get(&s, "/api/v1/backlog?labels=gpu").await;
     assert_eq!(st, 400, "{v}");
+    // A profile travels in a URL: its bounds are the URL's, each refusal naming the parameter.
+    let many = vec!["label=x"; pullman::api::backlog::PROFILE_MAX_VALUES + 1].join("&");
+    let (st, v) = get(&s, &format!("/api/v1/backlog?{many}")).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("label:"),
+        "{v}"
+    );
+    let long = "a".repeat(pullman::api::backlog::PROFILE_MAX_CHARS + 1);
+    let (st, v) = get(&s, &format!("/api/v1/backlog?annotation=k={long}")).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("annotation:"),
+        "{v}"
+    );
+    let (st, v) = get(&s, &format!("/api/v1/backlog?annotation=k={}", &long[3..])).await;
+    assert_eq!(st, 200, "{v}");
     let (st, v) = s
         .call(
             Method::GET,

@@ -6,7 +6,9 @@
 #
 # Both builds use it, so they cannot drift: the Dockerfile's build stage runs it and copies the
 # result into an empty image, and e2e/testenv/images.sh runs it to import `localhost/pullman:dev`
-# into the test node's containerd. e2e/testenv/images-test.sh checks the two stay one recipe.
+# into the test node's containerd. e2e/realnode/test.sh checks that the Dockerfile's last stage is
+# this file system with the user and entrypoint images.sh reads, and pod-check.sh that every
+# Pullman container runs exactly these files.
 #
 # Usage: config/image/rootfs.sh <pullman binary> <empty output directory>
 set -euo pipefail

@@ -16,6 +16,12 @@ IMAGE=${IMAGE:-ghcr.io/pullman-dev/pullman:e2e}
 CNPG_VERSION_ARGS=(); [[ -n "${CNPG_CHART_VERSION:-}" ]] && CNPG_VERSION_ARGS=(--version "$CNPG_CHART_VERSION")
 
 kind get clusters | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER" --wait 120s
+# This cluster's kubeconfig, whatever the current context is (a second run, or Tilt's own cluster).
+KUBECONFIG="$(mktemp)"; export KUBECONFIG
+kind get kubeconfig --name "$CLUSTER" > "$KUBECONFIG"
+# The scenario creates its WorkOrders by name and checks each from its start.
+kubectl get namespace demo >/dev/null 2>&1 \
+  && { echo "kind cluster $CLUSTER has run the scenario before: kind delete cluster --name $CLUSTER" >&2; exit 1; }
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then docker build -t "$IMAGE" .; fi
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 

@@ -8,7 +8,8 @@ STATE="${STATE:-${PULLMAN_TESTENV_STATE:-/tmp/pullman-testenv}}"
 ctr_() { ctr --address "$STATE/node/containerd.sock" --namespace k8s.io "$@"; }
 ns="$1" pod="$2" checked=0
 for id in $(ctr_ containers ls -q); do
-  labels="$(ctr_ containers info "$id" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin).get("Labels", {})))')"
+  # A container may go while we look (a finished hook pod): skip it.
+  labels="$(ctr_ containers info "$id" 2>/dev/null | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin).get("Labels", {})))' 2>/dev/null)" || continue
   read -r cns cpod cname kind < <(python3 -c '
 import json, sys
 l = json.loads(sys.argv[1])
@@ -16,7 +17,7 @@ print(l.get("io.kubernetes.pod.namespace", "-"), l.get("io.kubernetes.pod.name",
       l.get("io.kubernetes.container.name", "-"), l.get("io.cri-containerd.kind", "-"))' "$labels")
   [[ "$cns" == "$ns" && "$cpod" == "$pod" && "$kind" == container ]] || continue
   pid="$(ctr_ tasks ls | awk -v id="$id" '$1 == id && $3 == "RUNNING" { print $2 }')"
-  [[ -n "$pid" ]] || continue
+  [[ -n "$pid" && -d "/proc/$pid" ]] || continue
   uids="$(awk '/^Uid:/ { print $2, $3, $4, $5 }' "/proc/$pid/status")"
   gids="$(awk '/^Gid:/ { print $2, $3, $4, $5 }' "/proc/$pid/status")"
   [[ "$uids" == "65532 65532 65532 65532" ]] || { echo "$ns/$pod container $cname runs with uids $uids, not 65532" >&2; exit 1; }

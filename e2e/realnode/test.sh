@@ -23,7 +23,8 @@ die() { log "ERROR: $*"; exit 1; }
 [[ -x "$PULLMAN" ]] || die "no pullman binary at $PULLMAN (cargo build --bin pullman)"
 [[ -S "$STATE/node/containerd.sock" ]] || die "no real node in $STATE: containerd's socket is missing (start the test control plane with e2e/testenv/up.sh, PULLMAN_TESTENV_REAL_NODE=1)"
 kill -0 "$(cat "$STATE/pids/containerd.pid" 2>/dev/null)" 2>/dev/null || die "containerd of the real node is not running (log: $STATE/logs/containerd.log)"
-node="$(kubectl get nodes -l pullman.dev/node=real -o jsonpath='{.items[0].metadata.name}')"
+node="$(kubectl get nodes -l pullman.dev/node=real -o jsonpath='{.items[*].metadata.name}')"
+node="${node%% *}"
 [[ -n "$node" ]] || die "no node labelled pullman.dev/node=real"
 [[ "$(kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]] \
   || die "node $node is not Ready (log: $STATE/logs/kubelet.log)"
@@ -40,9 +41,16 @@ WORK="$(mktemp -d /tmp/pullman-realnode.XXXXXX)"
 chmod 755 "$WORK"
 PG_PID=""
 cleanup() {
-  # The postmaster itself (runuser does not pass SIGTERM on), fast shutdown.
-  if [[ -f "$WORK/pg/data/postmaster.pid" ]]; then kill -INT "$(head -n1 "$WORK/pg/data/postmaster.pid")" 2>/dev/null; fi
-  [[ -n "$PG_PID" ]] && wait "$PG_PID" 2>/dev/null
+  set +e
+  # The postmaster itself (runuser does not pass signals on): immediate shutdown, which does not
+  # wait for the serve pods' connections to close, and a bounded wait.
+  if [[ -f "$WORK/pg/data/postmaster.pid" ]]; then
+    local pid i
+    pid="$(head -n1 "$WORK/pg/data/postmaster.pid")"
+    kill -QUIT "$pid" 2>/dev/null
+    for (( i = 0; i < 100; i++ )); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -71,12 +79,14 @@ done
 
 # PostgreSQL on the bridge address: pods reach this machine and nothing else.
 GATEWAY=10.88.0.1
-PG_PORT=$(( 20000 + RANDOM % 30000 ))
+PG_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("10.88.0.1", 0)); print(s.getsockname()[1])')"
 PG_PASSWORD="$(openssl rand -hex 16)"
 as_pg() { if [[ "$(id -u)" == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 mkdir -p "$WORK/pg"; chown postgres "$WORK/pg" 2>/dev/null || true
-echo "$PG_PASSWORD" > "$WORK/pg.pw"; chmod 644 "$WORK/pg.pw"
-as_pg "$PG_BIN/initdb" -D "$WORK/pg/data" -U pullman --pwfile="$WORK/pg.pw" --auth=scram-sha-256 >/dev/null
+# The superuser's password, readable by postgres alone, and only while initdb reads it.
+(umask 077; echo "$PG_PASSWORD" > "$WORK/pg/pw"); chown postgres "$WORK/pg/pw" 2>/dev/null || true
+as_pg "$PG_BIN/initdb" -D "$WORK/pg/data" -U pullman --pwfile="$WORK/pg/pw" --auth=scram-sha-256 >/dev/null
+rm -f "$WORK/pg/pw"
 echo "host all all 10.88.0.0/16 scram-sha-256" >> "$WORK/pg/data/pg_hba.conf"
 as_pg "$PG_BIN/postgres" -D "$WORK/pg/data" -c listen_addresses="$GATEWAY" -p "$PG_PORT" \
   -c unix_socket_directories="$WORK/pg" -c fsync=off >"$WORK/pg.log" 2>&1 &
@@ -86,6 +96,7 @@ for _ in $(seq 1 60); do
   kill -0 "$PG_PID" 2>/dev/null || { cat "$WORK/pg.log" >&2; die "PostgreSQL did not start"; }
   sleep 0.5
 done
+[[ -S "$WORK/pg/.s.PGSQL.$PG_PORT" ]] || { cat "$WORK/pg.log" >&2; die "PostgreSQL did not listen within 30 s"; }
 
 NS=scenario-system
 kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null

@@ -3,7 +3,7 @@
 # team installs it, then what users and operators rely on, each checked in its pods. One place for
 # the steps, run by every environment that has real nodes:
 #   - e2e/realnode/test.sh: the test control plane's real node (CI, every run);
-#   - e2e/kind/run.sh: a kind cluster (machines with Docker; the Tiltfile's `scenario` resource).
+#   - e2e/kind/run.sh: a kind cluster (machines with Docker; the Tiltfile's `e2e-scenario` resource).
 # The caller prepares the cluster (image loaded, PostgreSQL and its Secret) and says, in the
 # environment, how this cluster differs:
 #   SCENARIO_VALUES      values file for the chart (image, database secret, placement) (required)
@@ -33,8 +33,11 @@ FIGURES="${SCENARIO_FIGURES:-/dev/null}"
 RELEASE=pullman
 WORK="$(mktemp -d /tmp/pullman-scenario.XXXXXX)"
 PF_PID=""
+STREAM=""
 cleanup() {
+  set +e
   [[ -n "$PF_PID" ]] && kill "$PF_PID" 2>/dev/null
+  [[ -n "$STREAM" ]] && kill "$STREAM" 2>/dev/null
   [[ -n "${PHASE_WATCH:-}" ]] && { kill "$PHASE_WATCH"; pkill -f "get workorders -n $DEMO -w"; } 2>/dev/null
   rm -rf "$WORK"
 }
@@ -88,7 +91,7 @@ until_true() {
   end=$((SECONDS + secs))
   until "$@" >/dev/null 2>&1; do
     (( SECONDS < end )) || fail "$what: not within ${secs}s"
-    trouble="$(pod_trouble)"
+    trouble="$(pod_trouble || true)"
     [[ -z "$trouble" ]] || fail "$what: $trouble"
     sleep 0.5
   done
@@ -191,7 +194,11 @@ until_true 60 "a serve replica holding the Lease $RELEASE-leader" has_leader
 holder="$(leader)"
 n=0; for p in "${SERVE[@]}"; do [[ "$holder" == "$p"-* ]] && n=$((n + 1)); done
 (( n == 1 )) || fail "Lease holder $holder is not exactly one of ${SERVE[*]}"
-leaders=0; for p in "${SERVE[@]}"; do k logs -n "$NS" "$p" | grep -q "became leader" && leaders=$((leaders + 1)); done
+leaders=0
+for p in "${SERVE[@]}"; do
+  k logs -n "$NS" "$p" > "$WORK/$p.log" || fail "kubectl logs $p"
+  grep -q "became leader" "$WORK/$p.log" && leaders=$((leaders + 1))
+done
 (( leaders == 1 )) || fail "$leaders serve replicas say they became leader"
 ok "exactly one replica holds the Lease and reconciles ($holder)"
 
@@ -206,8 +213,8 @@ ok "Executor demo Ready; its Deployment's pod $EXEC Running and Ready"
 figure "executor pod start → Ready (s)" "$(pod_start_to_ready "$DEMO" "$EXEC")"
 
 if [[ -n "${SCENARIO_POD_CHECK:-}" ]]; then
-  for p in "${SERVE[@]}"; do $SCENARIO_POD_CHECK "$NS" "$p" || fail "runtime check of $NS/$p"; done
-  $SCENARIO_POD_CHECK "$DEMO" "$EXEC" || fail "runtime check of $DEMO/$EXEC"
+  for p in "${SERVE[@]}"; do "$SCENARIO_POD_CHECK" "$NS" "$p" || fail "runtime check of $NS/$p"; done
+  "$SCENARIO_POD_CHECK" "$DEMO" "$EXEC" || fail "runtime check of $DEMO/$EXEC"
   ok "at run time, every Pullman container runs as 65532 on a read-only root file system"
 fi
 
@@ -228,7 +235,9 @@ ok "a container exiting 7 → WorkOrder Failed: $msg"
 # --- 3. figures: 20 real Jobs against 20 ConfigMaps, one run --------------------------------------
 step "apply→Succeeded: 20 WorkOrders with a real Job, 20 with a ConfigMap, alternating"
 start_phase_watch
-sleep 1
+# The watch lists what exists first: once a line is in, later changes are seen.
+watch_started() { [[ -s "$WORK/phases.log" ]]; }
+until_true 30 "the WorkOrder watch started" watch_started
 declare -A applied
 for i in $(seq -w 1 20); do
   job_order "job-$i" 'echo run' > "$WORK/job-$i.json"
@@ -239,7 +248,8 @@ for i in $(seq -w 1 20); do
 done
 all_done() { local i; for i in $(seq -w 1 20); do has_phase "job-$i" Succeeded && has_phase "cm-$i" Succeeded || return 1; done; }
 until_true 300 "all 40 WorkOrders Succeeded" all_done
-sleep 1
+watch_saw_all() { local i; for i in $(seq -w 1 20); do [[ -n "$(seen_at "job-$i" Succeeded)" && -n "$(seen_at "cm-$i" Succeeded)" ]] || return 1; done; }
+until_true 30 "the watch seeing all 40 Succeeded" watch_saw_all
 { kill "$PHASE_WATCH"; pkill -f "get workorders -n $DEMO -w"; } 2>/dev/null || true
 PHASE_WATCH=""
 jobs=(); cms=()
@@ -289,12 +299,22 @@ job_order long 'echo start; sleep 60; echo done' 3600 | k apply -n "$DEMO" -f - 
 until_true 60 "WorkOrder long Claimed" has_phase long Claimed
 long_running() { [[ -n "$(k get pods -n "$DEMO" -l batch.kubernetes.io/job-name=long --field-selector=status.phase=Running -o name)" ]]; }
 until_true 60 "Job long running" long_running
+# Its log, followed before the delete: the pod's logs go with it.
+kubectl logs -f -n "$DEMO" "$EXEC" > "$WORK/executor.log" 2>&1 &
+FOLLOW=$!
+sleep 1
 t_del=$(now)
 k delete pod -n "$DEMO" "$EXEC" --wait=false >/dev/null
 gone() { ! k get pod -n "$DEMO" "$EXEC" >/dev/null 2>&1; }
 grace="$(k get deploy -n "$DEMO" demo-executor -o jsonpath='{.spec.template.spec.terminationGracePeriodSeconds}')"
 until_true $((grace + 15)) "executor pod $EXEC gone" gone
 exited="$(since "$t_del")"
+wait "$FOLLOW" 2>/dev/null || true
+# It ended on its own, by its drain limit, not by the kubelet's SIGKILL at the grace period.
+grep -q "abandoning them to the reaper" "$WORK/executor.log" \
+  || { tail -n 5 "$WORK/executor.log" >&2; fail "the executor did not abandon its order at its drain limit"; }
+grep -q "executor stopped" "$WORK/executor.log" \
+  || { tail -n 5 "$WORK/executor.log" >&2; fail "the executor did not stop on its own before SIGKILL"; }
 # Reclaimed by the reaper when the abandoned claim's 15 s lease ends, then finished by the new pod
 # watching the same Job: long before the order's claim timeout of an hour.
 until_true 150 "WorkOrder long Succeeded after its executor's pod was deleted" has_phase long Succeeded
@@ -313,22 +333,24 @@ streamed_20() { (( $(k get -n "$DEMO" workorders -o name | grep -c stream-) >= 2
 until_true 60 "the first 20 streamed WorkOrders applied" streamed_20
 k rollout restart -n "$NS" deployment/"$RELEASE" >/dev/null
 wait "$STREAM" || fail "applying the stream of WorkOrders"
+STREAM=""
 k rollout status -n "$NS" deployment/"$RELEASE" --timeout=180s >/dev/null || fail "rollout restart did not finish"
 stream_done() { [[ "$(k get -n "$DEMO" workorders -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}' | grep -c '^stream-.*=Succeeded$')" == 200 ]]; }
 until_true 300 "200 streamed WorkOrders Succeeded" stream_done
 ok "200 WorkOrders Succeeded across the restart"
 serve_url() {
+  # Sets URL in this shell (a port-forward started in a $(...) subshell could not be stopped).
   if [[ "${SCENARIO_SERVE_URL:-port-forward}" == service ]]; then
-    echo "http://$(k get svc -n "$NS" "$RELEASE" -o jsonpath='{.spec.clusterIP}'):8080"
+    URL="http://$(k get svc -n "$NS" "$RELEASE" -o jsonpath='{.spec.clusterIP}'):8080"
   else
-    if [[ -z "$PF_PID" ]]; then
-      k port-forward -n "$NS" "svc/$RELEASE" 18080:8080 >/dev/null 2>&1 & PF_PID=$!
-      until_true 30 "port-forward to serve" curl -fsS http://127.0.0.1:18080/healthz
-    fi
-    echo "http://127.0.0.1:18080"
+    local port
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    kubectl port-forward -n "$NS" "svc/$RELEASE" "$port:8080" >/dev/null 2>&1 & PF_PID=$!
+    URL="http://127.0.0.1:$port"
+    until_true 30 "port-forward to serve" curl -fsS "$URL/healthz"
   fi
 }
-URL="$(serve_url)"
+serve_url
 ids="$(k get -n "$DEMO" workorders -o jsonpath='{range .items[*]}{.metadata.name} {.status.workOrderId}{"\n"}{end}' | awk '$1 ~ /^stream-/ { print $2 }')"
 python3 - "$URL" "$admin_token" $ids <<'PY' || fail "a streamed order was lost or completed twice"
 import json, sys, urllib.request
@@ -352,8 +374,9 @@ export PULLMAN_SERVER="$URL" PULLMAN_ADMIN_TOKEN="$admin_token"
 "$PULLMAN" agents create --name "host-$RANDOM" --label host --token-out "$WORK/host.token" >/dev/null || fail "agents create through $URL"
 printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-host}\n' > "$WORK/order.yaml"
 wid="$("$PULLMAN" work-orders create -f "$WORK/order.yaml" --label host -o name)" || fail "work-orders create through $URL"
-"$PULLMAN" worker --server "$URL" --token-file "$WORK/host.token" --once --wait 30 --exec 'echo handled on the host' >"$WORK/worker.log" 2>&1 \
-  || { cat "$WORK/worker.log" >&2; fail "pullman worker --once exited $?"; }
+rc=0
+"$PULLMAN" worker --server "$URL" --token-file "$WORK/host.token" --once --wait 30 --exec 'echo handled on the host' >"$WORK/worker.log" 2>&1 || rc=$?
+(( rc == 0 )) || { cat "$WORK/worker.log" >&2; fail "pullman worker --once exited $rc"; }
 "$PULLMAN" work-orders wait "$wid" --timeout 30s >/dev/null || fail "the host worker's order did not succeed"
 ok "the host's worker completed order ${wid:0:8} through $URL"
 

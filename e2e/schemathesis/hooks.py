@@ -227,6 +227,9 @@ def filter_failure(context, failure, case, response):
         return True
     if response.status_code == 200 and isinstance(data, dict) and data.get("health") == "retired":
         return False
+    # A retired agent's backlog stays readable, and is empty: it takes nothing any more.
+    if _op(case) == "/agents/{id}/backlog" and response.status_code == 200 and data.get("count") == 0:
+        return False
     code = (data.get("error") or {}).get("code") if isinstance(data, dict) else None
     return not (response.status_code == 409 and code == "agent_retired") and not (
         response.status_code == 401 and code == "unauthorized"

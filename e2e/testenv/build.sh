@@ -43,7 +43,9 @@ node_built() {
   local b
   for b in "${NODE_BINARIES[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
 }
-satisfied() { complete && node_built && { [[ "$WANT_HELM" != 1 ]] || helm_built; }; }
+# Without the real node (PULLMAN_TESTENV_REAL_NODE=0) its binaries are not needed.
+want_node() { [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" != 0 ]]; }
+satisfied() { complete && { ! want_node || node_built; } && { [[ "$WANT_HELM" != 1 ]] || helm_built; }; }
 
 if [[ "$FORCE" != 1 ]] && satisfied; then
   log "using cached binaries in $BIN"
@@ -101,7 +103,7 @@ start=$(date +%s)
 
 if [[ "$FORCE" != 1 ]] && complete; then
   # The control plane is cached; only the real node's binaries or helm are missing.
-  if ! node_built; then
+  if want_node && ! node_built; then
     build_node "$BIN"
     echo "COREDNS_VERSION=$COREDNS_VERSION" >> "$DEST/versions"
   fi

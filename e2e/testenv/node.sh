@@ -38,13 +38,15 @@ ctr_() { ctr --address "$SOCK" --namespace k8s.io "$@"; }
 check() {
   local missing=0 b
   [[ "$(id -u)" == 0 ]] || { echo "the real node needs root (kubelet, containerd, bridges, iptables)"; missing=1; }
-  for b in containerd containerd-shim-runc-v2 runc ctr iptables conntrack ip mount busybox; do
+  for b in containerd containerd-shim-runc-v2 runc ctr iptables ip6tables conntrack ip ss mount busybox; do
     command -v "$b" >/dev/null || { echo "missing $b (apt install containerd runc iptables conntrack iproute2 busybox-static)"; missing=1; }
   done
   for b in bridge host-local loopback portmap; do
     [[ -x "/usr/lib/cni/$b" ]] || { echo "missing CNI plugin /usr/lib/cni/$b (apt install containernetworking-plugins)"; missing=1; }
   done
-  [[ -d /proc/sys/net/bridge ]] || { echo "br_netfilter is not loaded (modprobe br_netfilter): Services would not route between pods"; missing=1; }
+  # A module on Debian's stock kernel, built in on some: load it if it can be.
+  [[ -d /proc/sys/net/bridge ]] || modprobe br_netfilter 2>/dev/null || true
+  [[ -d /proc/sys/net/bridge ]] || { echo "br_netfilter is not loaded (modprobe br_netfilter; apt install kmod): Services would not route between pods"; missing=1; }
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     echo "bridge $BRIDGE exists: another test control plane's real node runs on this machine (stop it with its down.sh, or start this one with PULLMAN_TESTENV_REAL_NODE=0)"
     missing=1
@@ -67,11 +69,14 @@ wait_until() { # wait_until <seconds> <what> <component> <command...>: one line 
     sleep 0.3
   done
 }
-free_port() { # as up.sh: a random unused loopback port
+USED_PORTS=" "
+free_port() { # as up.sh: a random unused port, never one handed out before; sets PORT
   local p
   while :; do
     p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 30000 ))
-    [[ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]] && { echo "$p"; return; }
+    [[ "$USED_PORTS" == *" $p "* ]] && continue
+    [[ -z "$(ss -Hltun "sport = :$p" 2>/dev/null)" ]] || continue
+    USED_PORTS+="$p "; PORT=$p; return
   done
 }
 
@@ -138,8 +143,21 @@ EOF
   "$HERE/images.sh" base >&2 || die "importing the pause and busybox images failed"
 
   local kubelet_port healthz_port proxy_healthz proxy_metrics dns_port dns_health dns_ready
-  kubelet_port=$(free_port); healthz_port=$(free_port); proxy_healthz=$(free_port)
-  proxy_metrics=$(free_port); dns_port=$(free_port); dns_health=$(free_port); dns_ready=$(free_port)
+  free_port; kubelet_port=$PORT; free_port; healthz_port=$PORT; free_port; proxy_healthz=$PORT
+  free_port; proxy_metrics=$PORT; free_port; dns_port=$PORT; free_port; dns_health=$PORT
+  free_port; dns_ready=$PORT
+  # Pods reach this machine through the bridge: not the kubelet (anonymous, AlwaysAllow: exec in
+  # any pod) and not the API server's port but through Service `kubernetes`... which is the
+  # bridge address too, so only the kubelet's port is closed to them. The API server listens on
+  # every interface for the bridge's sake: its port is closed to all but loopback and the bridge.
+  iptables -I INPUT -i "$BRIDGE" -p tcp --dport "$kubelet_port" -m comment --comment pullman-testenv -j DROP
+  local api_port
+  api_port="$(awk -F= '$1 == "API_PORT" { print $2 }' "$STATE/ports")"
+  if [[ -n "$api_port" ]]; then
+    iptables -I INPUT -p tcp --dport "$api_port" -m comment --comment pullman-testenv -j DROP
+    iptables -I INPUT -i lo -p tcp --dport "$api_port" -m comment --comment pullman-testenv -j ACCEPT
+    iptables -I INPUT -i "$BRIDGE" -p tcp --dport "$api_port" -m comment --comment pullman-testenv -j ACCEPT
+  fi
   cat >> "$STATE/ports" <<EOF
 KUBELET_PORT=$kubelet_port
 DNS_PORT=$dns_port
@@ -289,6 +307,12 @@ down() {
   # Shims of this containerd that outlived it (they are started with its socket address).
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $SOCK" 2>/dev/null || true
   for (( i = 0; i < 50; i++ )); do pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" >/dev/null || break; sleep 0.1; done
+  # Processes of containers whose shims were killed (reparented to init): anything whose root is
+  # in the node's directory.
+  local p
+  for p in /proc/[0-9]*; do
+    [[ "$(readlink "$p/root" 2>/dev/null)" == "$N"/* ]] && { kill -KILL "${p#/proc/}" 2>/dev/null || true; }
+  done
   # Network namespaces of sandboxes the kubelet did not stop (their veth pairs go with them).
   # containerd names them cni-<uuid> machine-wide: one real node per machine (see the top).
   local ns
@@ -299,28 +323,27 @@ down() {
   # Every mount under the node's directory (overlay roots, sandbox shm, tmpfs volumes), deepest first.
   local m
   while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(awk -v d="$N" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r)
-  ip link del "$BRIDGE" 2>/dev/null || true
-  # Veths of pods whose namespace went first are gone with it; any left on the host side:
+  # Host ends of veths still on the bridge, then the bridge.
   local v
-  for v in $(ip -o link show type veth 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1); do
-    [[ "$(cat "/sys/class/net/$v/master/uevent" 2>/dev/null)" == *"INTERFACE=$BRIDGE"* ]] && ip link del "$v" 2>/dev/null
-  done
-  # kube-proxy's and the portmap plugin's chains, in both iptables back-ends.
-  local ipt tbl chain
-  for ipt in iptables-nft iptables-legacy; do
+  for v in $(bridge_veths); do ip link del "$v" 2>/dev/null || true; done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  # kube-proxy's, the kubelet's and the portmap plugin's chains and our own rules, in both
+  # iptables back-ends, IPv4 and IPv6.
+  local ipt tbl chain rule
+  for ipt in iptables-nft iptables-legacy ip6tables-nft ip6tables-legacy; do
     command -v "$ipt" >/dev/null || continue
     for tbl in nat filter mangle; do
-      $ipt -t "$tbl" -S 2>/dev/null | awk '$1 == "-A" && ($2 ~ /^(KUBE|CNI)-/ || $0 ~ / -j (KUBE|CNI)-/) { print }' \
+      { $ipt -t "$tbl" -S 2>/dev/null || true; } \
+        | awk '$1 == "-A" && ($2 ~ /^(KUBE|CNI)-/ || $0 ~ / -j (KUBE|CNI)-/ || $0 ~ /pullman-testenv/) { print }' \
         | sed 's/^-A /-D /' | while read -r rule; do eval "$ipt -t $tbl $rule" 2>/dev/null || true; done
-      for chain in $($ipt -t "$tbl" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ { print $2 }'); do
+      for chain in $({ $ipt -t "$tbl" -S 2>/dev/null || true; } | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ { print $2 }'); do
         $ipt -t "$tbl" -F "$chain" 2>/dev/null || true
       done
-      for chain in $($ipt -t "$tbl" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ { print $2 }'); do
+      for chain in $({ $ipt -t "$tbl" -S 2>/dev/null || true; } | awk '$1 == "-N" && $2 ~ /^(KUBE|CNI)-/ { print $2 }'); do
         $ipt -t "$tbl" -X "$chain" 2>/dev/null || true
       done
     done
   done
-  while iptables -D FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -m comment --comment pullman-testenv -j DROP 2>/dev/null; do :; done
   # The kubelet links every container log into /var/log/containers, whatever podLogsDir says.
   local l
   for l in /var/log/containers/*.log; do
@@ -331,16 +354,26 @@ down() {
   log "real node removed"
 }
 
+# Host ends of veth pairs attached to the bridge.
+bridge_veths() {
+  ip -o link show master "$BRIDGE" type veth 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1
+}
+
 # One line for each thing the real node left on this machine; non-zero if there is any.
 left_behind() {
   local left=() ipt
   ip link show "$BRIDGE" >/dev/null 2>&1 && left+=("bridge $BRIDGE")
+  [[ -n "$(bridge_veths)" ]] && left+=("veths on $BRIDGE")
+  local p
+  for p in /proc/[0-9]*; do
+    [[ "$(readlink "$p/root" 2>/dev/null)" == "$N"/* ]] && { left+=("processes of its containers"); break; }
+  done
   [[ -n "$(awk -v d="$N" 'index($2, d) == 1' /proc/mounts)" ]] && left+=("mounts under $N")
   compgen -G "/var/run/netns/cni-*" >/dev/null && left+=("network namespaces /var/run/netns/cni-*")
   pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" >/dev/null && left+=("containerd shims")
-  for ipt in iptables-nft iptables-legacy; do
-    command -v "$ipt" >/dev/null || continue
-    [[ -n "$($ipt-save 2>/dev/null | grep -E '^[:-].* (KUBE|CNI)-|^:(KUBE|CNI)-|pullman-testenv')" ]] && left+=("$ipt rules or chains")
+  for ipt in iptables-nft iptables-legacy ip6tables-nft ip6tables-legacy; do
+    command -v "$ipt-save" >/dev/null || continue
+    [[ -n "$({ $ipt-save 2>/dev/null || true; } | grep -E '^[:-].* (KUBE|CNI)-|^:(KUBE|CNI)-|pullman-testenv')" ]] && left+=("$ipt rules or chains")
   done
   (( ${#left[@]} == 0 )) && return 0
   log "ERROR: left behind: ${left[*]}"

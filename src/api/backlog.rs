@@ -72,6 +72,13 @@ pub async fn profile(
 }
 
 /// The profile a query names, checked as a registration would be (bounds on texts and lists).
+/// Most values of each parameter of a profile query, and most characters of each value. Tighter
+/// than a registration's bounds: the whole profile travels in a URL, which the HTTP server refuses
+/// past its buffer (`414`/`431`) long before a registration's 256 × 4096 characters.
+pub const PROFILE_MAX_VALUES: usize = 32;
+/// See [`PROFILE_MAX_VALUES`].
+pub const PROFILE_MAX_CHARS: usize = 253;
+
 fn parse_profile(query: &str) -> Result<AgentProfile, ApiError> {
     let mut q = ProfileQuery::default();
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
@@ -95,6 +102,31 @@ fn parse_profile(query: &str) -> Result<AgentProfile, ApiError> {
                 ));
             }
         }
+    }
+    for (name, values) in [
+        ("label", &q.label),
+        ("annotation", &q.annotation),
+        ("work_type", &q.work_type),
+    ] {
+        if values.len() > PROFILE_MAX_VALUES {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                format!("{name}: at most {PROFILE_MAX_VALUES} values in a profile"),
+            ));
+        }
+    }
+    let long = q
+        .label
+        .iter()
+        .map(|v| ("label", v))
+        .chain(q.annotation.iter().map(|v| ("annotation", v)))
+        .chain(q.tenant.iter().map(|v| ("tenant", v)))
+        .find(|(_, v)| v.chars().count() > PROFILE_MAX_CHARS);
+    if let Some((name, _)) = long {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("{name}: at most {PROFILE_MAX_CHARS} characters in a profile"),
+        ));
     }
     let mut work_types = vec![];
     for t in &q.work_type {

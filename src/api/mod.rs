@@ -2,7 +2,7 @@
 //! `/metrics` and `/api/v1/openapi.json`.
 
 mod agents;
-mod backlog;
+pub mod backlog;
 mod claims;
 pub mod error;
 mod ops;

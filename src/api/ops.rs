@@ -124,6 +124,27 @@ fn input_bounds(doc: &mut serde_json::Value) {
     if let Some(body) = doc.pointer_mut("/paths/~1api~1v1~1agents~1{id}~1claim/post/requestBody") {
         body["required"] = json!(false);
     }
+    // GET /backlog names an agent profile in its query: the bounds of a registration, and each
+    // annotation `KEY=VALUE` (`400 invalid_query` otherwise).
+    if let Some(params) = doc
+        .pointer_mut("/paths/~1api~1v1~1backlog/get/parameters")
+        .and_then(Value::as_array_mut)
+    {
+        use super::backlog::{PROFILE_MAX_CHARS, PROFILE_MAX_VALUES};
+        let label = json!({"type": "string", "minLength": 1, "maxLength": PROFILE_MAX_CHARS, "pattern": "[^\\u0000]"});
+        let pair = json!({"type": "string", "maxLength": PROFILE_MAX_CHARS,
+            "pattern": "^[^=\\u0000]+=[^\\u0000]*$"});
+        for p in params.iter_mut() {
+            let bounded = |items: &Value| json!({"type": "array", "maxItems": PROFILE_MAX_VALUES, "items": items});
+            p["schema"] = match p["name"].as_str() {
+                Some("label") => bounded(&label),
+                Some("annotation") => bounded(&pair),
+                Some("work_type") => bounded(&p["schema"]["items"].clone()),
+                Some("tenant") => label.clone(),
+                _ => continue,
+            };
+        }
+    }
     // The server takes 1–255 visible ASCII characters (`400 invalid_header` otherwise).
     for route in ["work-orders", "work-orders~1{id}~1rerun"] {
         if let Some(params) = doc

@@ -166,3 +166,29 @@ impl Carrier for KubeCarrier {
         cleanup::delete_created(&self.applier, order).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_drain_ends_in_abandon_after_its_limit_and_not_before_a_signal() {
+        let limit = Duration::from_millis(300);
+        let s = Shutdown::default();
+        abandon_after_drain(&s, limit);
+        tokio::time::sleep(limit * 2).await;
+        assert!(
+            !s.abandon.is_cancelled(),
+            "no signal, no drain: nothing is abandoned"
+        );
+        s.drain.cancel();
+        tokio::time::sleep(limit / 3).await;
+        assert!(
+            !s.abandon.is_cancelled(),
+            "running orders get the whole drain time"
+        );
+        tokio::time::timeout(Duration::from_secs(10), s.abandon.cancelled())
+            .await
+            .expect("abandoned once the drain time has passed");
+    }
+}

@@ -2,6 +2,9 @@
 //! "reached the specified backoff limit", while the user needs the pod, the container and its exit
 //! code (DESIGN.md §4, the executor's failure message). Read once, when the verdict is `Failed`.
 
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -11,18 +14,37 @@ use super::apply::Applied;
 /// At most this many failed containers are named; the rest are counted.
 const NAMED: usize = 3;
 
+/// The two reads may take this long together; the verdict is reported without them after it.
+const READ_LIMIT: Duration = Duration::from_secs(10);
+
 /// `pod P container C exited with code N (Reason)` for each container of the Job's pods that ended
-/// with a non-zero code (init containers included), oldest pod first, joined with `; `. `None`
-/// when the pods cannot be read (no `list` on pods in the executor's Role, or they are gone) or
-/// none ended that way: the caller then reports the Job's condition alone.
+/// with a non-zero code (init containers included), oldest pod first, joined with `; `. The pods
+/// are this Job's by its uid, not its name, which an earlier Job of the same name had too. `None`
+/// when the Job or its pods cannot be read within [`READ_LIMIT`] (no `list` on pods in the
+/// executor's Role, or they are gone) or none ended that way: the caller then reports the Job's
+/// condition alone.
 pub async fn failed_containers(client: &Client, job: &Applied) -> Option<String> {
     let ns = job.namespace.as_deref()?;
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let selector = format!("batch.kubernetes.io/job-name={}", job.name);
-    match api.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => describe(list.items),
-        Err(error) => {
+    let read = async {
+        let uid = Api::<Job>::namespaced(client.clone(), ns)
+            .get(&job.name)
+            .await?
+            .metadata
+            .uid
+            .unwrap_or_default();
+        let selector = format!("batch.kubernetes.io/controller-uid={uid}");
+        Api::<Pod>::namespaced(client.clone(), ns)
+            .list(&ListParams::default().labels(&selector))
+            .await
+    };
+    match tokio::time::timeout(READ_LIMIT, read).await {
+        Ok(Ok(list)) => describe(list.items),
+        Ok(Err(error)) => {
             tracing::debug!(%error, job = %job.display(), "cannot read the Job's pods for its failure message");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(job = %job.display(), "reading the Job's pods took too long; reporting its condition alone");
             None
         }
     }
