@@ -68,6 +68,36 @@ fn bounded(
     }
 }
 
+/// The length bounds hold for a text as sent, U+0000 included, as the OpenAPI schema's `maxLength`
+/// counts it: a text past them is refused even when removing U+0000 (which the checks after it
+/// see) would bring it under.
+fn within_as_sent(field: &str, value: &str, max: usize) -> Result<(), QueueError> {
+    if value.chars().count() > max {
+        return Err(invalid(
+            field,
+            format!("{field} is longer than {max} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// [`within_as_sent`] over every text of a list and a map.
+fn lists_within_as_sent(
+    field: &str,
+    list: &[String],
+    map_field: &str,
+    map: &BTreeMap<String, String>,
+) -> Result<(), QueueError> {
+    for v in list {
+        within_as_sent(field, v, MAX_STRING_CHARS)?;
+    }
+    for (k, v) in map {
+        within_as_sent(&format!("{map_field} key"), k, MAX_STRING_CHARS)?;
+        within_as_sent(&format!("{map_field}[{k:?}]"), v, MAX_STRING_CHARS)?;
+    }
+    Ok(())
+}
+
 fn check_string(field: &str, value: &str) -> Result<(), QueueError> {
     if value.is_empty() {
         return Err(invalid(field, format!("{field} must not be empty")));
@@ -169,6 +199,19 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
             limit: MAX_YAML_BYTES,
         });
     }
+    let t = &body.targeting;
+    lists_within_as_sent(
+        "targeting.labels",
+        &t.labels,
+        "targeting.annotations",
+        &t.annotations,
+    )?;
+    for n in &t.agent_names {
+        within_as_sent("targeting.agent_names", n, MAX_STRING_CHARS)?;
+    }
+    if let Some(tenant) = &body.tenant {
+        within_as_sent("tenant", tenant, MAX_STRING_CHARS)?;
+    }
     strip_nul(&mut body.yaml_content);
     if let Some(tenant) = &mut body.tenant {
         strip_nul(tenant);
@@ -251,6 +294,11 @@ fn strip_nul_targeting(t: &mut Targeting) {
 /// Validates an agent registration (DESIGN.md §5). Errors name the field. U+0000 is removed
 /// from every text first (see [`super::text`]).
 pub fn validate_agent(mut body: NewAgent) -> Result<AgentSpec, QueueError> {
+    within_as_sent("name", &body.name, MAX_AGENT_NAME_CHARS)?;
+    lists_within_as_sent("labels", &body.labels, "annotations", &body.annotations)?;
+    if let Some(tenant) = &body.tenant {
+        within_as_sent("tenant", tenant, MAX_STRING_CHARS)?;
+    }
     strip_nul(&mut body.name);
     strip_nul_all(&mut body.labels);
     strip_nul_map(&mut body.annotations);
@@ -310,5 +358,40 @@ pub fn validate_lease(lease_seconds: Option<i64>) -> Result<Option<i32>, QueueEr
             *LEASE_SECONDS_RANGE.start(),
             *LEASE_SECONDS_RANGE.end(),
         )?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(annotation_value: String) -> NewAgent {
+        NewAgent {
+            name: "a".into(),
+            annotations: [("zone".to_string(), annotation_value)].into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lengths_count_every_character_as_sent_nul_included() {
+        // 4096 characters and a U+0000: over the bound as sent, though not once stripped.
+        let over = format!("{}\u{0}", "a".repeat(MAX_STRING_CHARS));
+        let err = validate_agent(agent(over)).unwrap_err();
+        assert!(
+            matches!(&err, QueueError::Invalid { field, .. } if field == "annotations[\"zone\"]"),
+            "{err:?}"
+        );
+        // Within the bound as sent: accepted, and stored without the U+0000.
+        let within = format!("{}\u{0}", "a".repeat(MAX_STRING_CHARS - 1));
+        let spec = validate_agent(agent(within)).unwrap();
+        assert_eq!(spec.annotations["zone"].len(), MAX_STRING_CHARS - 1);
+        let long_name = NewAgent {
+            name: format!("{}\u{0}", "n".repeat(MAX_AGENT_NAME_CHARS)),
+            ..Default::default()
+        };
+        assert!(
+            matches!(validate_agent(long_name), Err(QueueError::Invalid { field, .. }) if field == "name")
+        );
     }
 }
