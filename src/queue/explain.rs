@@ -16,10 +16,9 @@ use super::rules::agent_health;
 use super::waiting::{self, AgentState, Explanation, OrderFacts, ReasonCount, WaitReason};
 use super::{ConflictCode, Lookup, OrderStatus, Queue, QueueError, Targeting, WorkType, sql};
 
-/// `sql/waiting_order.sql`.
+/// The order's side of eligibility and its state, as both statements below return them.
 #[derive(sqlx::FromRow)]
-struct WaitingOrderRow {
-    id: Uuid,
+struct WaitingColumns {
     work_type: String,
     tenant: Option<String>,
     target_agent_ids: Vec<Uuid>,
@@ -27,23 +26,44 @@ struct WaitingOrderRow {
     target_labels: Vec<String>,
     target_annotations: Json<BTreeMap<String, String>>,
     status: String,
+    due: bool,
+}
+
+impl WaitingColumns {
+    /// Why such an order waits among `agents` (`waiting::classify`); `None` when it is claimed.
+    fn verdict(self, agents: &[AgentState]) -> Option<waiting::Verdict<'_>> {
+        let targeting = Targeting {
+            agent_ids: self.target_agent_ids,
+            agent_names: self.target_agent_names,
+            labels: self.target_labels,
+            annotations: self.target_annotations.0,
+        };
+        let order = OrderProfile {
+            work_type: WorkType::parse(&self.work_type).unwrap_or(WorkType::Custom),
+            tenant: self.tenant.as_deref(),
+            targeting: &targeting,
+        };
+        let status = OrderStatus::parse(&self.status).unwrap_or(OrderStatus::Pending);
+        waiting::classify(&order, status, self.due, agents)
+    }
+}
+
+/// `sql/waiting_order.sql`.
+#[derive(sqlx::FromRow)]
+struct WaitingOrderRow {
+    id: Uuid,
+    #[sqlx(flatten)]
+    columns: WaitingColumns,
     retry_count: i32,
     next_retry_after: Option<DateTime<Utc>>,
-    due: bool,
     waiting_seconds: i64,
 }
 
 /// `sql/waiting_by_profile.sql`.
 #[derive(sqlx::FromRow)]
 struct ProfileRow {
-    work_type: String,
-    tenant: Option<String>,
-    target_agent_ids: Vec<Uuid>,
-    target_agent_names: Vec<String>,
-    target_labels: Vec<String>,
-    target_annotations: Json<BTreeMap<String, String>>,
-    status: String,
-    due: bool,
+    #[sqlx(flatten)]
+    columns: WaitingColumns,
     orders: i64,
     oldest_seconds: f64,
 }
@@ -141,19 +161,7 @@ impl Queue {
             return Ok(None);
         };
         let agents = live_agents(&mut *tx).await?;
-        let targeting = Targeting {
-            agent_ids: row.target_agent_ids,
-            agent_names: row.target_agent_names,
-            labels: row.target_labels,
-            annotations: row.target_annotations.0,
-        };
-        let order = OrderProfile {
-            work_type: WorkType::parse(&row.work_type).unwrap_or(WorkType::Custom),
-            tenant: row.tenant.as_deref(),
-            targeting: &targeting,
-        };
-        let status = OrderStatus::parse(&row.status).unwrap_or(OrderStatus::Pending);
-        let Some(verdict) = waiting::classify(&order, status, row.due, &agents) else {
+        let Some(verdict) = row.columns.verdict(&agents) else {
             return Ok(None);
         };
         let position = if verdict.takers.is_empty() {
@@ -191,19 +199,7 @@ impl Queue {
             .map(|r| (r, ReasonCount::default()))
             .collect();
         for g in groups {
-            let targeting = Targeting {
-                agent_ids: g.target_agent_ids,
-                agent_names: g.target_agent_names,
-                labels: g.target_labels,
-                annotations: g.target_annotations.0,
-            };
-            let order = OrderProfile {
-                work_type: WorkType::parse(&g.work_type).unwrap_or(WorkType::Custom),
-                tenant: g.tenant.as_deref(),
-                targeting: &targeting,
-            };
-            let status = OrderStatus::parse(&g.status).unwrap_or(OrderStatus::Pending);
-            if let Some(verdict) = waiting::classify(&order, status, g.due, &agents) {
+            if let Some(verdict) = g.columns.verdict(&agents) {
                 let c = counts.entry(verdict.reason).or_default();
                 c.orders += g.orders;
                 c.oldest_seconds = c.oldest_seconds.max(g.oldest_seconds);
