@@ -12,7 +12,10 @@ use uuid::Uuid;
 use crate::wire::{
     Agent, AgentWithToken, Explanation, Heartbeat, LogEntry, NewAgent, Page, WorkOrder,
 };
-use crate::wire::{ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, RetryScheduled, WhoAmI};
+use crate::wire::{
+    ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, OutputAccepted, OutputChunk,
+    RetryScheduled, WhoAmI,
+};
 
 /// Reads a bearer token from a file (surrounding whitespace ignored), naming the file in errors.
 /// Errors: the file cannot be read, or holds only whitespace.
@@ -371,6 +374,23 @@ impl Client {
             Method::POST,
             &format!("/work-orders/{order_id}/heartbeat"),
             Some(&body),
+        )
+        .await
+    }
+
+    /// `POST /work-orders/{id}/output` (DESIGN.md §9): one chunk of the claim's output. A resent
+    /// `seq` is answered as the first time. Errors: `409` when the claim is no longer live (stop
+    /// sending), `413` for a chunk over 1 MiB, `429`/`503` with `Retry-After` when the server is
+    /// behind (send later, keep the lines).
+    pub async fn send_output(
+        &self,
+        order_id: Uuid,
+        chunk: &OutputChunk,
+    ) -> Result<OutputAccepted, ClientError> {
+        self.json(
+            Method::POST,
+            &format!("/work-orders/{order_id}/output"),
+            Some(chunk),
         )
         .await
     }

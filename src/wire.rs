@@ -107,3 +107,45 @@ pub struct WhoAmI {
     pub agent_id: Option<Uuid>,
     pub agent_name: Option<String>,
 }
+
+/// Body of `POST /work-orders/{id}/output` (DESIGN.md §9): one ordered chunk of the output of the
+/// claim `claim_id`, sent by the agent holding it. At most 1 MiB as sent (`413` above).
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputChunk {
+    pub agent_id: Uuid,
+    /// The claim's fencing token: a chunk of any other claim is `409` as for complete.
+    pub claim_id: Uuid,
+    /// The chunk's number within its claim: 0, 1, 2, … A chunk whose `seq` is already stored is
+    /// answered as the first time and stored once, so an agent may resend after a timeout.
+    #[schema(minimum = 0)]
+    pub seq: i64,
+    /// Bytes of output the agent could not deliver before this chunk (its buffer overflowed while
+    /// the server was away); stored as a gap marker ahead of `lines`. Absent or 0 = none lost.
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub dropped_bytes: Option<i64>,
+    /// The lines, oldest first; may be empty when the chunk only reports a gap.
+    pub lines: Vec<OutputLine>,
+}
+
+/// One line of output (DESIGN.md §9), without its line ending.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputLine {
+    /// `stdout` or `stderr` for a worker; `<pod>/<container>` for the executor (at most 253
+    /// characters).
+    pub stream: String,
+    /// The text; U+0000 is replaced by the server, never refused.
+    pub text: String,
+    /// When the agent read the line.
+    pub at: DateTime<Utc>,
+}
+
+/// Answer to `POST /work-orders/{id}/output`: the same for a first and a repeated `seq`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
+pub struct OutputAccepted {
+    pub seq: i64,
+    /// Lines of the chunk as stored.
+    pub lines: i64,
+}
