@@ -266,7 +266,10 @@ mod tests {
     #[test]
     fn optional_json_is_absent_only_when_empty() {
         assert_eq!(parse_optional_json::<Body>(b"").unwrap().n, None);
-        assert_eq!(parse_optional_json::<Body>(b"{\"n\":2}").unwrap().n, Some(2));
+        assert_eq!(
+            parse_optional_json::<Body>(b"{\"n\":2}").unwrap().n,
+            Some(2)
+        );
         for not_json in [&b"\t"[..], b" ", b"\n\n", b"x"] {
             let err = parse_optional_json::<Body>(not_json).unwrap_err();
             assert_eq!(err.status, StatusCode::BAD_REQUEST, "{not_json:?}");
