@@ -406,10 +406,12 @@ impl Queue {
             rows.into_iter().flat_map(ChunkRow::into_entries).collect();
         let cut = lines.len().saturating_sub(n);
         lines.drain(..cut);
-        if cut == 0 && reaches_first && n > lines.len() {
-            if let Some(marker) = dropped_marker(state, -1) {
-                lines.insert(0, marker);
-            }
+        if cut == 0
+            && reaches_first
+            && n > lines.len()
+            && let Some(marker) = dropped_marker(state, -1)
+        {
+            lines.insert(0, marker);
         }
         Ok(lines)
     }
