@@ -179,9 +179,12 @@ def before_call(context, case, kwargs):
         if body is not None and _is_uuid(body.get("agent_id")):
             body["agent_id"] = AGENT_ID
     elif path == "/work-orders/{id}/output" and case.method.upper() == "GET":
-        # follow=true streams until the order finishes: read a page instead.
-        if query is not None and "follow" in query:
-            query["follow"] = False
+        # follow=true streams until the order finishes: read a page instead. `tail` excludes
+        # `after` and `limit` is for pages (both documented on the parameters): keep one of each.
+        if query is not None:
+            query.pop("follow", None)
+            if "tail" in query:
+                query.pop("after", None)
     elif path in ("/work-orders/{id}/heartbeat", "/work-orders/{id}/complete", "/work-orders/{id}/output"):
         if _is_uuid(params.get("id")):
             order = _active_order(params["id"])
