@@ -13,7 +13,7 @@ use crate::wire::{
     Agent, AgentWithToken, Explanation, Heartbeat, LogEntry, NewAgent, Page, WorkOrder,
 };
 use crate::wire::{
-    ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, OutputAccepted, OutputChunk,
+    ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, OutputAccepted, OutputChunk, OutputPage,
     RetryScheduled, WhoAmI,
 };
 
@@ -393,6 +393,60 @@ impl Client {
             Some(chunk),
         )
         .await
+    }
+
+    /// `GET /work-orders/{id}/output?…` (DESIGN.md §9): one page of an order's output; `query`
+    /// is the query string without `?` (`after=`, `tail=`, `attempt=`, `limit=`).
+    pub async fn read_output(
+        &self,
+        order_id: Uuid,
+        query: &str,
+    ) -> Result<OutputPage, ClientError> {
+        self.json(
+            Method::GET,
+            &format!("/work-orders/{order_id}/output?{query}"),
+            None::<&()>,
+        )
+        .await
+    }
+
+    /// `GET /work-orders/{id}/output?follow=true&…`: the open NDJSON stream of an order's output
+    /// (one [`crate::wire::OutputEntry`] per line), ending when the order has finished. Unlike
+    /// other requests it may last an hour; a stream cut earlier is resumed with `after=`.
+    pub async fn follow_output(
+        &self,
+        order_id: Uuid,
+        query: &str,
+    ) -> Result<reqwest::Response, ClientError> {
+        let url = format!(
+            "{}/api/v1/work-orders/{order_id}/output?follow=true&{query}",
+            self.base
+        );
+        let resp = self
+            .http
+            .get(&url)
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(3600))
+            .send()
+            .await
+            .map_err(|source| self.transport_error(source))?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let bytes = resp.bytes().await.unwrap_or_default();
+        Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(e) => ClientError::Api {
+                status,
+                code: e.error.code,
+                message: e.error.message,
+            },
+            Err(_) => ClientError::Api {
+                status,
+                code: "http_error".into(),
+                message: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
+            },
+        })
     }
 
     /// `POST /work-orders/{id}/complete`.

@@ -48,6 +48,9 @@
 //! - **The WorkOrder reconcile and its status write**: `controller::workorders` (`apply`: look up
 //!   the order, queue it if unknown, compute the status, write it if it changed); the status is
 //!   computed, purely, in `controller::status`.
+//! - **Output of running orders** (DESIGN.md §9): stored and read in `queue::output` (chunks,
+//!   the per-order cap, cursors), over HTTP in `api::output` (the append, pages and the NDJSON
+//!   follow), printed by `admin::logs` (`pullman work-orders logs`).
 //! - **Where a stale complete becomes `409`**: `queue::claims::holder` (`complete` matches only the
 //!   live claim) and `queue::refusal` (`explain_refusal` says `cancelled`, `reclaimed` or
 //!   `not_claim_holder`), turned into HTTP by `api::error`.

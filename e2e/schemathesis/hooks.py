@@ -10,7 +10,7 @@ case, but only where the generated value is itself valid (a UUID), so that negat
   and half the time an order for the agent is created first so that it claims a real one;
 - `/work-orders/{id}/claim`: `{id}` becomes a fresh pending order targeted at the agent (or
   stays, when it already names an active order), `agent_id` the agent's id;
-- `/work-orders/{id}/heartbeat|complete`: `{id}` becomes an order the agent holds (a fresh one
+- `/work-orders/{id}/heartbeat|complete|output` (POST): `{id}` becomes an order the agent holds (a fresh one
   is created and claimed), `agent_id` the agent's id and `claim_id`, when present, its claim id;
 - `POST /work-orders`: a `yaml_content` string (within its 1 MiB) becomes a valid manifest for
   the order's `work_type` (a ConfigMap, or a Shipwright Build for `build`): what YAML must hold
@@ -178,7 +178,14 @@ def before_call(context, case, kwargs):
             params["id"] = _create_order()
         if body is not None and _is_uuid(body.get("agent_id")):
             body["agent_id"] = AGENT_ID
-    elif path in ("/work-orders/{id}/heartbeat", "/work-orders/{id}/complete"):
+    elif path == "/work-orders/{id}/output" and case.method.upper() == "GET":
+        # follow=true streams until the order finishes: read a page instead. `tail` excludes
+        # `after` and `limit` is for pages (both documented on the parameters): keep one of each.
+        if query is not None:
+            query.pop("follow", None)
+            if "tail" in query:
+                query.pop("after", None)
+    elif path in ("/work-orders/{id}/heartbeat", "/work-orders/{id}/complete", "/work-orders/{id}/output"):
         if _is_uuid(params.get("id")):
             order = _active_order(params["id"])
             if order is not None and order.get("claimed_by") == AGENT_ID and order.get("claim_id"):

@@ -117,6 +117,24 @@ Exit status:
   4  the order was cancelled
   5  --timeout passed while the order was still queued or running";
 
+/// After-help of `work-orders logs`.
+pub const LOGS_HELP: &str = "\
+Lines are printed as the agent read them; a worker's stdout and stderr are merged, an executor's
+lines start with [pod/container]. Lines starting with [pullman: ...] are the server's: output the
+agent could not deliver (a gap), or older output dropped past the server's per-order cap.
+
+Exit status with -f (as `work-orders wait`):
+  0  the order succeeded
+  1  the command failed (unknown id, server unreachable, admin token refused)
+  3  the order failed
+  4  the order was cancelled
+Without -f: 0 once the lines are printed.
+
+Examples:
+  pullman work-orders logs 3f2a -f
+  pullman work-orders logs 3f2a --tail 20 --timestamps
+  pullman work-orders create -f job.yaml --label gpu --wait --logs";
+
 #[derive(Debug, Subcommand)]
 pub enum WorkOrdersCommand {
     /// Create a work order from a file of Kubernetes YAML (or a Shipwright Build).
@@ -162,6 +180,15 @@ pub enum WorkOrdersCommand {
         id: String,
         #[command(flatten)]
         wait: WaitArgs,
+    },
+    /// Print a work order's output (what its agent's command or pods printed), active or
+    /// finished; with -f follow it until the order finishes and exit with its outcome.
+    #[command(after_help = LOGS_HELP)]
+    Logs {
+        /// The order's id or a unique prefix of it (with or without dashes).
+        id: String,
+        #[command(flatten)]
+        logs: super::logs::LogsArgs,
     },
     /// Cancel a work order (it moves to the log as cancelled).
     Cancel {
@@ -248,6 +275,10 @@ pub struct CreateWorkOrder {
     /// Block until the order finishes; print its result and exit with its outcome (see below).
     #[arg(long)]
     pub wait: bool,
+    /// With --wait: print the order's output as it arrives while waiting (as `work-orders logs
+    /// -f`), then exit with its outcome.
+    #[arg(long, requires = "wait")]
+    pub logs: bool,
     #[command(flatten)]
     pub wait_args: WaitArgs,
 }

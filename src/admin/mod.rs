@@ -7,6 +7,7 @@ pub mod agents;
 pub mod args;
 pub mod history;
 pub mod log;
+pub mod logs;
 pub mod lookup;
 pub mod orders;
 pub mod render;

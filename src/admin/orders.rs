@@ -331,7 +331,7 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
     let output = conn.output;
     match cmd {
         WorkOrdersCommand::Create(c) => {
-            let (then_wait, wait_args) = (c.wait, c.wait_args.clone());
+            let (then_wait, wait_args, then_logs) = (c.wait, c.wait_args.clone(), c.logs);
             let mut order = create(&client, c).await?;
             if then_wait {
                 // `-o name` prints the id at once: `ID=$(… -o name --wait)` has it even when
@@ -341,6 +341,27 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
                     crate::outln!("{}", order.id);
                 }
                 eprintln!("work order {} created; waiting for it to finish", order.id);
+                if then_logs {
+                    let follow = super::logs::LogsArgs {
+                        follow: true,
+                        ..Default::default()
+                    };
+                    let logs = super::logs::logs(&client, order.id, &follow);
+                    if wait_args.timeout.is_zero() {
+                        return logs.await;
+                    }
+                    return match tokio::time::timeout(wait_args.timeout, logs).await {
+                        Ok(code) => code,
+                        Err(_) => {
+                            eprintln!(
+                                "timed out after {} s: work order {} has not finished",
+                                wait_args.timeout.as_secs(),
+                                order.id
+                            );
+                            Ok(ExitCode::from(wait::EXIT_TIMEOUT))
+                        }
+                    };
+                }
                 return wait::wait_for(&client, order.id, &wait_args, output, id_printed).await;
             }
             if output == Output::Table || output == Output::Wide {
@@ -406,6 +427,10 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
         WorkOrdersCommand::Wait { id, wait } => {
             let id = resolve_order(&client, &id, Scope::Either).await?;
             return wait::wait_for(&client, id, &wait, output, false).await;
+        }
+        WorkOrdersCommand::Logs { id, logs } => {
+            let id = resolve_order(&client, &id, Scope::Either).await?;
+            return super::logs::logs(&client, id, &logs).await;
         }
         WorkOrdersCommand::Cancel { id } => {
             let id = resolve_order(&client, &id, Scope::Active).await?;

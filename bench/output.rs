@@ -1,0 +1,349 @@
+//! Output of running orders (DESIGN.md §9, issue #24): how fast a line reaches a follower, what
+//! output costs claims, the server's memory under 1 GiB of output, and 100 followers.
+//!
+//!   cargo bench --bench output                # all four, default sizes
+//!   cargo bench --bench output -- --quick     # smaller sizes, for a smoke run
+//!
+//! The server runs in-process over the shared throwaway PostgreSQL (`pullman::testing`); the
+//! senders are synthetic agents that POST chunks over HTTP as the worker does (not `pullman
+//! worker` processes), and the followers read `?follow=true` over HTTP. Figures are printed as
+//! ratios against a baseline measured in the same run.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pullman::api::OutputSettings;
+use pullman::testing::{ADMIN_TOKEN, TestServer, configmap_order};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const SENDERS: usize = 16;
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn rss_kib() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4
+}
+
+/// An agent with `label` holding a claim on a fresh order: (agent, token, order, claim).
+async fn claimed(s: &TestServer, label: &str) -> (String, String, String, String) {
+    let (agent, token) = s.agent(json!({"name": label, "labels": [label]})).await;
+    let order = s.order(configmap_order(label)).await;
+    let (_, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(&token),
+            Some(json!({"max_wait_seconds": 5})),
+        )
+        .await;
+    let claim = v["claim_id"].as_str().unwrap().to_string();
+    (agent, token, order, claim)
+}
+
+/// Posts one chunk, retrying on 429/503 after a short pause as an agent would.
+async fn post(http: &reqwest::Client, url: &str, token: &str, body: &Value) {
+    loop {
+        let r = http.post(url).bearer_auth(token).json(body).send().await;
+        match r {
+            Ok(r) if r.status().is_success() => return,
+            Ok(r) if r.status().as_u16() == 409 => return,
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Sends `per_second` lines a second in 10 chunks a second until `stop`; each text carries
+/// the microseconds since `epoch` when it was sent.
+async fn sender(
+    s: Arc<TestServer>,
+    label: String,
+    per_second: usize,
+    epoch: Instant,
+    stop: Arc<AtomicBool>,
+) -> (String, String, String, String) {
+    let (agent, token, order, claim) = claimed(&s, &label).await;
+    let url = s.url(&format!("/api/v1/work-orders/{order}/output"));
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut seq = 0i64;
+    while !stop.load(Ordering::Relaxed) {
+        tick.tick().await;
+        let sent = epoch.elapsed().as_micros();
+        let lines: Vec<Value> = (0..per_second / 10)
+            .map(|i| json!({"stream": "stdout", "text": format!("{sent} line {i} of a benchmark sender, padded to a typical log line length"), "at": chrono::Utc::now()}))
+            .collect();
+        let body = json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": lines});
+        post(&s.http, &url, &token, &body).await;
+        seq += 1;
+    }
+    (agent, token, order, claim)
+}
+
+/// Follows `order` to its end; records, per line, the microseconds from send to receipt.
+async fn follower(
+    base: String,
+    order: String,
+    epoch: Instant,
+    latencies: Option<Arc<std::sync::Mutex<Vec<f64>>>>,
+) -> Vec<String> {
+    let mut r = reqwest::Client::new()
+        .get(format!(
+            "{base}/api/v1/work-orders/{order}/output?follow=true"
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let mut pending = Vec::new();
+    let mut texts = Vec::new();
+    while let Some(chunk) = r.chunk().await.unwrap() {
+        let now = epoch.elapsed().as_micros() as f64;
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let v: Value = serde_json::from_slice(&line).unwrap();
+            let text = v["text"].as_str().unwrap().to_string();
+            if let Some(l) = &latencies
+                && let Some(sent) = text.split(' ').next().and_then(|t| t.parse::<f64>().ok())
+            {
+                l.lock().unwrap().push((now - sent) / 1000.0);
+            }
+            texts.push(text);
+        }
+    }
+    texts
+}
+
+async fn complete(s: &TestServer, token: &str, order: &str, agent: &str, claim: &str) {
+    s.call(
+        Method::POST,
+        &format!("/api/v1/work-orders/{order}/complete"),
+        Some(token),
+        Some(json!({"agent_id": agent, "claim_id": claim, "success": true})),
+    )
+    .await;
+}
+
+/// (a) 16 senders × 100 lines/s, one follower each: send-to-seen latency.
+async fn latency(secs: u64) {
+    let s = Arc::new(TestServer::start().await);
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut senders = Vec::new();
+    for i in 0..SENDERS {
+        senders.push(tokio::spawn(sender(
+            s.clone(),
+            format!("lat{i}"),
+            100,
+            epoch,
+            stop.clone(),
+        )));
+    }
+    // Followers start once the orders exist (found by label through the admin list).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, list) = s
+        .admin(Method::GET, "/api/v1/work-orders?limit=100", None)
+        .await;
+    let mut followers = Vec::new();
+    for o in list["items"].as_array().unwrap() {
+        let id = o["id"].as_str().unwrap().to_string();
+        followers.push(tokio::spawn(follower(
+            s.base.clone(),
+            id,
+            epoch,
+            Some(lat.clone()),
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in senders {
+        let (agent, token, order, claim) = h.await.unwrap();
+        complete(&s, &token, &order, &agent, &claim).await;
+    }
+    for f in followers {
+        f.await.unwrap();
+    }
+    let mut l = lat.lock().unwrap().clone();
+    l.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "| (a) line sent → seen by a follower, 16 senders × 100 lines/s, {} lines | p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms; p95 / goal (2 s) = {:.3} | goal p95 ≤ 2 s |",
+        l.len(),
+        percentile(&l, 0.5),
+        percentile(&l, 0.95),
+        percentile(&l, 0.99),
+        percentile(&l, 0.95) / 2000.0
+    );
+}
+
+/// Claim+complete throughput of 16 other agents for `secs`, with 16 senders of `lines` lines/s
+/// running (0 = none).
+async fn throughput(secs: u64, lines: usize) -> f64 {
+    let s = Arc::new(TestServer::start().await);
+    let stop = Arc::new(AtomicBool::new(false));
+    let epoch = Instant::now();
+    let mut senders = Vec::new();
+    if lines > 0 {
+        for i in 0..SENDERS {
+            senders.push(tokio::spawn(sender(
+                s.clone(),
+                format!("out{i}"),
+                lines,
+                epoch,
+                stop.clone(),
+            )));
+        }
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for i in 0..SENDERS {
+        let (agent, token) = s
+            .agent(json!({"name": format!("w{i}"), "labels": ["tp"]}))
+            .await;
+        let (s, stop, done) = (s.clone(), stop.clone(), done.clone());
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let order = s.order(configmap_order("tp")).await;
+                let _ = order;
+                let (st, v) = s
+                    .call(
+                        Method::POST,
+                        &format!("/api/v1/agents/{agent}/claim"),
+                        Some(&token),
+                        Some(json!({})),
+                    )
+                    .await;
+                if st != 200 {
+                    continue;
+                }
+                let (id, claim) = (
+                    v["id"].as_str().unwrap().to_string(),
+                    v["claim_id"].as_str().unwrap().to_string(),
+                );
+                complete(&s, &token, &id, &agent, &claim).await;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let start = done.load(Ordering::Relaxed);
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let rate = (done.load(Ordering::Relaxed) - start) as f64 / t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        let _ = w.await;
+    }
+    for h in senders {
+        let _ = h.await;
+    }
+    rate
+}
+
+/// (c) One order sent `total` bytes in chunks of 512 KiB: RSS growth and stored bytes.
+async fn one_gib(total: u64) {
+    let s = TestServer::start_with_output(OutputSettings::default()).await;
+    let (agent, token, order, claim) = claimed(&s, "big").await;
+    let url = s.url(&format!("/api/v1/work-orders/{order}/output"));
+    let line = "z".repeat(4095);
+    let before = rss_kib();
+    let mut peak = before;
+    let mut sent = 0u64;
+    let mut seq = 0i64;
+    let t0 = Instant::now();
+    while sent < total {
+        let lines: Vec<Value> = (0..128)
+            .map(|_| json!({"stream": "stdout", "text": line, "at": "2026-12-02T10:00:00Z"}))
+            .collect();
+        let body = json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": lines});
+        post(&s.http, &url, &token, &body).await;
+        sent += 128 * 4095;
+        seq += 1;
+        if seq % 64 == 0 {
+            peak = peak.max(rss_kib());
+        }
+    }
+    let (stored,): (i64,) =
+        sqlx::query_as("SELECT coalesce(sum(bytes), 0)::bigint FROM work_order_output")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+    let growth = peak.saturating_sub(before);
+    println!(
+        "| (c) one order sent {} MiB in {:.0} s | RSS growth {} KiB (growth / goal 32 MiB = {:.2}); stored {} bytes (stored / cap = {:.3}) | goal < 32 MiB, stored ≤ cap |",
+        total >> 20,
+        t0.elapsed().as_secs_f64(),
+        growth,
+        growth as f64 / (32.0 * 1024.0),
+        stored,
+        stored as f64 / OutputSettings::default().cap_bytes as f64
+    );
+}
+
+/// (d) 100 followers of one order: every line once, in order.
+async fn hundred_followers(lines: usize) {
+    let s = Arc::new(TestServer::start().await);
+    let (agent, token, order, claim) = claimed(&s, "many").await;
+    let epoch = Instant::now();
+    let followers: Vec<_> = (0..100)
+        .map(|_| tokio::spawn(follower(s.base.clone(), order.clone(), epoch, None)))
+        .collect();
+    let url = s.url(&format!("/api/v1/work-orders/{order}/output"));
+    let t0 = Instant::now();
+    let want: Vec<String> = (0..lines).map(|i| format!("line {i}")).collect();
+    for (seq, part) in want.chunks(50).enumerate() {
+        let ls: Vec<Value> = part
+            .iter()
+            .map(|t| json!({"stream": "stdout", "text": t, "at": "2026-12-02T10:00:00Z"}))
+            .collect();
+        post(
+            &s.http,
+            &url,
+            &token,
+            &json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": ls}),
+        )
+        .await;
+    }
+    let send_time = t0.elapsed();
+    complete(&s, &token, &order, &agent, &claim).await;
+    let mut ok = 0;
+    for f in followers {
+        if f.await.unwrap() == want {
+            ok += 1;
+        }
+    }
+    println!(
+        "| (d) 100 followers of one order, {lines} lines | {ok}/100 saw every line once, in order; all done {:.2} s after the first chunk (sending took {:.2} s; ratio {:.2}) | every follower complete |",
+        t0.elapsed().as_secs_f64(),
+        send_time.as_secs_f64(),
+        t0.elapsed().as_secs_f64() / send_time.as_secs_f64().max(0.001)
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let secs = if quick { 3 } else { 10 };
+    println!("| scenario | figure | goal |\n|---|---|---|");
+    latency(secs).await;
+    let without = throughput(secs, 0).await;
+    let with = throughput(secs, 1000).await;
+    println!(
+        "| (b) claim+complete of 16 other agents, with 16 senders × 1000 lines/s vs without | {with:.0}/s vs {without:.0}/s: ratio {:.2} | goal ≥ 0.9 |",
+        with / without.max(0.001)
+    );
+    one_gib(if quick { 64 << 20 } else { 1 << 30 }).await;
+    hundred_followers(if quick { 500 } else { 2000 }).await;
+}

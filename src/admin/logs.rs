@@ -1,0 +1,167 @@
+//! `pullman work-orders logs ID [-f] [--tail N] [--attempt N] [--timestamps]` and
+//! `work-orders create --wait --logs` (DESIGN.md §9, issue #24): print an order's output; with
+//! `-f` follow it as it is stored and exit with the order's outcome, as `wait` does.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::wait::exit_code_of;
+use crate::client::{Client, ClientError};
+use crate::wire::OutputEntry;
+
+/// What to print of an order's output.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LogsArgs {
+    /// Keep printing lines as the agent sends them until the order finishes; then exit with its
+    /// outcome (0 succeeded, 3 failed, 4 cancelled), as `work-orders wait` does.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// Start with only the last N lines (1-10000). Default: from the first line.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10000))]
+    pub tail: Option<u16>,
+    /// Only the lines of this attempt (1 = the order's first claim, 2 = its first retry or
+    /// reclaim, ...). Default: every attempt.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: Option<u32>,
+    /// Begin each line with the time the agent read it (RFC 3339, UTC).
+    #[arg(long)]
+    pub timestamps: bool,
+}
+
+/// Pause before following again after the server could not be reached.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Prints order `id`'s output as `args` says. Without `-f`: every stored line (or the last
+/// `--tail`), exit 0. With `-f`: then every new line until the order finishes, and the order's
+/// outcome as exit status; a cut connection or a server restart is resumed from the last line
+/// printed (no line twice), with a note on stderr.
+pub async fn logs(client: &Client, id: Uuid, args: &LogsArgs) -> anyhow::Result<ExitCode> {
+    let mut filter = String::new();
+    if let Some(a) = args.attempt {
+        filter.push_str(&format!("attempt={a}&"));
+    }
+    if !args.follow {
+        let mut query = match args.tail {
+            Some(n) => format!("{filter}tail={n}"),
+            None => format!("{filter}limit=1000"),
+        };
+        loop {
+            let page = client.read_output(id, &query).await?;
+            print_lines(&page.lines, args.timestamps);
+            match (page.more, page.next_cursor) {
+                (true, Some(c)) => query = format!("{filter}limit=1000&after={c}"),
+                _ => return Ok(ExitCode::SUCCESS),
+            }
+        }
+    }
+    let mut after: Option<i64> = None;
+    let mut reported = false;
+    let mut first = true;
+    loop {
+        let query = match (after, args.tail) {
+            (Some(c), _) => format!("{filter}after={c}"),
+            (None, Some(n)) if first => format!("{filter}tail={n}"),
+            (None, _) => filter.clone(),
+        };
+        first = false;
+        match follow_once(client, id, &query, &mut after, args.timestamps).await {
+            Ok(()) => {
+                // A clean end: the order finished (or the server is stopping: look).
+                match client.get_log_entry(id).await {
+                    Ok(entry) => {
+                        eprintln!(
+                            "work order {} {} (retries {}, reclaims {})",
+                            entry.id,
+                            entry.outcome.as_str(),
+                            entry.retry_count,
+                            entry.reclaim_count
+                        );
+                        return Ok(ExitCode::from(exit_code_of(entry.outcome)));
+                    }
+                    Err(e) if is_not_found(&e) || e.is_transient() => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) if e.is_transient() => {
+                if !reported {
+                    eprintln!("{e}; still following");
+                    reported = true;
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+fn is_not_found(e: &ClientError) -> bool {
+    matches!(e, ClientError::Api { status, .. } if *status == reqwest::StatusCode::NOT_FOUND)
+}
+
+/// One follow request: prints lines until the stream ends (`Ok`) or is cut (a transport error,
+/// transient). `after` tracks the last line printed.
+async fn follow_once(
+    client: &Client,
+    id: Uuid,
+    query: &str,
+    after: &mut Option<i64>,
+    timestamps: bool,
+) -> Result<(), ClientError> {
+    let mut resp = client.follow_output(id, query).await?;
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let chunk = resp
+            .chunk()
+            .await
+            .map_err(|source| ClientError::Transport {
+                url: "the output stream".into(),
+                source,
+            })?;
+        let Some(chunk) = chunk else {
+            return Ok(());
+        };
+        pending.extend_from_slice(&chunk);
+        let Some(end) = pending.iter().rposition(|b| *b == b'\n') else {
+            continue;
+        };
+        let complete: Vec<u8> = pending.drain(..=end).collect();
+        let mut lines = Vec::new();
+        for raw in complete.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let line: OutputEntry = serde_json::from_slice(raw)
+                .map_err(|e| ClientError::Protocol(format!("a line of the output stream: {e}")))?;
+            lines.push(line);
+        }
+        print_lines(&lines, timestamps);
+        if let Some(last) = lines.last() {
+            *after = Some(last.cursor);
+        }
+    }
+}
+
+/// Prints lines as read, one flush per batch; a closed pipe ends the process quietly.
+fn print_lines(lines: &[OutputEntry], timestamps: bool) {
+    if lines.is_empty() {
+        return;
+    }
+    let mut out = String::new();
+    for l in lines {
+        if timestamps {
+            out.push_str(&l.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+            out.push(' ');
+        }
+        // The executor's lines name their pod and container; a worker's stdout/stderr do not.
+        if !matches!(
+            l.stream.as_str(),
+            "stdout" | "stderr" | crate::queue::output::MARKER_STREAM
+        ) {
+            out.push('[');
+            out.push_str(&l.stream);
+            out.push_str("] ");
+        }
+        out.push_str(&l.text);
+        out.push('\n');
+    }
+    crate::stdout::write_all(out.as_bytes());
+}

@@ -1,0 +1,277 @@
+//! `pullman work-orders logs` and `create --wait --logs` (DESIGN.md §9, issue #24) as a user runs
+//! them, against a real API server and PostgreSQL.
+
+mod support;
+
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{ADMIN_TOKEN, TestServer, configmap_order, pullman_bin};
+
+fn cli_command(server: &TestServer, args: &[&str]) -> Command {
+    let mut cmd = Command::new(pullman_bin());
+    cmd.args(args)
+        .env("PULLMAN_SERVER", &server.base)
+        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env_remove("PULLMAN_ADMIN_TOKEN_FILE")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+async fn cli(server: &TestServer, args: &[&str]) -> Output {
+    let mut cmd = cli_command(server, args);
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+/// Claims the agent's next order: (order id, claim id).
+async fn claim(s: &TestServer, agent: &str, token: &str) -> (String, String) {
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(token),
+            Some(json!({"max_wait_seconds": 20})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    (
+        v["id"].as_str().unwrap().to_string(),
+        v["claim_id"].as_str().unwrap().to_string(),
+    )
+}
+
+async fn send(s: &TestServer, token: &str, order: &str, body: Value) {
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{order}/output"),
+            Some(token),
+            Some(body),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+}
+
+fn chunk(agent: &str, claim: &str, seq: i64, stream: &str, texts: &[String]) -> Value {
+    let lines: Vec<Value> = texts
+        .iter()
+        .map(|t| json!({"stream": stream, "text": t, "at": "2026-12-02T10:00:00.250Z"}))
+        .collect();
+    json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": lines})
+}
+
+async fn finish(s: &TestServer, token: &str, order: &str, agent: &str, claim: &str, ok: bool) {
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{order}/complete"),
+            Some(token),
+            Some(json!({"agent_id": agent, "claim_id": claim, "success": ok, "retryable": false})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+}
+
+#[tokio::test]
+async fn logs_prints_by_id_prefix_with_tail_and_timestamps_and_survives_a_closed_pipe() {
+    let s = TestServer::start().await;
+    let (agent, token) = s.agent(json!({"name": "cli-logs", "labels": ["cl"]})).await;
+    let order = s.order(configmap_order("cl")).await;
+    let (_, claim_id) = claim(&s, &agent, &token).await;
+    let lines: Vec<String> = (1..=3000).map(|i| format!("line {i}")).collect();
+    for (seq, part) in lines.chunks(500).enumerate() {
+        send(
+            &s,
+            &token,
+            &order,
+            chunk(&agent, &claim_id, seq as i64, "stdout", part),
+        )
+        .await;
+    }
+    send(
+        &s,
+        &token,
+        &order,
+        chunk(
+            &agent,
+            &claim_id,
+            9,
+            "job-x-abc/main",
+            &["from a pod".to_string()],
+        ),
+    )
+    .await;
+    let prefix = &order[..8];
+    let out = cli(&s, &["work-orders", "logs", prefix]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    let mut want = lines.join("\n");
+    want.push_str("\n[job-x-abc/main] from a pod\n");
+    assert_eq!(printed, want, "every line once, in order, across pages");
+    let out = cli(
+        &s,
+        &["work-orders", "logs", prefix, "--tail", "2", "--timestamps"],
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "2026-12-02T10:00:00.250Z line 3000\n2026-12-02T10:00:00.250Z [job-x-abc/main] from a pod\n"
+    );
+    // A reader that stops early (| head -1): no panic, quiet end.
+    let mut child = cli_command(&s, &["work-orders", "logs", prefix])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read off the runtime: the server answering the CLI runs on it.
+    let out = tokio::task::spawn_blocking(move || {
+        let mut first = [0u8; 6];
+        child
+            .stdout
+            .as_mut()
+            .unwrap()
+            .read_exact(&mut first)
+            .unwrap();
+        assert_eq!(&first, b"line 1");
+        drop(child.stdout.take());
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        !text(&out.stderr).contains("panicked"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Unknown id: exit 1 with a message.
+    let out = cli(&s, &["work-orders", "logs", "ffffffff"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn logs_follow_prints_lines_as_they_come_and_exits_with_the_outcome() {
+    let s = TestServer::start().await;
+    let (agent, token) = s
+        .agent(json!({"name": "cli-follow", "labels": ["cf"]}))
+        .await;
+    let order = s.order(configmap_order("cf")).await;
+    let (_, claim_id) = claim(&s, &agent, &token).await;
+    send(
+        &s,
+        &token,
+        &order,
+        chunk(&agent, &claim_id, 0, "stdout", &["early".to_string()]),
+    )
+    .await;
+    let cmd = cli_command(&s, &["work-orders", "logs", &order, "-f"]);
+    let run = tokio::task::spawn_blocking(move || {
+        let mut cmd = cmd;
+        cmd.output().unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut want = vec!["early".to_string()];
+    for seq in 1..=20 {
+        let batch = vec![format!("late {seq}")];
+        want.extend(batch.clone());
+        send(
+            &s,
+            &token,
+            &order,
+            chunk(&agent, &claim_id, seq, "stderr", &batch),
+        )
+        .await;
+    }
+    finish(&s, &token, &order, &agent, &claim_id, false).await;
+    let out = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("logs -f ends once the order finished")
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "failed → 3: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), want.join("\n") + "\n");
+    assert!(
+        text(&out.stderr).contains("failed"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn create_wait_logs_follows_while_it_waits() {
+    let s = TestServer::start().await;
+    let (agent, token) = s
+        .agent(json!({"name": "cli-create", "labels": ["cc"]}))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\ndata:\n  a: b\n",
+    )
+    .unwrap();
+    let cmd = cli_command(
+        &s,
+        &[
+            "work-orders",
+            "create",
+            "-f",
+            file.to_str().unwrap(),
+            "--label",
+            "cc",
+            "--wait",
+            "--logs",
+        ],
+    );
+    let run = tokio::task::spawn_blocking(move || {
+        let mut cmd = cmd;
+        cmd.output().unwrap()
+    });
+    let (order, claim_id) = claim(&s, &agent, &token).await;
+    for seq in 0..5 {
+        send(
+            &s,
+            &token,
+            &order,
+            chunk(&agent, &claim_id, seq, "stdout", &[format!("step {seq}")]),
+        )
+        .await;
+    }
+    finish(&s, &token, &order, &agent, &claim_id, true).await;
+    let out = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("create --wait --logs ends")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "step 0\nstep 1\nstep 2\nstep 3\nstep 4\n"
+    );
+    // --logs without --wait is a usage error.
+    let out = cli(
+        &s,
+        &[
+            "work-orders",
+            "create",
+            "-f",
+            file.to_str().unwrap(),
+            "--label",
+            "cc",
+            "--logs",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+}

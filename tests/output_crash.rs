@@ -1,0 +1,210 @@
+//! `kill -9` of `pullman serve` while 16 agents stream output (DESIGN.md §9, issue #24): after a
+//! restart every agent resends from its first chunk and no line is stored twice.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{ADMIN_TOKEN, eventually, free_port, pullman_bin};
+
+fn start_serve(db: &str, port: u16) -> Child {
+    Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--controller",
+            "off",
+        ])
+        .env("DATABASE_URL", db)
+        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_ready(port: u16) {
+    let http = reqwest::Client::new();
+    eventually(90, "pullman serve to be ready", || {
+        let http = http.clone();
+        async move {
+            let r = http
+                .get(format!("http://127.0.0.1:{port}/readyz"))
+                .send()
+                .await
+                .ok()?;
+            r.status().is_success().then_some(())
+        }
+    })
+    .await;
+}
+
+const SENDERS: usize = 16;
+const CHUNKS: i64 = 600;
+const LINES: i64 = 5;
+
+fn chunk(agent: &str, claim: &str, order: usize, seq: i64) -> Value {
+    let lines: Vec<Value> = (0..LINES)
+        .map(|i| json!({"stream": "stdout", "text": format!("o{order} s{seq} l{i}"), "at": "2026-12-02T10:00:00Z"}))
+        .collect();
+    json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": lines})
+}
+
+/// Sends chunks `from..CHUNKS` in order; stops at the first failure (the server died). Returns
+/// how many were acknowledged.
+async fn stream(
+    base: String,
+    token: String,
+    agent: String,
+    order: String,
+    claim: String,
+    n: usize,
+) -> i64 {
+    let http = reqwest::Client::new();
+    let mut acked = 0;
+    for seq in 0..CHUNKS {
+        loop {
+            let r = http
+                .post(format!("{base}/work-orders/{order}/output"))
+                .bearer_auth(&token)
+                .json(&chunk(&agent, &claim, n, seq))
+                .send()
+                .await;
+            match r {
+                Ok(r) if r.status().as_u16() == 429 => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Ok(r) if r.status().is_success() => {
+                    acked += 1;
+                    break;
+                }
+                _ => return acked,
+            }
+        }
+    }
+    acked
+}
+
+#[tokio::test]
+async fn kill_9_while_agents_stream_then_resend_stores_no_line_twice() {
+    let db = support::fresh_database_url().await;
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}/api/v1");
+    let mut serve = start_serve(&db, port);
+    wait_ready(port).await;
+    let http = reqwest::Client::new();
+    let reg: Value = http
+        .post(format!("{base}/agents"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"name": "streamer", "labels": ["crash"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let agent = reg["agent"]["id"].as_str().unwrap().to_string();
+    let token = reg["token"].as_str().unwrap().to_string();
+    let mut orders = Vec::new();
+    for _ in 0..SENDERS {
+        let body = support::configmap_order("crash");
+        let r = http
+            .post(format!("{base}/work-orders"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+        let c: Value = http
+            .post(format!("{base}/agents/{agent}/claim"))
+            .bearer_auth(&token)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        orders.push((
+            c["id"].as_str().unwrap().to_string(),
+            c["claim_id"].as_str().unwrap().to_string(),
+        ));
+    }
+    let senders: Vec<_> = orders
+        .iter()
+        .enumerate()
+        .map(|(n, (o, c))| {
+            tokio::spawn(stream(
+                base.clone(),
+                token.clone(),
+                agent.clone(),
+                o.clone(),
+                c.clone(),
+                n,
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    serve.kill().unwrap(); // SIGKILL
+    serve.wait().unwrap();
+    let mut before = 0;
+    for s in senders {
+        before += s.await.unwrap();
+    }
+    assert!(
+        before > 0 && before < SENDERS as i64 * CHUNKS,
+        "killed mid-stream: {before} chunks acknowledged"
+    );
+    let mut serve = start_serve(&db, port);
+    wait_ready(port).await;
+    // Every agent resends everything from seq 0 (it cannot know what the dead server stored).
+    let resent: Vec<_> = orders
+        .iter()
+        .enumerate()
+        .map(|(n, (o, c))| {
+            tokio::spawn(stream(
+                base.clone(),
+                token.clone(),
+                agent.clone(),
+                o.clone(),
+                c.clone(),
+                n,
+            ))
+        })
+        .collect();
+    for s in resent {
+        assert_eq!(
+            s.await.unwrap(),
+            CHUNKS,
+            "every chunk accepted after the restart"
+        );
+    }
+    for (n, (order, _)) in orders.iter().enumerate() {
+        let page: Value = http
+            .get(format!("{base}/work-orders/{order}/output?limit=10000"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let got: Vec<String> = page["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["text"].as_str().unwrap().to_string())
+            .collect();
+        let want: Vec<String> = (0..CHUNKS)
+            .flat_map(|s| (0..LINES).map(move |i| format!("o{n} s{s} l{i}")))
+            .collect();
+        assert_eq!(got, want, "order {n}: every line once, in order");
+    }
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+}
