@@ -144,6 +144,19 @@ pub struct ServeArgs {
     #[arg(long, env = "PULLMAN_MAX_LONG_POLLS", default_value_t = 1024)]
     pub max_long_polls: usize,
 
+    /// Bytes of output (line text) kept per work order (DESIGN.md §9); past it the oldest
+    /// output is dropped and readers see a marker saying how many bytes. At least 1 MiB (one
+    /// chunk).
+    #[arg(long, env = "PULLMAN_OUTPUT_CAP_BYTES", default_value_t = crate::queue::output::DEFAULT_OUTPUT_CAP_BYTES,
+          value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+    pub output_cap_bytes: u64,
+
+    /// Output chunks stored at once; past it agents are answered 429 with Retry-After, so
+    /// output never takes the database connections that claims need.
+    #[arg(long, env = "PULLMAN_MAX_OUTPUT_WRITES", default_value_t = 8,
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub max_output_writes: u64,
+
     #[command(flatten)]
     pub controller: ControllerArgs,
 }

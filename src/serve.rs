@@ -239,7 +239,11 @@ async fn run_server(
         metrics.clone(),
         notifications.clone(),
         args.max_long_polls,
-    );
+    )
+    .with_output(api::OutputSettings {
+        cap_bytes: args.output_cap_bytes,
+        max_writes: args.max_output_writes as usize,
+    });
     tracing::info!(listen = %listener.local_addr()?, "pullman API listening");
     let stop_http = CancellationToken::new();
     let mut server = tokio::spawn(

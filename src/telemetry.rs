@@ -75,6 +75,13 @@ pub struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabel {
+    /// Why output bytes were not kept (DESIGN.md §9): `cap` (the per-order cap dropped older
+    /// output) or `gap` (the agent reported bytes it could not deliver).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     /// `workorder` or `executor`.
     pub controller: String,
@@ -195,6 +202,15 @@ pub struct Metrics {
     pub waiting_oldest: Family<ReasonLabel, Gauge<f64, AtomicU64>>,
     /// `pullman_long_polls`: claim-next requests waiting now.
     pub long_polls: Gauge<i64, AtomicI64>,
+    /// `pullman_output_bytes_received_total`: bytes of output line text stored (DESIGN.md §9;
+    /// resent chunks not counted again).
+    pub output_bytes: Counter,
+    /// `pullman_output_lines_received_total`: output lines stored.
+    pub output_lines: Counter,
+    /// `pullman_output_dropped_bytes_total{reason}`: output bytes not kept, `cap` or `gap`.
+    pub output_dropped: Family<DropLabel, Counter>,
+    /// `pullman_output_followers`: `follow=true` readers connected now.
+    pub output_followers: Gauge<i64, AtomicI64>,
     /// `pullman_http_requests_total{method,route,status}`.
     pub http_requests: Family<HttpLabels, Counter>,
     /// `pullman_http_request_duration_seconds{route}`.
@@ -316,6 +332,35 @@ impl Metrics {
             "Claim-next requests waiting for an order",
             long_polls.clone(),
         );
+        let output_bytes = Counter::default();
+        registry.register(
+            "output_bytes_received",
+            "Bytes of work-order output stored",
+            output_bytes.clone(),
+        );
+        let output_lines = Counter::default();
+        registry.register(
+            "output_lines_received",
+            "Lines of work-order output stored",
+            output_lines.clone(),
+        );
+        let output_dropped = Family::<DropLabel, Counter>::default();
+        registry.register(
+            "output_dropped_bytes",
+            "Bytes of work-order output not kept: cap (older output past the per-order cap) or gap (lost by the agent)",
+            output_dropped.clone(),
+        );
+        for reason in ["cap", "gap"] {
+            let _ = output_dropped.get_or_create(&DropLabel {
+                reason: reason.into(),
+            });
+        }
+        let output_followers = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "output_followers",
+            "Readers following work-order output now",
+            output_followers.clone(),
+        );
         let http_requests = Family::<HttpLabels, Counter>::default();
         registry.register(
             "http_requests",
@@ -346,6 +391,10 @@ impl Metrics {
             waiting,
             waiting_oldest,
             long_polls,
+            output_bytes,
+            output_lines,
+            output_dropped,
+            output_followers,
             http_requests,
             http_duration,
         }
@@ -358,6 +407,17 @@ impl Metrics {
                 outcome: outcome.to_string(),
             })
             .inc();
+    }
+
+    /// Counts output bytes not kept for `reason` (`cap` or `gap`).
+    pub fn count_output_dropped(&self, reason: &str, bytes: i64) {
+        if bytes > 0 {
+            self.output_dropped
+                .get_or_create(&DropLabel {
+                    reason: reason.to_string(),
+                })
+                .inc_by(bytes as u64);
+        }
     }
 
     /// Prometheus text exposition of every metric.

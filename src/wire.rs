@@ -15,6 +15,7 @@ pub use crate::queue::model::{
     Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, LogEntry, NewAgent, NewWorkOrder,
     OrderStatus, Outcome, Page, RequestedWorkType, Targeting, WorkOrder, WorkType,
 };
+pub use crate::queue::output::{OutputEntry, OutputPage};
 /// Ends a result message the server cut at its limit (DESIGN.md §5).
 pub use crate::queue::text::CUT_MARKER;
 pub use crate::queue::waiting::{Explanation, WaitReason};
@@ -135,6 +136,7 @@ pub struct OutputChunk {
 pub struct OutputLine {
     /// `stdout` or `stderr` for a worker; `<pod>/<container>` for the executor (at most 253
     /// characters).
+    #[schema(min_length = 1, max_length = 253)]
     pub stream: String,
     /// The text; U+0000 is replaced by the server, never refused.
     pub text: String,

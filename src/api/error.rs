@@ -164,7 +164,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 /// field by field, so `[null, null]` passed for `{}`). Numbers with a zero fraction (`60.0`)
 /// are integers as JSON Schema counts them, so integer fields take them; `60.5` stays a type
 /// error. Wrong types, missing and unknown fields are `422 invalid_body`.
-fn from_json_object<T: DeserializeOwned>(mut value: serde_json::Value) -> Result<T, ApiError> {
+pub(crate) fn from_json_object<T: DeserializeOwned>(
+    mut value: serde_json::Value,
+) -> Result<T, ApiError> {
     if !value.is_object() {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -266,7 +268,10 @@ mod tests {
     #[test]
     fn optional_json_is_absent_only_when_empty() {
         assert_eq!(parse_optional_json::<Body>(b"").unwrap().n, None);
-        assert_eq!(parse_optional_json::<Body>(b"{\"n\":2}").unwrap().n, Some(2));
+        assert_eq!(
+            parse_optional_json::<Body>(b"{\"n\":2}").unwrap().n,
+            Some(2)
+        );
         for not_json in [&b"\t"[..], b" ", b"\n\n", b"x"] {
             let err = parse_optional_json::<Body>(not_json).unwrap_err();
             assert_eq!(err.status, StatusCode::BAD_REQUEST, "{not_json:?}");

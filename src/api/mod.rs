@@ -6,6 +6,7 @@ pub mod backlog;
 mod claims;
 pub mod error;
 mod ops;
+mod output;
 mod work_orders;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ pub use agents::WhoAmI;
 pub use claims::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetryScheduled};
 pub use error::{ApiError, DatabaseUnavailable, ErrorBody};
 pub use ops::ApiDoc;
+pub use output::ReadQuery as OutputQuery;
 
 use crate::auth::{AdminToken, Principal, VerifiedTokens, authenticate};
 use crate::queue::{Notifications, Queue};
@@ -46,6 +48,11 @@ pub struct AppState {
     pub notifications: Notifications,
     /// Permits for concurrently held long-polls; past them claim-next answers `503`.
     pub long_polls: Arc<Semaphore>,
+    /// Settings of order output (DESIGN.md §9): the per-order cap and the bound on concurrent
+    /// output writes (past it `POST …/output` answers `429`).
+    pub output: OutputSettings,
+    /// Permits for concurrent output writes (`OutputSettings::max_writes`).
+    pub output_writes: Arc<Semaphore>,
     /// When `/metrics` last computed the waiting-by-reason gauges (`ops::WAITING_REFRESH`).
     pub waiting_refreshed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
@@ -67,6 +74,34 @@ impl AppState {
             metrics,
             notifications,
             long_polls: Arc::new(Semaphore::new(max_long_polls)),
+            output: OutputSettings::default(),
+            output_writes: Arc::new(Semaphore::new(OutputSettings::default().max_writes)),
+        }
+    }
+
+    /// The same state with other output settings.
+    pub fn with_output(mut self, output: OutputSettings) -> Self {
+        self.output_writes = Arc::new(Semaphore::new(output.max_writes));
+        self.output = output;
+        self
+    }
+}
+
+/// Settings of order output (DESIGN.md §9; `serve --output-cap-bytes`, `--max-output-writes`).
+#[derive(Debug, Clone, Copy)]
+pub struct OutputSettings {
+    /// Bytes of line text kept per order; past it the oldest chunks are dropped.
+    pub cap_bytes: u64,
+    /// Output chunks stored at once; past it `429` with `Retry-After`, so output never takes
+    /// the connections claims need.
+    pub max_writes: usize,
+}
+
+impl Default for OutputSettings {
+    fn default() -> Self {
+        OutputSettings {
+            cap_bytes: crate::queue::output::DEFAULT_OUTPUT_CAP_BYTES,
+            max_writes: 8,
         }
     }
 }
@@ -108,6 +143,10 @@ pub fn router(state: AppState) -> Router {
         .route("/work-orders/{id}/explain", get(work_orders::explain))
         .route("/work-orders/{id}/attempts", get(work_orders::attempts))
         .route("/work-orders/{id}/rerun", post(work_orders::rerun))
+        .route(
+            "/work-orders/{id}/output",
+            post(output::append).get(output::read),
+        )
         .route("/work-order-log", get(work_orders::list_log))
         .route("/work-order-log/{id}", get(work_orders::get_log))
         .route("/agents", post(agents::register).get(agents::list))

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use super::{ApiError, AppState, agents, backlog, claims, work_orders};
+use super::{ApiError, AppState, agents, backlog, claims, output, work_orders};
 use crate::telemetry::{HealthLabel, ReasonLabel, StatusLabel};
 
 /// The OpenAPI 3.1 description of every route, generated from the handlers' annotations.
@@ -23,6 +23,7 @@ use crate::telemetry::{HealthLabel, ReasonLabel, StatusLabel};
         agents::register, agents::list, agents::get_one, agents::rotate_token, agents::retire,
         agents::pending, agents::whoami, backlog::agent, backlog::profile,
         claims::claim, claims::claim_next, claims::heartbeat, claims::complete,
+        output::append, output::read,
         healthz, readyz, metrics, openapi,
     ),
     modifiers(&BearerAuth, &CommonAnswers)

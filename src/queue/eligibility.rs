@@ -145,6 +145,8 @@ mod tests {
         ("complete_success", sql::COMPLETE_SUCCESS),
         ("end_live_claim", sql::END_LIVE_CLAIM),
         ("find_expired_claims", sql::FIND_EXPIRED_CLAIMS),
+        ("output_fence", sql::OUTPUT_FENCE),
+        ("output_reader_holds", sql::OUTPUT_READER_HOLDS),
     ];
 
     #[test]

@@ -34,6 +34,7 @@ mod maintenance;
 pub mod model;
 mod notify;
 mod orders;
+pub mod output;
 mod refusal;
 mod registry;
 pub mod rules;

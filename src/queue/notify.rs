@@ -20,12 +20,16 @@ pub const CLAIMABLE_CHANNEL: &str = "pullman_claimable";
 /// Channel notified on every state change of an order created from a `WorkOrder` resource
 /// (payload: its id).
 pub const CHANGED_CHANNEL: &str = "pullman_work_order_changed";
+/// Channel notified when output of an order is stored (payload: its id; DESIGN.md §9).
+pub const OUTPUT_CHANNEL: &str = "pullman_output";
 
 /// In-process view of the queue's notifications. Cheap to clone.
 #[derive(Clone)]
 pub struct Notifications {
     waits: Arc<WaitList>,
     changed: broadcast::Sender<Option<Uuid>>,
+    /// Orders whose output grew; `None`: anything may have (the listener reconnected).
+    output: broadcast::Sender<Option<Uuid>>,
     /// Cancelled when the server stops: held long-polls end at once (DESIGN.md §7).
     draining: CancellationToken,
 }
@@ -42,6 +46,7 @@ impl Notifications {
         Notifications {
             waits: Arc::new(WaitList::new()),
             changed: broadcast::channel(4096).0,
+            output: broadcast::channel(4096).0,
             draining: CancellationToken::new(),
         }
     }
@@ -69,9 +74,16 @@ impl Notifications {
         self.changed.subscribe()
     }
 
+    /// Ids of orders whose output was stored (followers of that order read on); `None` means
+    /// "anything may have changed". A receiver that lags has missed some: it reads anyway.
+    pub fn output_stored(&self) -> broadcast::Receiver<Option<Uuid>> {
+        self.output.subscribe()
+    }
+
     fn wake_all(&self) {
         self.waits.wake_everyone();
         let _ = self.changed.send(None);
+        let _ = self.output.send(None);
     }
 }
 
@@ -120,7 +132,7 @@ async fn listen(pool: &PgPool, n: &Notifications) -> Result<(), sqlx::Error> {
     // becomes known, and the caller reconnects.
     listener.eager_reconnect(false);
     listener
-        .listen_all([CLAIMABLE_CHANNEL, CHANGED_CHANNEL])
+        .listen_all([CLAIMABLE_CHANNEL, CHANGED_CHANNEL, OUTPUT_CHANNEL])
         .await?;
     // Anything that happened before LISTEN took effect is unseen: wake everyone once.
     n.wake_all();
@@ -131,6 +143,9 @@ async fn listen(pool: &PgPool, n: &Notifications) -> Result<(), sqlx::Error> {
                 Some(notice) => n.waits.notify(notice),
                 None => n.waits.wake_everyone(),
             },
+            Some(msg) if msg.channel() == OUTPUT_CHANNEL => {
+                let _ = n.output.send(Uuid::parse_str(msg.payload()).ok());
+            }
             Some(msg) => {
                 let _ = n.changed.send(Uuid::parse_str(msg.payload()).ok());
             }

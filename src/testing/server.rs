@@ -55,8 +55,22 @@ impl TestServer {
         Self::start_on(fresh_pool(max_connections).await, max_long_polls).await
     }
 
+    /// A server over a fresh database with these output settings (DESIGN.md §9).
+    pub async fn start_with_output(output: api::OutputSettings) -> Self {
+        Self::start_on_with(fresh_pool(64).await, 1024, output).await
+    }
+
     /// A server over `pool` (migrated), admitting `max_long_polls`.
     pub async fn start_on(pool: PgPool, max_long_polls: usize) -> Self {
+        Self::start_on_with(pool, max_long_polls, api::OutputSettings::default()).await
+    }
+
+    /// [`Self::start_on`] with output settings.
+    pub async fn start_on_with(
+        pool: PgPool,
+        max_long_polls: usize,
+        output: api::OutputSettings,
+    ) -> Self {
         let queue = Queue::new(pool.clone());
         let notifications = Notifications::new();
         let shutdown = CancellationToken::new();
@@ -69,7 +83,8 @@ impl TestServer {
             metrics.clone(),
             notifications.clone(),
             max_long_polls,
-        );
+        )
+        .with_output(output);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("binding an ephemeral port");

@@ -1,5 +1,5 @@
 -- expire_log: deletes one batch of log entries past their retention (DESIGN.md §7), oldest
--- first, with their attempts.
+-- first, with their attempts and their output (DESIGN.md §9).
 -- $1 retention (float8 seconds)
 -- $2 batch size (bigint)
 WITH expired AS (
@@ -7,5 +7,9 @@ WITH expired AS (
   WHERE completed_at < now() - make_interval(secs => $1)
   ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ),
-attempts AS (DELETE FROM work_order_attempts WHERE work_order_id IN (SELECT id FROM expired))
+attempts AS (DELETE FROM work_order_attempts WHERE work_order_id IN (SELECT id FROM expired)),
+output AS (DELETE FROM work_order_output WHERE work_order_id IN (SELECT id FROM expired)),
+output_totals AS (
+  DELETE FROM work_order_output_totals WHERE work_order_id IN (SELECT id FROM expired)
+)
 DELETE FROM work_order_log WHERE id IN (SELECT id FROM expired)

@@ -217,6 +217,32 @@ pub(in crate::queue) const BACKLOG: &str = include_str!("backlog.sql");
 /// `waiting_by_profile.sql`.
 pub(in crate::queue) const WAITING_BY_PROFILE: &str = include_str!("waiting_by_profile.sql");
 
+// Output of running orders (DESIGN.md §9; `queue::output`).
+
+/// `output_fence.sql`.
+pub(in crate::queue) const OUTPUT_FENCE: &str = include_str!("output_fence.sql");
+
+/// `output_insert.sql`.
+pub(in crate::queue) const OUTPUT_INSERT: &str = include_str!("output_insert.sql");
+
+/// `output_stored_chunk.sql`.
+pub(in crate::queue) const OUTPUT_STORED_CHUNK: &str = include_str!("output_stored_chunk.sql");
+
+/// `output_trim.sql`.
+pub(in crate::queue) const OUTPUT_TRIM: &str = include_str!("output_trim.sql");
+
+/// `output_state.sql`.
+pub(in crate::queue) const OUTPUT_STATE: &str = include_str!("output_state.sql");
+
+/// `output_page.sql`.
+pub(in crate::queue) const OUTPUT_PAGE: &str = include_str!("output_page.sql");
+
+/// `output_tail.sql`.
+pub(in crate::queue) const OUTPUT_TAIL: &str = include_str!("output_tail.sql");
+
+/// `output_reader_holds.sql`.
+pub(in crate::queue) const OUTPUT_READER_HOLDS: &str = include_str!("output_reader_holds.sql");
+
 // Health and readiness (`queue`).
 
 /// `count_by_status.sql`.
@@ -290,6 +316,14 @@ mod tests {
         ("backlog", BACKLOG),
         ("count_by_status", COUNT_BY_STATUS),
         ("applied_migrations", APPLIED_MIGRATIONS),
+        ("output_fence", OUTPUT_FENCE),
+        ("output_insert", OUTPUT_INSERT),
+        ("output_stored_chunk", OUTPUT_STORED_CHUNK),
+        ("output_trim", OUTPUT_TRIM),
+        ("output_state", OUTPUT_STATE),
+        ("output_page", OUTPUT_PAGE),
+        ("output_tail", OUTPUT_TAIL),
+        ("output_reader_holds", OUTPUT_READER_HOLDS),
     ];
 
     #[test]

@@ -1,0 +1,374 @@
+//! Output of running orders over HTTP (DESIGN.md §9): `POST /work-orders/{id}/output` (the claim
+//! holder appends a chunk) and `GET /work-orders/{id}/output` (a page, the last lines, or a
+//! newline-delimited JSON stream that follows the order until it finishes).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use utoipa::IntoParams;
+use uuid::Uuid;
+
+use super::error::{ApiPath, ApiQuery, from_json_object};
+use super::{ApiError, AppState, Caller, ErrorBody};
+use crate::auth::Principal;
+use crate::queue::output::{MAX_CHUNK_BYTES, OutputEntry, OutputPage, OutputState, prepare_chunk};
+use crate::queue::{Queue, QueueError};
+use crate::telemetry::Metrics;
+use crate::wire::{OutputAccepted, OutputChunk};
+
+/// Most lines of one page, and the default (`limit`).
+const MAX_PAGE_LINES: i64 = 10_000;
+const DEFAULT_PAGE_LINES: i64 = 1_000;
+/// Most lines `tail` may ask for.
+const MAX_TAIL: i64 = 10_000;
+/// A follower reads again at least this often even without a notification: the order finishing
+/// sends none, and notifications are lost while the listener reconnects.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// Append one chunk of the claim's output (agent scope: the agent holding the live claim).
+#[utoipa::path(post, path = "/api/v1/work-orders/{id}/output", tag = "output",
+    params(("id" = Uuid, Path, description = "Work order id")), request_body = OutputChunk,
+    responses(
+        (status = 200, description = "Stored (or stored before under this `seq`: the same answer)", body = OutputAccepted),
+        (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`: the claim is not the live one; stop sending", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the chunk is over 1 MiB as sent", body = ErrorBody),
+        (status = 429, description = "`too_many_output_writes`: retry after `Retry-After` seconds", body = ErrorBody),
+        (status = 503, description = "`database_unavailable`: retry after `Retry-After` seconds", body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn append(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<OutputAccepted>, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "an output chunk is at most {MAX_CHUNK_BYTES} bytes (1 MiB) as sent; send smaller chunks"
+            ),
+        )
+    };
+    // Refused before a byte of the body is read when its length is declared.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_CHUNK_BYTES as u64) {
+        return Err(too_large());
+    }
+    let bytes = axum::body::to_bytes(body, MAX_CHUNK_BYTES)
+        .await
+        .map_err(|_| too_large())?;
+    // Invalid UTF-8 is replaced (U+FFFD), never refused: output is whatever a program printed.
+    let text = String::from_utf8_lossy(&bytes);
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        ApiError::bad_request(
+            "malformed_json",
+            format!("request body is not valid JSON: {e}"),
+        )
+    })?;
+    let chunk: OutputChunk = from_json_object(value)?;
+    caller.require_agent(chunk.agent_id)?;
+    let chunk = prepare_chunk(chunk)?;
+    let Ok(_permit) = state.output_writes.clone().try_acquire_owned() else {
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_output_writes",
+            "the server is storing its maximum of output chunks at once; send this one again shortly",
+        );
+        e.retry_after = Some(1);
+        return Err(e);
+    };
+    let cap = i64::try_from(state.output.cap_bytes).unwrap_or(i64::MAX);
+    let appended = state.queue.append_output(id, &chunk, cap).await?;
+    if appended.new {
+        state.metrics.output_bytes.inc_by(chunk.bytes as u64);
+        state.metrics.output_lines.inc_by(appended.lines as u64);
+        state.metrics.count_output_dropped("gap", chunk.gap_bytes);
+        state
+            .metrics
+            .count_output_dropped("cap", appended.dropped_by_cap);
+    }
+    Ok(Json(OutputAccepted {
+        seq: chunk.seq,
+        lines: appended.lines,
+    }))
+}
+
+/// Query of `GET /api/v1/work-orders/{id}/output`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ReadQuery {
+    /// Only lines after this cursor (a line's `cursor`, or a page's `next_cursor`).
+    #[param(minimum = 0)]
+    after: Option<i64>,
+    /// Only the last N lines (1–10000); not with `after`.
+    #[param(minimum = 1, maximum = 10000)]
+    tail: Option<i64>,
+    /// Only the lines of this attempt (1 = the order's first claim).
+    #[param(minimum = 1)]
+    attempt: Option<i32>,
+    /// `true`: answer `application/x-ndjson`, one line object per line, streaming new lines as
+    /// they are stored, ending when the order has finished and its last lines were sent.
+    follow: Option<bool>,
+    /// Most lines of a page, 1–10000 (default 1000); not with `follow`.
+    #[param(minimum = 1, maximum = 10000)]
+    limit: Option<i64>,
+}
+
+/// Read an order's output (admin, or the agent holding its live claim): a page from the start or
+/// after a cursor, the last lines, or (`follow=true`) a stream until the order finishes. Page on
+/// by passing `next_cursor` as `after` while `more` is true; a finished order with `more` false
+/// has no further lines.
+#[utoipa::path(get, path = "/api/v1/work-orders/{id}/output", tag = "output",
+    params(("id" = Uuid, Path, description = "Work order id (active or finished)"), ReadQuery),
+    responses(
+        (status = 200, description = "A page (JSON); with `follow=true` a stream of line objects, one per line (`application/x-ndjson`)",
+            content(
+                (OutputPage = "application/json"),
+                (OutputEntry = "application/x-ndjson"))),
+        (status = 404, description = "No such order, active or finished", body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn read(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(q): ApiQuery<ReadQuery>,
+) -> Result<Response, ApiError> {
+    let bad = |m: String| ApiError::bad_request("invalid_query", m);
+    if let Some(after) = q.after
+        && after < 0
+    {
+        return Err(bad(format!("after must be 0 or more, got {after}")));
+    }
+    if let Some(tail) = q.tail {
+        if !(1..=MAX_TAIL).contains(&tail) {
+            return Err(bad(format!(
+                "tail must be between 1 and {MAX_TAIL}, got {tail}"
+            )));
+        }
+        if q.after.is_some() {
+            return Err(bad("tail and after exclude each other".into()));
+        }
+    }
+    if let Some(attempt) = q.attempt
+        && attempt < 1
+    {
+        return Err(bad(format!("attempt must be 1 or more, got {attempt}")));
+    }
+    let follow = q.follow.unwrap_or(false);
+    let limit = match q.limit {
+        Some(_) if follow => return Err(bad("limit applies to pages, not to follow".into())),
+        Some(l) if !(1..=MAX_PAGE_LINES).contains(&l) => {
+            return Err(bad(format!(
+                "limit must be between 1 and {MAX_PAGE_LINES}, got {l}"
+            )));
+        }
+        Some(l) => l as usize,
+        None => DEFAULT_PAGE_LINES as usize,
+    };
+    match caller {
+        Principal::Admin => {}
+        Principal::Agent(agent) => {
+            if !state.queue.holds_live_claim(id, agent).await? {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    format!(
+                        "agent {agent} may read the output only of an order it holds the live claim on; work order {id} is not one"
+                    ),
+                ));
+            }
+        }
+    }
+    let order_state = known(&state.queue, id).await?;
+    let first: Vec<OutputEntry> = match q.tail {
+        Some(n) => {
+            state
+                .queue
+                .tail_output(id, &order_state, q.attempt, n as usize)
+                .await?
+        }
+        None if follow => Vec::new(),
+        None => {
+            let (lines, more) = state
+                .queue
+                .read_output(id, &order_state, q.after, q.attempt, limit)
+                .await?;
+            let next_cursor = lines.last().map(|l| l.cursor).or(q.after);
+            return Ok(Json(OutputPage {
+                lines,
+                next_cursor,
+                more,
+                finished: order_state.finished,
+            })
+            .into_response());
+        }
+    };
+    if !follow {
+        let next_cursor = first.last().map(|l| l.cursor);
+        return Ok(Json(OutputPage {
+            lines: first,
+            next_cursor,
+            more: false,
+            finished: order_state.finished,
+        })
+        .into_response());
+    }
+    let follower = Follower {
+        queue: state.queue.clone(),
+        stored: state.notifications.output_stored(),
+        draining: state.notifications.draining().clone(),
+        order: id,
+        after: first.last().map(|l| l.cursor).or(q.after),
+        attempt: q.attempt,
+        first: (!first.is_empty()).then(|| ndjson(&first)),
+        _gauge: FollowerGauge::enter(&state.metrics),
+    };
+    let stream = futures::stream::unfold(follower, |mut f| async move {
+        f.next_batch().await.map(|item| (item, f))
+    });
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// The order's output state; `404` when the order is neither active nor finished.
+async fn known(queue: &Queue, id: Uuid) -> Result<OutputState, ApiError> {
+    let s = queue.output_state(id).await?;
+    if !s.active && !s.finished {
+        return Err(QueueError::NotFound {
+            what: "work order",
+            id: id.to_string(),
+        }
+        .into());
+    }
+    Ok(s)
+}
+
+fn ndjson(lines: &[OutputEntry]) -> Bytes {
+    let mut out = Vec::with_capacity(lines.len() * 96);
+    for line in lines {
+        // Serializing these plain shapes cannot fail.
+        let _ = serde_json::to_writer(&mut out, line);
+        out.push(b'\n');
+    }
+    Bytes::from(out)
+}
+
+/// One `follow=true` reader. It reads the database only when the client takes the previous
+/// batch (the body stream is polled as the connection drains), so a slow reader never holds up
+/// a writer or buffers output in the server; dropped with the connection, it frees everything.
+struct Follower {
+    queue: Queue,
+    stored: broadcast::Receiver<Option<Uuid>>,
+    draining: CancellationToken,
+    order: Uuid,
+    after: Option<i64>,
+    attempt: Option<i32>,
+    /// The `tail` lines, sent first.
+    first: Option<Bytes>,
+    _gauge: FollowerGauge,
+}
+
+impl Follower {
+    /// The next lines as NDJSON; `None` once the order has finished and every line was sent
+    /// (or the server stops). A database failure ends the stream with an error, so the client
+    /// sees a cut connection, not a clean end, and can resume from its last cursor.
+    async fn next_batch(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        if let Some(first) = self.first.take() {
+            return Some(Ok(first));
+        }
+        loop {
+            let read = async {
+                // The state first: when it says finished, every chunk committed before it (a
+                // chunk holds the claim row that finishing deletes), so the read finds them all.
+                let s = self.queue.output_state(self.order).await?;
+                let (lines, more) = self
+                    .queue
+                    .read_output(
+                        self.order,
+                        &s,
+                        self.after,
+                        self.attempt,
+                        DEFAULT_PAGE_LINES as usize,
+                    )
+                    .await?;
+                Ok::<_, QueueError>((s, lines, more))
+            };
+            let (s, lines, more) = match read.await {
+                Ok(r) => r,
+                Err(e) => {
+                    if matches!(e, QueueError::Unavailable(_)) {
+                        self.queue.note_database_unavailable();
+                    }
+                    return Some(Err(std::io::Error::other(e.to_string())));
+                }
+            };
+            if let Some(last) = lines.last() {
+                self.after = Some(last.cursor);
+                return Some(Ok(ndjson(&lines)));
+            }
+            if !more && (s.finished || !s.active) {
+                return None;
+            }
+            if !self.wait().await {
+                return None;
+            }
+        }
+    }
+
+    /// Waits for output of this order, the fallback poll, or the server stopping (false).
+    async fn wait(&mut self) -> bool {
+        let stored = async {
+            loop {
+                match self.stored.recv().await {
+                    Ok(Some(id)) if id != self.order => continue,
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+                    _ => return,
+                }
+            }
+        };
+        tokio::select! {
+            _ = self.draining.cancelled() => false,
+            _ = stored => true,
+            _ = tokio::time::sleep(FOLLOW_POLL) => true,
+        }
+    }
+}
+
+/// Keeps `pullman_output_followers` in step with the streams open, also when a client leaves.
+struct FollowerGauge(std::sync::Arc<Metrics>);
+
+impl FollowerGauge {
+    fn enter(metrics: &std::sync::Arc<Metrics>) -> Self {
+        metrics.output_followers.inc();
+        FollowerGauge(metrics.clone())
+    }
+}
+
+impl Drop for FollowerGauge {
+    fn drop(&mut self) {
+        self.0.output_followers.dec();
+    }
+}

@@ -1,0 +1,9 @@
+-- output_state: what a reader of an order's output needs besides its lines (DESIGN.md §9), in one
+-- snapshot: whether the order is active or finished (neither: unknown), the bytes the cap
+-- dropped, and the first chunk still stored.
+-- $1 order id (uuid)
+SELECT EXISTS (SELECT 1 FROM work_orders WHERE id = $1) AS active,
+       EXISTS (SELECT 1 FROM work_order_log WHERE id = $1) AS finished,
+       coalesce((SELECT dropped_bytes FROM work_order_output_totals WHERE work_order_id = $1), 0)
+         AS dropped_bytes,
+       (SELECT min(id) FROM work_order_output WHERE work_order_id = $1) AS first_chunk

@@ -1,0 +1,543 @@
+//! Output of running orders (DESIGN.md §9, issue #24), the server side, against real PostgreSQL:
+//! storing chunks once under real concurrency, fencing, bad input, the cap and gap markers, the
+//! readers (`after`, `tail`, `attempt`), following to the end with one and with 100 readers,
+//! a follower that leaves, and retention.
+
+mod support;
+
+use std::time::Duration;
+
+use pullman::api::OutputSettings;
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{ADMIN_TOKEN, TestServer, configmap_order};
+
+/// An agent with `label`, an order for it, and its claim: (agent, token, order, claim).
+async fn claimed(s: &TestServer, label: &str) -> (String, String, String, String) {
+    let (agent, token) = s.agent(json!({"name": label, "labels": [label]})).await;
+    let order = s.order(configmap_order(label)).await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(&token),
+            Some(json!({"max_wait_seconds": 5})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["id"], order.as_str());
+    let claim = v["claim_id"].as_str().unwrap().to_string();
+    (agent, token, order, claim)
+}
+
+fn chunk(agent: &str, claim: &str, seq: i64, texts: &[&str]) -> Value {
+    let lines: Vec<Value> = texts
+        .iter()
+        .map(|t| json!({"stream": "stdout", "text": t, "at": "2026-12-02T10:00:00Z"}))
+        .collect();
+    json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": lines})
+}
+
+async fn send(s: &TestServer, token: &str, order: &str, body: Value) -> (u16, Value) {
+    s.call(
+        Method::POST,
+        &format!("/api/v1/work-orders/{order}/output"),
+        Some(token),
+        Some(body),
+    )
+    .await
+}
+
+async fn read(s: &TestServer, order: &str, query: &str) -> Value {
+    let (st, v) = s
+        .admin(
+            Method::GET,
+            &format!("/api/v1/work-orders/{order}/output{query}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+fn texts(page: &Value) -> Vec<String> {
+    page["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn complete(s: &TestServer, token: &str, order: &str, agent: &str, claim: &str) {
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{order}/complete"),
+            Some(token),
+            Some(json!({"agent_id": agent, "claim_id": claim, "success": true})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+}
+
+#[tokio::test]
+async fn chunks_are_stored_once_under_concurrent_resends_and_read_in_order() {
+    let s = TestServer::start().await;
+    let (agent, token, order, claim) = claimed(&s, "out-a").await;
+    // Every chunk sent 8 times at once: each stored once, every answer the same.
+    let mut tasks = Vec::new();
+    for seq in 0..20i64 {
+        for _ in 0..8 {
+            let (s_http, url, token) = (
+                s.http.clone(),
+                s.url(&format!("/api/v1/work-orders/{order}/output")),
+                token.clone(),
+            );
+            let body = chunk(
+                &agent,
+                &claim,
+                seq,
+                &[&format!("line {seq}.a"), &format!("line {seq}.b")],
+            );
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let r = s_http
+                        .post(&url)
+                        .bearer_auth(&token)
+                        .json(&body)
+                        .send()
+                        .await
+                        .unwrap();
+                    let st = r.status().as_u16();
+                    if st == 429 {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    let v: Value = r.json().await.unwrap();
+                    return (st, v);
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        let (st, v) = t.await.unwrap();
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["lines"], 2, "{v}");
+    }
+    let page = read(&s, &order, "").await;
+    let expected: Vec<String> = (0..20)
+        .flat_map(|i| [format!("line {i}.a"), format!("line {i}.b")])
+        .collect();
+    let mut got = texts(&page);
+    got.sort();
+    let mut want = expected.clone();
+    want.sort();
+    assert_eq!(got, want, "every line once");
+    assert_eq!(page["finished"], false);
+    assert_eq!(page["more"], false);
+    let first = &page["lines"][0];
+    assert_eq!(first["claim_id"], claim.as_str());
+    assert_eq!(first["attempt"], 1);
+    assert_eq!(first["stream"], "stdout");
+    assert_eq!(first["at"], "2026-12-02T10:00:00Z");
+    // Cursors grow; paging with limit and after walks the same lines.
+    let mut after: Option<i64> = None;
+    let mut walked = Vec::new();
+    loop {
+        let q = match after {
+            Some(a) => format!("?limit=7&after={a}"),
+            None => "?limit=7".to_string(),
+        };
+        let p = read(&s, &order, &q).await;
+        walked.extend(texts(&p));
+        after = p["next_cursor"].as_i64();
+        if p["more"] == false {
+            break;
+        }
+    }
+    assert_eq!(walked, texts(&page));
+    let metrics = s.metrics.encode();
+    assert!(
+        metrics.contains("pullman_output_lines_received_total 40"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_chunk_of_a_claim_that_is_not_live_is_409_and_bad_input_is_refused_clearly() {
+    let s = TestServer::start().await;
+    let (agent, token, order, claim) = claimed(&s, "out-b").await;
+    let (st, _) = send(&s, &token, &order, chunk(&agent, &claim, 0, &["first"])).await;
+    assert_eq!(st, 200);
+    // Another claim id: not the live one.
+    let stale = uuid::Uuid::new_v4().to_string();
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &stale, 1, &["x"])).await;
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "reclaimed");
+    // Another agent's token for this agent: 403; unknown order: 404.
+    let (_, other_token) = s.agent(json!({"name": "other", "labels": ["zz"]})).await;
+    let (st, _) = send(&s, &other_token, &order, chunk(&agent, &claim, 1, &["x"])).await;
+    assert_eq!(st, 403);
+    let unknown = uuid::Uuid::new_v4();
+    let (st, v) = send(
+        &s,
+        &token,
+        &unknown.to_string(),
+        chunk(&agent, &claim, 1, &["x"]),
+    )
+    .await;
+    assert_eq!(st, 404, "{v}");
+    // U+0000 replaced, never a 500; invalid UTF-8 in the body replaced too.
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, 1, &["a\u{0}b"])).await;
+    assert_eq!(st, 200, "{v}");
+    let raw = format!(
+        r#"{{"agent_id":"{agent}","claim_id":"{claim}","seq":2,"lines":[{{"stream":"stderr","text":"bad \xFF byte","at":"2026-12-02T10:00:00Z"}}]}}"#
+    );
+    let mut body = raw.into_bytes();
+    let pos = body.windows(4).position(|w| w == b"\\xFF").unwrap();
+    body.splice(pos..pos + 4, [0xFFu8]);
+    let r = s
+        .http
+        .post(s.url(&format!("/api/v1/work-orders/{order}/output")))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let page = read(&s, &order, "").await;
+    assert_eq!(
+        texts(&page),
+        vec!["first", "a\u{FFFD}b", "bad \u{FFFD} byte"]
+    );
+    // Over 1 MiB: 413 naming the limit.
+    let big = "x".repeat(1024 * 1024);
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, 3, &[&big])).await;
+    assert_eq!(st, 413, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("1048576"),
+        "{v}"
+    );
+    // A stream name over 253 characters: 400 naming the field.
+    let mut c = chunk(&agent, &claim, 3, &["x"]);
+    c["lines"][0]["stream"] = json!("s".repeat(254));
+    let (st, v) = send(&s, &token, &order, c).await;
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("lines[0].stream"),
+        "{v}"
+    );
+    // After complete, a new chunk is 409; a resent one is answered as the first time.
+    complete(&s, &token, &order, &agent, &claim).await;
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, 9, &["late"])).await;
+    assert_eq!(st, 409, "{v}");
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, 0, &["first"])).await;
+    assert_eq!((st, v["lines"].clone()), (200, json!(1)));
+    // Readable after the order finished; 404 only for an order in neither table.
+    let page = read(&s, &order, "").await;
+    assert_eq!(page["finished"], true);
+    assert_eq!(texts(&page).len(), 3);
+    let (st, _) = s
+        .admin(
+            Method::GET,
+            &format!("/api/v1/work-orders/{unknown}/output"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 404);
+}
+
+#[tokio::test]
+async fn the_cap_drops_the_oldest_output_with_a_marker_and_gaps_are_marked() {
+    let s = TestServer::start_with_output(OutputSettings {
+        cap_bytes: 1000,
+        max_writes: 8,
+    })
+    .await;
+    let (agent, token, order, claim) = claimed(&s, "out-c").await;
+    let hundred = "y".repeat(100);
+    for seq in 0..30 {
+        let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, seq, &[&hundred])).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let page = read(&s, &order, "").await;
+    let lines = page["lines"].as_array().unwrap();
+    assert_eq!(lines[0]["marker"], "dropped", "{page}");
+    assert!(
+        lines[0]["text"].as_str().unwrap().contains("2000 bytes"),
+        "{page}"
+    );
+    assert_eq!(lines.len(), 11, "10 lines of 100 bytes fit the cap of 1000");
+    let (stored,): (i64,) = sqlx::query_as(
+        "SELECT sum(bytes)::bigint FROM work_order_output WHERE work_order_id = $1::uuid",
+    )
+    .bind(&order)
+    .fetch_one(&s.pool)
+    .await
+    .unwrap();
+    assert!(stored <= 1000);
+    // A reader already past the dropped part sees no marker.
+    let after = lines[1]["cursor"].as_i64().unwrap();
+    let later = read(&s, &order, &format!("?after={after}")).await;
+    assert!(
+        later["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["marker"].is_null())
+    );
+    // A gap reported by the agent comes before that chunk's lines.
+    let mut c = chunk(&agent, &claim, 30, &["after the gap"]);
+    c["dropped_bytes"] = json!(4096);
+    let (st, _) = send(&s, &token, &order, c).await;
+    assert_eq!(st, 200);
+    let tail = read(&s, &order, "?tail=2").await;
+    let lines = tail["lines"].as_array().unwrap();
+    assert_eq!(lines[0]["marker"], "gap", "{tail}");
+    assert!(lines[0]["text"].as_str().unwrap().contains("4096 bytes"));
+    assert_eq!(lines[1]["text"], "after the gap");
+    let metrics = s.metrics.encode();
+    assert!(
+        metrics.contains("pullman_output_dropped_bytes_total{reason=\"gap\"} 4096"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("pullman_output_dropped_bytes_total{reason=\"cap\"} 2100"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn tail_attempt_and_after_select_lines_and_the_holder_may_read() {
+    let s = TestServer::start().await;
+    let (agent, token, order, claim) = claimed(&s, "out-d").await;
+    send(
+        &s,
+        &token,
+        &order,
+        chunk(&agent, &claim, 0, &["a1", "a2", "a3"]),
+    )
+    .await;
+    // The holder of the live claim may read (to resume); another agent may not.
+    let (st, v) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/work-orders/{order}/output"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    // Second attempt: a retryable failure, then claimed again.
+    let (st, _) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{order}/complete"),
+            Some(&token),
+            Some(json!({"agent_id": agent, "claim_id": claim, "success": false})),
+        )
+        .await;
+    assert_eq!(st, 202);
+    let (st, v) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/work-orders/{order}/output"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(st, 403, "no live claim any more: {v}");
+    sqlx::query("UPDATE work_orders SET next_retry_after = now() WHERE id = $1::uuid")
+        .bind(&order)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{order}/claim"),
+            Some(&token),
+            Some(json!({"agent_id": agent})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let claim2 = v["claim_id"].as_str().unwrap().to_string();
+    send(&s, &token, &order, chunk(&agent, &claim2, 0, &["b1", "b2"])).await;
+    assert_eq!(
+        texts(&read(&s, &order, "").await),
+        ["a1", "a2", "a3", "b1", "b2"]
+    );
+    assert_eq!(
+        texts(&read(&s, &order, "?tail=3").await),
+        ["a3", "b1", "b2"]
+    );
+    let second = read(&s, &order, "?attempt=2").await;
+    assert_eq!(texts(&second), ["b1", "b2"]);
+    assert_eq!(second["lines"][0]["attempt"], 2);
+    assert_eq!(second["lines"][0]["claim_id"], claim2.as_str());
+    assert_eq!(texts(&read(&s, &order, "?attempt=1&tail=1").await), ["a3"]);
+    let all = read(&s, &order, "").await;
+    let after = all["lines"][1]["cursor"].as_i64().unwrap();
+    assert_eq!(
+        texts(&read(&s, &order, &format!("?after={after}")).await),
+        ["a3", "b1", "b2"]
+    );
+    for bad in [
+        "?tail=0",
+        "?tail=3&after=1",
+        "?attempt=0",
+        "?after=-1",
+        "?limit=0",
+        "?follow=true&limit=5",
+        "?nope=1",
+    ] {
+        let (st, v) = s
+            .admin(
+                Method::GET,
+                &format!("/api/v1/work-orders/{order}/output{bad}"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 400, "{bad}: {v}");
+    }
+}
+
+/// Follows `order` to its end; returns the texts seen.
+async fn follow(base: String, order: String) -> Vec<String> {
+    let r = reqwest::Client::new()
+        .get(format!(
+            "{base}/api/v1/work-orders/{order}/output?follow=true"
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["content-type"], "application/x-ndjson");
+    let body = r.text().await.unwrap();
+    body.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["text"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn followers_see_every_line_once_in_order_and_end_when_the_order_finishes() {
+    let s = TestServer::start().await;
+    let (agent, token, order, claim) = claimed(&s, "out-e").await;
+    send(&s, &token, &order, chunk(&agent, &claim, 0, &["before"])).await;
+    let followers: Vec<_> = (0..100)
+        .map(|_| tokio::spawn(follow(s.base.clone(), order.clone())))
+        .collect();
+    support::eventually(10, "100 followers connected", || async {
+        s.metrics
+            .encode()
+            .contains("pullman_output_followers 100")
+            .then_some(())
+    })
+    .await;
+    let mut want = vec!["before".to_string()];
+    for seq in 1..=50 {
+        let batch: Vec<String> = (0..10).map(|i| format!("{seq}-{i}")).collect();
+        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+        let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, seq, &refs)).await;
+        assert_eq!(st, 200, "{v}");
+        want.extend(batch);
+    }
+    complete(&s, &token, &order, &agent, &claim).await;
+    for f in followers {
+        let got = tokio::time::timeout(Duration::from_secs(20), f)
+            .await
+            .expect("a follower ends once the order finished")
+            .unwrap();
+        assert_eq!(got, want);
+    }
+    support::eventually(5, "the followers gauge back to 0", || async {
+        s.metrics
+            .encode()
+            .contains("pullman_output_followers 0")
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_follower_that_disconnects_frees_its_resources_at_once() {
+    let s = TestServer::start().await;
+    let (agent, token, order, claim) = claimed(&s, "out-f").await;
+    send(&s, &token, &order, chunk(&agent, &claim, 0, &["one"])).await;
+    let r = s
+        .http
+        .get(s.url(&format!(
+            "/api/v1/work-orders/{order}/output?follow=true&tail=5"
+        )))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let mut r = r;
+    let first = r.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("\"one\""));
+    assert!(s.metrics.encode().contains("pullman_output_followers 1"));
+    drop(r);
+    support::eventually(3, "the followers gauge to drop", || async {
+        s.metrics
+            .encode()
+            .contains("pullman_output_followers 0")
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_deletes_the_output_with_the_log_entry() {
+    let s = TestServer::start().await;
+    let (agent, token, order, claim) = claimed(&s, "out-g").await;
+    send(
+        &s,
+        &token,
+        &order,
+        chunk(&agent, &claim, 0, &["kept until retention"]),
+    )
+    .await;
+    complete(&s, &token, &order, &agent, &claim).await;
+    let count = || async {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM work_order_output WHERE work_order_id = $1::uuid) + \
+                    (SELECT count(*) FROM work_order_output_totals WHERE work_order_id = $1::uuid)",
+        )
+        .bind(&order)
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+        n
+    };
+    assert_eq!(count().await, 2);
+    let day = Duration::from_secs(86_400);
+    assert_eq!(s.queue.expire_history(day).await.unwrap(), 0);
+    assert_eq!(count().await, 2, "within retention the output stays");
+    sqlx::query(
+        "UPDATE work_order_log SET completed_at = now() - interval '2 days' WHERE id = $1::uuid",
+    )
+    .bind(&order)
+    .execute(&s.pool)
+    .await
+    .unwrap();
+    assert_eq!(s.queue.expire_history(day).await.unwrap(), 1);
+    assert_eq!(count().await, 0);
+    let (st, _) = s
+        .admin(
+            Method::GET,
+            &format!("/api/v1/work-orders/{order}/output"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 404);
+}
