@@ -195,7 +195,10 @@ async fn run_for_exit_code(args: WorkerArgs) -> i32 {
     for name in &args.redact_env {
         match std::env::var(name) {
             Ok(v) if !v.trim().is_empty() => secrets.push(v),
-            _ => tracing::warn!(name, "--redact-env: variable unset or empty; nothing to hide"),
+            _ => tracing::warn!(
+                name,
+                "--redact-env: variable unset or empty; nothing to hide"
+            ),
         }
     }
     let carrier = Arc::new(ExecCarrier {

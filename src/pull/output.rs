@@ -252,7 +252,12 @@ impl OutputSender {
     /// everything was delivered (or the server had refused the claim, so nothing more could be).
     pub async fn finish(mut self, within: Duration) -> bool {
         {
-            let mut b = self.handle.shared.buffer.lock().expect("output buffer lock");
+            let mut b = self
+                .handle
+                .shared
+                .buffer
+                .lock()
+                .expect("output buffer lock");
             b.closed = true;
         }
         self.handle.shared.wake.notify_one();
@@ -263,7 +268,12 @@ impl OutputSender {
             Ok(_) => true,
             Err(_) => {
                 task.abort();
-                let b = self.handle.shared.buffer.lock().expect("output buffer lock");
+                let b = self
+                    .handle
+                    .shared
+                    .buffer
+                    .lock()
+                    .expect("output buffer lock");
                 tracing::warn!(
                     unsent_lines = b.lines.len(),
                     unsent_bytes = b.bytes,
@@ -367,16 +377,17 @@ enum Delivered {
 async fn deliver(client: &Client, order_id: Uuid, chunk: &OutputChunk) -> Delivered {
     let mut backoff = Backoff::default();
     loop {
-        let answer =
-            match tokio::time::timeout(CHUNK_TIMEOUT, client.send_output(order_id, chunk)).await {
-                Ok(a) => a,
-                Err(_) => {
-                    let wait = backoff.failed();
-                    tracing::warn!(seq = chunk.seq, retry_in = ?wait, "output chunk timed out; sending it again");
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
-            };
+        let answer = match tokio::time::timeout(CHUNK_TIMEOUT, client.send_output(order_id, chunk))
+            .await
+        {
+            Ok(a) => a,
+            Err(_) => {
+                let wait = backoff.failed();
+                tracing::warn!(seq = chunk.seq, retry_in = ?wait, "output chunk timed out; sending it again");
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
         match answer {
             Ok(_) => {
                 if backoff.succeeded() > 0 {
