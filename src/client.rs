@@ -78,6 +78,8 @@ pub enum ClientError {
         status: StatusCode,
         code: String,
         message: String,
+        /// The server's `Retry-After` (seconds), sent with `429` and `503` (DESIGN.md §9).
+        retry_after: Option<Duration>,
     },
     /// The server could not be reached or the connection broke.
     #[error("cannot reach the Pullman server at {url}")]
@@ -113,6 +115,19 @@ impl ClientError {
     pub fn is_unauthorized(&self) -> bool {
         matches!(self, ClientError::Api { status, .. }
             if *status == StatusCode::UNAUTHORIZED || *status == StatusCode::FORBIDDEN)
+    }
+
+    /// `429 Too Many Requests`: the server is behind; send later ([`ClientError::retry_after`]).
+    pub fn is_too_many_requests(&self) -> bool {
+        matches!(self, ClientError::Api { status, .. } if *status == StatusCode::TOO_MANY_REQUESTS)
+    }
+
+    /// How long the server asked to wait before the next attempt (`Retry-After`), if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ClientError::Api { retry_after, .. } => *retry_after,
+            _ => None,
+        }
     }
 
     /// Worth retrying later: transport failures and 5xx.
@@ -159,6 +174,11 @@ impl Client {
         })
     }
 
+    /// The bearer token, so an agent can hide it in the output it sends (DESIGN.md §9).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     async fn send(
         &self,
         method: Method,
@@ -175,6 +195,12 @@ impl Client {
             .await
             .map_err(|source| self.transport_error(source))?;
         let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
         let bytes = resp
             .bytes()
             .await
@@ -190,9 +216,11 @@ impl Client {
                 status,
                 code: e.error.code,
                 message: e.error.message,
+                retry_after,
             },
             Err(_) => ClientError::Api {
                 status,
+                retry_after,
                 code: "http_error".into(),
                 message: format!(
                     "{} (is {} a Pullman server?)",

@@ -1,7 +1,8 @@
 //! `pullman worker --exec CMD`: the reference external worker (DESIGN.md §7). It carries an order
 //! out by running CMD with the work order JSON on stdin; exit 0 is success, exit 3 a failure not
 //! worth retrying, any other exit a retryable failure. CMD's output is streamed into the worker's
-//! log line by line, under the order's id, as it runs.
+//! log line by line, under the order's id, as it runs, and sent to the server as the order's
+//! output (DESIGN.md §9, [`crate::pull::output`]).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -15,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::pull::output::{self, OutputConfig, OutputHandle, OutputSender, Redactor};
 use crate::pull::{
     self, Abandon, Carrier, ConnectError, Ended, LoopConfig, PullError, Reported, Shutdown, Verdict,
 };
@@ -53,7 +55,10 @@ pub const WORKER_HELP: &str = "\
 Claims work orders with a lease (long-poll), heartbeats every lease/3, and runs CMD through
 `sh -c` with the work order JSON on stdin and PULLMAN_WORK_ORDER_ID, PULLMAN_CLAIM_ID and
 PULLMAN_WORK_TYPE in its environment. CMD's stdout and stderr are logged line by line as it
-runs, under the order's id, then its exit status. The result is reported from the status:
+runs, under the order's id, then its exit status, and sent to the server as the order's output
+(`pullman work-orders logs ID`) at least once a second, with the agent's token and the values
+of --redact-env replaced by [REDACTED]. While the server is away up to --output-buffer-bytes are
+held; older lines are then dropped and marked as a gap. CMD never waits on the server. The result is reported from the status:
 
   exit 0   success; the message is the tail of stdout (at most 4 KiB)
   exit 3   failure, not retried; the message is the tail of stderr
@@ -117,6 +122,21 @@ pub struct WorkerArgs {
     /// any other exit: retryable failure (message: tail of stderr). At most 4 KiB is reported.
     #[arg(long, env = "PULLMAN_EXEC")]
     pub exec: String,
+    /// Hide the value of this environment variable in the output sent to the server (and in the
+    /// result message and the worker's log): it becomes [REDACTED]. Repeatable or
+    /// comma-separated. The agent's own token is always hidden.
+    #[arg(
+        long = "redact-env",
+        env = "PULLMAN_REDACT_ENV",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub redact_env: Vec<String>,
+    /// Bytes of output held while the server is away (at least 1 MiB); past it the oldest
+    /// lines are dropped and the server is told how many bytes are missing.
+    #[arg(long, env = "PULLMAN_OUTPUT_BUFFER_BYTES", default_value_t = output::DEFAULT_BUFFER_BYTES as u64,
+          value_parser = clap::value_parser!(u64).range(1 << 20..=1 << 32))]
+    pub output_buffer_bytes: u64,
 }
 
 /// `pullman worker`: exits the process with one of the [`exit`] codes.
@@ -171,8 +191,24 @@ async fn run_for_exit_code(args: WorkerArgs) -> i32 {
         concurrency: args.concurrency as usize,
         max_wait_seconds: 30,
     };
+    let mut secrets = vec![client.token().to_string()];
+    for name in &args.redact_env {
+        match std::env::var(name) {
+            Ok(v) if !v.trim().is_empty() => secrets.push(v),
+            _ => tracing::warn!(
+                name,
+                "--redact-env: variable unset or empty; nothing to hide"
+            ),
+        }
+    }
     let carrier = Arc::new(ExecCarrier {
         command: args.exec.clone(),
+        output: Some(OutputConfig {
+            client: client.clone(),
+            agent_id,
+            buffer_bytes: usize::try_from(args.output_buffer_bytes).unwrap_or(usize::MAX),
+            redactor: Redactor::new(secrets),
+        }),
     });
     let ended = if args.once {
         pull::run_once(client, config, carrier, shutdown, deadline).await
@@ -219,11 +255,14 @@ pub fn once_exit_code(ended: &Ended) -> i32 {
 /// its exit.
 pub struct ExecCarrier {
     pub command: String,
+    /// Where CMD's output goes besides the log; `None`: only the log.
+    pub output: Option<OutputConfig>,
 }
 
 /// A started CMD: the process and the tasks streaming its output (each returns the tail).
 pub struct Running {
     child: tokio::process::Child,
+    sender: Option<OutputSender>,
     feed: JoinHandle<()>,
     stdout: JoinHandle<std::io::Result<Vec<u8>>>,
     stderr: JoinHandle<std::io::Result<Vec<u8>>>,
@@ -237,7 +276,7 @@ impl Carrier for ExecCarrier {
         order: &WorkOrder,
         _stop: &CancellationToken,
     ) -> Result<Running, Verdict> {
-        spawn_command(&self.command, order).map_err(|e| Verdict::Failure {
+        spawn_command(&self.command, order, self.output.as_ref()).map_err(|e| Verdict::Failure {
             message: format!("could not run the command: {e:#}"),
             retryable: true,
         })
@@ -259,7 +298,11 @@ impl Carrier for ExecCarrier {
     }
 }
 
-fn spawn_command(command: &str, order: &WorkOrder) -> anyhow::Result<Running> {
+fn spawn_command(
+    command: &str,
+    order: &WorkOrder,
+    output: Option<&OutputConfig>,
+) -> anyhow::Result<Running> {
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(command)
@@ -284,12 +327,23 @@ fn spawn_command(command: &str, order: &WorkOrder) -> anyhow::Result<Running> {
         // CMD may not read its input; a broken pipe is fine.
         let _ = stdin.write_all(&input).await;
     });
-    let stdout =
-        tokio::spawn(stream_lines(child.stdout.take().expect("piped"), "stdout").in_current_span());
-    let stderr =
-        tokio::spawn(stream_lines(child.stderr.take().expect("piped"), "stderr").in_current_span());
+    let sender = match (output, order.claim_id) {
+        (Some(config), Some(claim)) => Some(OutputSender::start(config, order.id, claim, 0)),
+        _ => None,
+    };
+    let sink = Sink {
+        handle: sender.as_ref().map(OutputSender::handle),
+        redactor: output.map(|c| c.redactor.clone()).unwrap_or_default(),
+    };
+    let stdout = tokio::spawn(
+        stream_lines(child.stdout.take().expect("piped"), "stdout", sink.clone()).in_current_span(),
+    );
+    let stderr = tokio::spawn(
+        stream_lines(child.stderr.take().expect("piped"), "stderr", sink).in_current_span(),
+    );
     Ok(Running {
         child,
+        sender,
         feed,
         stdout,
         stderr,
@@ -307,6 +361,10 @@ async fn wait_command(mut running: Running, stop: &CancellationToken) -> anyhow:
     running.feed.abort();
     let out = running.stdout.await??;
     let err = running.stderr.await??;
+    // The last lines are in before the order is completed (DESIGN.md §9), within a bound.
+    if let Some(sender) = running.sender.take() {
+        sender.finish(output::FLUSH_TIMEOUT).await;
+    }
     match status.code() {
         Some(code) => tracing::info!(exit_status = code, "command exited"),
         None => tracing::warn!(%status, "command killed"),
@@ -326,29 +384,75 @@ async fn wait_command(mut running: Running, stop: &CancellationToken) -> anyhow:
     })
 }
 
-/// Logs a stream line by line as it comes (lines over [`LOG_LINE_BYTES`] in pieces), keeping
-/// the last 2 × [`MESSAGE_TAIL_BYTES`] for the result message.
-async fn stream_lines(r: impl AsyncRead + Unpin, stream: &'static str) -> std::io::Result<Vec<u8>> {
+/// Where a stream's lines go besides the log: the order's output, after redaction.
+#[derive(Clone)]
+struct Sink {
+    handle: Option<OutputHandle>,
+    redactor: Redactor,
+}
+
+/// Logs a stream line by line as it comes and sends each line to the order's output (lines over
+/// [`output::MAX_LINE_BYTES`] in pieces; a secret cut by a piece is still hidden), keeping the
+/// last 2 × [`MESSAGE_TAIL_BYTES`] (redacted) for the result message. Never waits on the server,
+/// so CMD's pipe is always drained.
+async fn stream_lines(
+    r: impl AsyncRead + Unpin,
+    stream: &'static str,
+    sink: Sink,
+) -> std::io::Result<Vec<u8>> {
     let keep = 2 * MESSAGE_TAIL_BYTES;
     let mut reader = BufReader::new(r);
     let mut tail = Vec::with_capacity(keep);
-    let mut line = Vec::new();
+    // Bytes read and not yet redacted: a piece of a long line may end inside a secret.
+    let mut pending: Vec<u8> = Vec::new();
     loop {
-        line.clear();
+        let room = output::MAX_LINE_BYTES.saturating_sub(pending.len()).max(1);
         let n = (&mut reader)
-            .take(LOG_LINE_BYTES as u64)
-            .read_until(b'\n', &mut line)
+            .take(room as u64)
+            .read_until(b'\n', &mut pending)
             .await?;
-        if n == 0 {
+        let complete = n == 0 || pending.last() == Some(&b'\n');
+        if pending.is_empty() {
             return Ok(tail);
         }
-        tail.extend_from_slice(&line);
-        if tail.len() > keep {
-            tail.drain(..tail.len() - keep);
+        let (clean, used) = sink.redactor.redact_bytes(&pending, complete);
+        pending.drain(..used);
+        if !clean.is_empty() {
+            tail.extend_from_slice(&clean);
+            if tail.len() > keep {
+                tail.drain(..tail.len() - keep);
+            }
+            let text = String::from_utf8_lossy(&clean);
+            let text = text.trim_end_matches(['\n', '\r']);
+            for piece in pieces(text, LOG_LINE_BYTES) {
+                tracing::info!(stream, "{piece}");
+            }
+            if let Some(h) = &sink.handle {
+                h.push_redacted(stream, text.to_string(), chrono::Utc::now());
+            }
         }
-        let text = String::from_utf8_lossy(&line);
-        tracing::info!(stream, "{}", text.trim_end_matches(['\n', '\r']));
+        if n == 0 && pending.is_empty() {
+            return Ok(tail);
+        }
     }
+}
+
+/// `text` cut into pieces of at most `max` bytes, never inside a character.
+fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut cut = rest.len().min(max);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (piece, more) = rest.split_at(cut.max(1));
+        rest = more;
+        Some(piece)
+    })
+    .chain(text.is_empty().then_some(""))
 }
 
 fn failure_message(what: &str, stderr: &[u8], stdout: &[u8]) -> String {

@@ -57,12 +57,14 @@ pub fn in_flag_words(error: ClientError, fields: &[(&str, &str)]) -> anyhow::Err
             status,
             code,
             message,
+            retry_after,
         } if status.is_client_error() => {
             let message = rename_fields(&message, fields);
             ClientError::Api {
                 status,
                 code,
                 message,
+                retry_after,
             }
             .into()
         }

@@ -7,6 +7,7 @@
 //! - [`order`]: the life of one claimed order as a state machine (claimed → applying → watching →
 //!   reporting, or abandoned).
 //! - `heartbeat`: the heartbeats of one order.
+//! - [`output`]: the order's output sent to the server in numbered chunks, redacted and bounded.
 //!
 //! Shutdown: the first signal stops claiming and lets running orders finish; the second abandons
 //! them (their carriers are stopped and no result is reported, so the reaper hands them out again).
@@ -16,6 +17,7 @@
 pub mod connect;
 mod heartbeat;
 pub mod order;
+pub mod output;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,232 @@
+//! The worker sends its command's output to the server (DESIGN.md §9, issue #24): the `pullman`
+//! binary as worker against a real `pullman serve` on real PostgreSQL. Lines arrive in order with
+//! their streams while the command runs, the token and `--redact-env` values never leave the
+//! agent, and a server that goes away and comes back loses nothing while the command runs on.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{ADMIN_TOKEN, eventually, free_port, pullman_bin};
+
+fn start_serve(port: u16, database_url: &str, log: &Path) -> Child {
+    Command::new(pullman_bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--controller", "off", "--maintenance-interval-seconds", "1"])
+        .env("DATABASE_URL", database_url)
+        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap()
+}
+
+fn stop(serve: &mut Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(serve.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    serve.wait().unwrap();
+}
+
+async fn wait_ready(base: &str) {
+    let http = reqwest::Client::new();
+    eventually(90, "pullman serve to be ready", || {
+        let http = http.clone();
+        async move {
+            let r = http.get(format!("{base}/readyz")).send().await.ok()?;
+            r.status().is_success().then_some(())
+        }
+    })
+    .await;
+}
+
+async fn admin_call(base: &str, method: Method, path: &str, body: Option<Value>) -> Value {
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(ADMIN_TOKEN);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let r = req.send().await.unwrap();
+    assert!(r.status().is_success(), "{path}: {}", r.status());
+    r.json().await.unwrap()
+}
+
+/// Every stored line of the order (one page holds them all here).
+async fn output(base: &str, id: &str) -> Vec<Value> {
+    let v = admin_call(
+        base,
+        Method::GET,
+        &format!("/api/v1/work-orders/{id}/output?limit=10000"),
+        None,
+    )
+    .await;
+    assert_eq!(v["more"], false, "{v}");
+    v["lines"].as_array().unwrap().clone()
+}
+
+async fn outcome(base: &str, id: &str) -> Value {
+    eventually(90, "the order's log entry", || async move {
+        let r = reqwest::Client::new()
+            .get(format!("{base}/api/v1/work-order-log/{id}"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .ok()?;
+        if r.status() != 200 {
+            return None;
+        }
+        r.json::<Value>().await.ok()
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commands_lines_arrive_in_order_redacted_and_survive_a_server_outage() {
+    let database_url = support::fresh_database_url().await;
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let serve_log = d.join("serve.log");
+    let mut serve = start_serve(port, &database_url, &serve_log);
+    wait_ready(&base).await;
+    let v = admin_call(
+        &base,
+        Method::POST,
+        "/api/v1/agents",
+        Some(json!({"name": "talker", "labels": ["talk"]})),
+    )
+    .await;
+    let token = v["token"].as_str().unwrap().to_string();
+    let order = admin_call(
+        &base,
+        Method::POST,
+        "/api/v1/work-orders",
+        Some(json!({
+            "work_type": "custom",
+            "yaml_content": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n",
+            "max_retries": 0,
+            "targeting": {"labels": ["talk"]},
+        })),
+    )
+    .await;
+    let id = order["id"].as_str().unwrap().to_string();
+
+    // The command prints, then waits for the test at two gates; between them it prints 2,000
+    // lines while the server is down and says so in a file (it must never wait on the server).
+    let exec = format!(
+        r#"echo "line 1"; echo "err 1" >&2; echo "my token is $TOKEN_COPY."; echo "the secret: $HIDE_ME!"
+        while [ ! -f {d}/go ]; do sleep 0.05; done
+        i=1; while [ $i -le 2000 ]; do echo "during the outage $i"; i=$((i+1)); done
+        touch {d}/printed
+        while [ ! -f {d}/go2 ]; do sleep 0.05; done
+        echo "last line" >&2"#,
+        d = d.display()
+    );
+    let token_file = d.join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    let mut worker = Command::new(pullman_bin())
+        .args(["worker", "--server", &base, "--token-file"])
+        .arg(&token_file)
+        .args([
+            "--lease-seconds",
+            "120",
+            "--once",
+            "--redact-env",
+            "HIDE_ME",
+        ])
+        .args(["--exec", &exec])
+        .env("TOKEN_COPY", &token)
+        .env("HIDE_ME", "hunter2-very-secret")
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("worker.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let worker_log = || std::fs::read_to_string(d.join("worker.log")).unwrap_or_default();
+
+    // While the command runs, its first lines are readable within seconds (sent at least once
+    // a second).
+    let started = Instant::now();
+    let first = eventually(30, "the first lines while the command runs", || {
+        let base = base.clone();
+        let id = id.clone();
+        async move {
+            let lines = output(&base, &id).await;
+            (lines.len() >= 4).then_some(lines)
+        }
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!d.join("printed").exists());
+
+    // The server goes away; the command prints on and is never held up.
+    stop(&mut serve);
+    std::fs::write(d.join("go"), "").unwrap();
+    eventually(20, "the command to print through the outage", || async {
+        d.join("printed").exists().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut serve = start_serve(port, &database_url, &serve_log);
+    wait_ready(&base).await;
+    std::fs::write(d.join("go2"), "").unwrap();
+    let entry = outcome(&base, &id).await;
+    assert_eq!(entry["outcome"], "succeeded", "{entry}\n{}", worker_log());
+    let status = worker.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", worker_log());
+
+    let lines = output(&base, &id).await;
+    let texts = |stream: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l["stream"] == stream)
+            .map(|l| l["text"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut want = vec![
+        "line 1".to_string(),
+        "my token is [REDACTED].".into(),
+        "the secret: [REDACTED]!".into(),
+    ];
+    want.extend((1..=2000).map(|i| format!("during the outage {i}")));
+    assert_eq!(texts("stdout"), want, "every stdout line once, in order");
+    assert_eq!(texts("stderr"), vec!["err 1", "last line"]);
+    assert!(
+        lines.iter().all(|l| l["marker"].is_null()),
+        "nothing was lost, so no gap"
+    );
+    let all = serde_json::to_string(&lines).unwrap() + &serde_json::to_string(&first).unwrap();
+    assert!(!all.contains(&token) && !all.contains("hunter2"), "{all}");
+    // One attempt, chunks numbered from 0 without holes.
+    let mut seqs: Vec<i64> = lines.iter().map(|l| l["seq"].as_i64().unwrap()).collect();
+    seqs.dedup();
+    assert_eq!(seqs.first(), Some(&0));
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    // The worker's own log and the result message are redacted too.
+    assert!(
+        !worker_log().contains("hunter2") && !worker_log().contains(&token),
+        "{}",
+        worker_log()
+    );
+    stop(&mut serve);
+}
