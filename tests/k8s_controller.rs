@@ -549,6 +549,66 @@ async fn only_the_leader_reconciles_and_another_takes_over() {
     drop_namespace(&k, &ns).await;
 }
 
+/// Replicas that start together (a Deployment rolled out, both pods up in the same 20 ms) never
+/// lead at once: each takes the Lease under its own field manager, so the second apply conflicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_never_lead_at_once() {
+    let k = client().await;
+    let ns = namespace(&k, "lr").await;
+    for round in 0..10 {
+        let started = std::time::Instant::now();
+        let managers = futures::future::join_all((0..8).map(|i| {
+            let mut c = config(&ns, &format!("r{round}-{i}"));
+            c.lease_name = format!("race-{round}");
+            let k = k.clone();
+            async move { controller::lease_manager(k, &c).await }
+        }))
+        .await;
+        // (when, replica, leads) as each replica's own channel said it.
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut watching = Vec::new();
+        for (i, m) in managers.into_iter().enumerate() {
+            let m = m.unwrap_or_else(|e| panic!("round {round}: manager {i}: {e}"));
+            let seen = seen.clone();
+            watching.push(tokio::spawn(async move {
+                let (mut leading, task) = m.watch().await;
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+                loop {
+                    let leads = *leading.borrow_and_update();
+                    seen.lock().unwrap().push((started.elapsed(), i, leads));
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(deadline) => break,
+                        c = leading.changed() => if c.is_err() { break },
+                    }
+                }
+                drop(leading);
+                let _ = task.await;
+            }));
+        }
+        for w in watching {
+            w.await.unwrap();
+        }
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_by_key(|(at, _, _)| *at);
+        let mut leaders = std::collections::BTreeSet::new();
+        let mut ever = 0;
+        for (at, i, leads) in &seen {
+            if *leads {
+                leaders.insert(*i);
+                ever += 1;
+            } else {
+                leaders.remove(i);
+            }
+            assert!(
+                leaders.len() <= 1,
+                "round {round}: replicas {leaders:?} lead at once at {at:?}: {seen:?}"
+            );
+        }
+        assert!(ever >= 1, "round {round}: nobody led: {seen:?}");
+    }
+    drop_namespace(&k, &ns).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_controller_neither_duplicates_rows_nor_loses_status() {
     let k = client().await;

@@ -21,7 +21,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::Reporter;
 use kube::runtime::finalizer;
 use kube::{Api, Client, Resource};
-use kube_lease_manager::LeaseManagerBuilder;
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -192,6 +192,27 @@ pub async fn run_controllers(
     tracing::info!("controllers stopped");
 }
 
+/// The leader-election Lease `config.lease_namespace/lease_name` held as `config.identity`:
+/// 15 s, renewed 5 s before it ends. The Lease is taken with a server-side apply that must not
+/// take `holderIdentity` from another field manager, so each replica applies under its own name
+/// (`pullman-controller-<identity>`): under one shared name, two replicas starting together both
+/// "took" the Lease and both reconciled until the next renewal (seen on the real node).
+///
+/// Errors: the Lease cannot be read or created (the API server, RBAC).
+pub async fn lease_manager(
+    client: Client,
+    config: &ControllerConfig,
+) -> Result<LeaseManager, kube_lease_manager::LeaseManagerError> {
+    LeaseManagerBuilder::new(client, &config.lease_name)
+        .with_namespace(&config.lease_namespace)
+        .with_identity(&config.identity)
+        .with_duration(15)
+        .with_grace(5)
+        .with_field_manager(format!("{CONTROLLER_FIELD_MANAGER}-{}", config.identity))
+        .build()
+        .await
+}
+
 /// Campaigns for the Lease and runs the controllers while leading, until `shutdown` fires.
 pub async fn run_with_leader_election(
     client: Client,
@@ -214,15 +235,7 @@ pub async fn run_with_leader_election(
         config: config.clone(),
     });
     loop {
-        let manager = LeaseManagerBuilder::new(client.clone(), &config.lease_name)
-            .with_namespace(&config.lease_namespace)
-            .with_identity(&config.identity)
-            .with_duration(15)
-            .with_grace(5)
-            .with_field_manager(CONTROLLER_FIELD_MANAGER)
-            .build()
-            .await;
-        let manager = match manager {
+        let manager = match lease_manager(client.clone(), &config).await {
             Ok(m) => m,
             Err(error) => {
                 tracing::warn!(%error, "leader election could not start; retrying in 5 s");
