@@ -195,12 +195,7 @@ impl Client {
             .await
             .map_err(|source| self.transport_error(source))?;
         let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let retry_after = retry_after(resp.headers());
         let bytes = resp
             .bytes()
             .await
@@ -211,7 +206,18 @@ impl Client {
         if status.is_success() {
             return Ok((status, bytes));
         }
-        Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
+        Err(self.api_error(status, retry_after, &bytes))
+    }
+
+    /// A non-2xx answer as [`ClientError::Api`]: the server's error body, or the first 200
+    /// characters of whatever answered (then likely not a Pullman server).
+    fn api_error(
+        &self,
+        status: StatusCode,
+        retry_after: Option<Duration>,
+        bytes: &[u8],
+    ) -> ClientError {
+        match serde_json::from_slice::<ErrorBody>(bytes) {
             Ok(e) => ClientError::Api {
                 status,
                 code: e.error.code,
@@ -224,14 +230,14 @@ impl Client {
                 code: "http_error".into(),
                 message: format!(
                     "{} (is {} a Pullman server?)",
-                    String::from_utf8_lossy(&bytes)
+                    String::from_utf8_lossy(bytes)
                         .chars()
                         .take(200)
                         .collect::<String>(),
                     self.base
                 ),
             },
-        })
+        }
     }
 
     /// A failed request as a [`ClientError`]. `https://` against a plain-HTTP port fails in the
@@ -462,19 +468,9 @@ impl Client {
             return Ok(resp);
         }
         let status = resp.status();
+        let retry_after = retry_after(resp.headers());
         let bytes = resp.bytes().await.unwrap_or_default();
-        Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
-            Ok(e) => ClientError::Api {
-                status,
-                code: e.error.code,
-                message: e.error.message,
-            },
-            Err(_) => ClientError::Api {
-                status,
-                code: "http_error".into(),
-                message: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
-            },
-        })
+        Err(self.api_error(status, retry_after, &bytes))
     }
 
     /// `POST /work-orders/{id}/complete`.
@@ -497,4 +493,13 @@ impl Client {
         };
         parsed.map_err(|e| ClientError::Protocol(e.to_string()))
     }
+}
+
+/// `Retry-After` in seconds (the only form the server sends, DESIGN.md §9), if present.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
 }

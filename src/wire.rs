@@ -109,6 +109,9 @@ pub struct WhoAmI {
     pub agent_name: Option<String>,
 }
 
+/// Most lines one page of `GET /work-orders/{id}/output` returns (its `limit`, DESIGN.md §9).
+pub const MAX_OUTPUT_PAGE_LINES: i64 = 10_000;
+
 /// Body of `POST /work-orders/{id}/output` (DESIGN.md §9): one ordered chunk of the output of the
 /// claim `claim_id`, sent by the agent holding it. At most 1 MiB as sent (`413` above).
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]

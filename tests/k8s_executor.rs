@@ -5,6 +5,8 @@ mod support;
 
 #[path = "k8s_executor/builds.rs"]
 mod builds;
+#[path = "k8s_executor/output.rs"]
+mod output;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -173,7 +173,6 @@ executors:
     rules:
       - {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch, create, patch, delete, deletecollection]}
       - {apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, patch, delete, deletecollection]}
-      - {apiGroups: [""], resources: [pods], verbs: [get, list]}
 YAML
 t_install=$(now)
 # Without --wait: our own wait says at once when a pod cannot start (missing image, crash loop).
@@ -311,6 +310,7 @@ until_true $((grace + 15)) "executor pod $EXEC gone" gone
 exited="$(since "$t_del")"
 wait "$FOLLOW" 2>/dev/null || true
 # It ended on its own, by its drain limit, not by the kubelet's SIGKILL at the grace period.
+awk -v e="$exited" -v g="$grace" 'BEGIN { exit !(e < g) }' || fail "the executor's pod took ${exited}s to go, not less than its ${grace}s grace period"
 grep -q "abandoning them to the reaper" "$WORK/executor.log" \
   || { tail -n 5 "$WORK/executor.log" >&2; fail "the executor did not abandon its order at its drain limit"; }
 grep -q "executor stopped" "$WORK/executor.log" \
@@ -379,5 +379,47 @@ rc=0
 (( rc == 0 )) || { cat "$WORK/worker.log" >&2; fail "pullman worker --once exited $rc"; }
 "$PULLMAN" work-orders wait "$wid" --timeout 30s >/dev/null || fail "the host worker's order did not succeed"
 ok "the host's worker completed order ${wid:0:8} through $URL"
+
+# --- 9. the containers' output ------------------------------------------------------------------
+step "the containers' output: followed while the Job runs, kept after its pod is gone"
+order_id() { k get -n "$DEMO" workorder "$1" -o jsonpath='{.status.workOrderId}'; }
+# A line counted by its text after the `[pod/container] ` prefix the CLI prints.
+count_text() { awk -v t="$2" 'index($0, "] " t) && substr($0, index($0, "] ") + 2) == t { n++ } END { print n + 0 }' "$1"; }
+job_order ticker 'for i in 1 2 3 4 5 6 7 8 9 10; do echo tick $i; sleep 1; done' | k apply -n "$DEMO" -f - >/dev/null
+has_id() { [[ -n "$(order_id ticker)" ]]; }
+until_true 60 "WorkOrder ticker has its order id" has_id
+"$PULLMAN" work-orders logs "$(order_id ticker)" -f > "$WORK/ticker.out" 2>"$WORK/ticker.err" & FOLLOW=$!
+first_tick() { grep -q "tick 1\$" "$WORK/ticker.out"; }
+until_true 60 "the first line of ticker followed" first_tick
+[[ "$(phase ticker)" != Succeeded ]] || fail "ticker had already Succeeded when its first line arrived: not followed live"
+rc=0; wait "$FOLLOW" || rc=$?
+(( rc == 0 )) || { cat "$WORK/ticker.err" >&2; fail "logs -f of ticker exited $rc, not 0 (succeeded)"; }
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  (( $(count_text "$WORK/ticker.out" "tick $i") == 1 )) || { cat "$WORK/ticker.out" >&2; fail "tick $i is not in the followed output exactly once"; }
+done
+grep -q '^\[ticker-[a-z0-9]*/main\] tick 1$' "$WORK/ticker.out" || { head -n 3 "$WORK/ticker.out" >&2; fail "ticker's lines do not name their pod and container"; }
+ok "logs -f showed ticker's 10 lines while its Job ran, each once, [pod/container] first, and exited 0 with it"
+
+"$PULLMAN" work-orders logs "$(order_id hello)" > "$WORK/hello.out" || fail "work-orders logs hello"
+k delete job -n "$DEMO" hello --cascade=foreground --wait=true --timeout=60s >/dev/null || fail "deleting Job hello"
+hello_pods() { [[ -z "$(k get pods -n "$DEMO" -l batch.kubernetes.io/job-name=hello -o name)" ]]; }
+until_true 60 "Job hello's pod gone" hello_pods
+"$PULLMAN" work-orders logs "$(order_id hello)" > "$WORK/hello-after.out" || fail "work-orders logs hello after its pod was deleted"
+(( $(count_text "$WORK/hello-after.out" "hello from a real container") == 1 )) || { cat "$WORK/hello-after.out" >&2; fail "hello's line is not in its output once its pod is gone"; }
+cmp -s "$WORK/hello.out" "$WORK/hello-after.out" || fail "hello's output changed when its pod was deleted"
+ok "hello's output outlives its Job and pod"
+
+rc=0; "$PULLMAN" work-orders logs "$(order_id seven)" -f > "$WORK/seven.out" 2>/dev/null || rc=$?
+(( rc == 3 )) || fail "logs -f of the failed order seven exited $rc, not 3 (failed)"
+(( $(count_text "$WORK/seven.out" "about to fail") == 1 )) || { cat "$WORK/seven.out" >&2; fail "seven's output lacks its line"; }
+ok "logs -f of the failed order seven printed its line and exited 3"
+
+# The executor's pod was deleted while long ran (step 6): the new pod re-attached to the same Job
+# and sent only what the server did not have yet.
+"$PULLMAN" work-orders logs "$(order_id long)" > "$WORK/long.out" || fail "work-orders logs long"
+for t in start done; do
+  (( $(count_text "$WORK/long.out" "$t") == 1 )) || { cat "$WORK/long.out" >&2; fail "long's line '$t' is not in its output exactly once across the executor's restart"; }
+done
+ok "long's output across its executor's restart: start and done, each once"
 
 echo "scenario: $PASSED passed, 0 failed ($((SECONDS - T0))s)"

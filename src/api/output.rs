@@ -23,8 +23,8 @@ use crate::queue::{Queue, QueueError};
 use crate::telemetry::Metrics;
 use crate::wire::{OutputAccepted, OutputChunk};
 
-/// Most lines of one page, and the default (`limit`).
-const MAX_PAGE_LINES: i64 = 10_000;
+use crate::wire::MAX_OUTPUT_PAGE_LINES as MAX_PAGE_LINES;
+/// Lines of one page when `limit` is not given.
 const DEFAULT_PAGE_LINES: i64 = 1_000;
 /// Most lines `tail` may ask for.
 const MAX_TAIL: i64 = 10_000;

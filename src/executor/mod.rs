@@ -8,10 +8,12 @@
 //! - `apply`: server-side apply with cached discovery; `plan`: what one order applies and
 //!   then waits on; `watch`: one shared watch per kind and namespace that every order waits on;
 //!   `verdict`: what a watched object says; `pods`: which containers of a failed Job exited with
-//!   what code; `cleanup`: deleting what a cancelled order created.
+//!   what code; `cleanup`: deleting what a cancelled order created; [`logs`]: the logs of the
+//!   order's pods sent as its output (DESIGN.md §9).
 
 mod apply;
 mod cleanup;
+pub mod logs;
 mod plan;
 mod pods;
 mod verdict;
@@ -31,6 +33,7 @@ pub use plan::{BUILD_WINDOW, Plan, buildrun_name};
 pub use verdict::{ObjectVerdict, buildrun_verdict, job_verdict, keep_verdict_fields};
 pub use watch::{WatchEnd, Watches};
 
+use crate::pull::output::{FLUSH_TIMEOUT, OutputConfig, OutputSender, Redactor};
 use crate::pull::{self, Carrier, ConnectError, LoopConfig, Shutdown, Verdict};
 use crate::wire::WorkOrder;
 
@@ -97,7 +100,13 @@ pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| "default".into())
     });
     tracing::info!(target_namespace = %namespace, concurrency = args.concurrency, "executor starting");
-    let carrier = Arc::new(KubeCarrier::new(kube, namespace));
+    let output = OutputConfig {
+        client: api.clone(),
+        agent_id,
+        buffer_bytes: pull::output::DEFAULT_BUFFER_BYTES,
+        redactor: Redactor::new([api.token().to_string()]),
+    };
+    let carrier = Arc::new(KubeCarrier::new(kube, namespace).with_output(output));
     let config = LoopConfig {
         agent_id,
         work_types: vec![],
@@ -109,6 +118,10 @@ pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
     tracing::info!("executor stopped");
     Ok(())
 }
+
+/// How long the output already read may take to go out when an order is stopped rather than
+/// finished (its claim abandoned or cancelled).
+const STOPPED_FLUSH: Duration = Duration::from_secs(1);
 
 /// Bounds the drain: a pod's SIGTERM is followed by SIGKILL after its grace period, and an order
 /// still running then would stay claimed, unreported, until its lease ends anyway. Abandoning it
@@ -135,6 +148,8 @@ fn abandon_after_drain(shutdown: &Shutdown, limit: Duration) {
 pub struct KubeCarrier {
     applier: Applier,
     watches: Watches,
+    /// Where the pods' logs go; `None`: nowhere.
+    output: Option<OutputConfig>,
 }
 
 impl KubeCarrier {
@@ -142,7 +157,45 @@ impl KubeCarrier {
         KubeCarrier {
             watches: Watches::new(client.clone()),
             applier: Applier::new(client, target_namespace),
+            output: None,
         }
+    }
+
+    /// Sends the logs of each order's pods as its output (DESIGN.md §9).
+    pub fn with_output(mut self, output: OutputConfig) -> Self {
+        self.output = Some(output);
+        self
+    }
+
+    /// Starts following the pods of what `plan` watches: the sender, and one follower per Job or
+    /// BuildRun (by their pods' label).
+    async fn follow_logs(
+        &self,
+        order: &WorkOrder,
+        plan: &Plan,
+    ) -> Option<(OutputSender, Vec<logs::PodLogs>)> {
+        let config = self.output.as_ref()?;
+        let claim = order.claim_id?;
+        let resume = Arc::new(logs::resume_points(&config.client, order.id).await);
+        let sender = OutputSender::start(config, order.id, claim, 0);
+        let targets: Vec<(&Applied, &str)> = match plan {
+            Plan::Jobs { jobs, .. } => jobs.iter().map(|j| (j, logs::JOB_NAME_LABEL)).collect(),
+            Plan::BuildRun { run, .. } => vec![(run, logs::BUILDRUN_LABEL)],
+        };
+        let followers = targets
+            .into_iter()
+            .filter_map(|(object, label)| {
+                let ns = object.namespace.as_deref()?;
+                Some(logs::PodLogs::follow(
+                    self.watches.client().clone(),
+                    ns,
+                    format!("{label}={}", object.name),
+                    sender.handle(),
+                    resume.clone(),
+                ))
+            })
+            .collect();
+        Some((sender, followers))
     }
 
     /// The shared watches (one per kind and namespace waited on so far).
@@ -158,8 +211,23 @@ impl Carrier for KubeCarrier {
         Plan::apply(&self.applier, order, stop).await
     }
 
-    async fn finish(&self, _order: &WorkOrder, plan: Plan, stop: &CancellationToken) -> Verdict {
-        plan.watch(&self.watches, stop).await
+    async fn finish(&self, order: &WorkOrder, plan: Plan, stop: &CancellationToken) -> Verdict {
+        let following = self.follow_logs(order, &plan).await;
+        let verdict = plan.watch(&self.watches, stop).await;
+        if let Some((sender, followers)) = following {
+            // Finished: the last lines are in before the order completes (DESIGN.md §9), within
+            // bounds. Stopped (abandoned at the drain limit, or cancelled): the Job may still be
+            // running, so its streams would not end; stop them at once and send what is read
+            // within a second, inside the pod's grace period. The next claim resumes after it.
+            let (drain, flush) = if stop.is_cancelled() {
+                (Duration::ZERO, STOPPED_FLUSH)
+            } else {
+                (logs::DRAIN_LIMIT, FLUSH_TIMEOUT)
+            };
+            futures::future::join_all(followers.into_iter().map(|f| f.finish(drain))).await;
+            sender.finish(flush).await;
+        }
+        verdict
     }
 
     async fn cancelled(&self, order: &WorkOrder) {

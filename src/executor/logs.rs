@@ -1,0 +1,340 @@
+//! The logs of the pods an order runs, sent as the order's output (DESIGN.md §9): every
+//! container of every pod of the watched Jobs (and BuildRuns), init containers included, each pod
+//! of a Job's retries, from the moment a container starts. Each line's stream is
+//! `<pod>/<container>` and its time the kubelet's own timestamp (asked for with `timestamps`), so
+//! a restarted executor, or a new claim re-attaching to the same Job, starts each container just
+//! after the last line the server already has for it ([`resume_points`]) and sends nothing twice.
+//!
+//! Bounded: one pod watch per followed object (by label), one task per started container, all
+//! cancelled when the order ends. A container whose logs cannot be read (kwok nodes have no
+//! kubelet; the executor's Role may lack `pods/log`) is said once, as one line, and not retried.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::LogParams;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::client::Client as ApiClient;
+use crate::pull::output::{MAX_LINE_BYTES, OutputHandle};
+use crate::wire::MAX_OUTPUT_PAGE_LINES;
+
+/// After the Job's verdict, its containers' streams get this long to deliver their last lines.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+/// Most pages of the order's stored output read to find where each stream stopped.
+const RESUME_PAGES: usize = 100;
+
+/// The label that names a Job's pods.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+/// The label Shipwright (through Tekton) puts on a BuildRun's pods.
+pub const BUILDRUN_LABEL: &str = "buildrun.shipwright.io/name";
+
+/// Where one container's stream stopped on the server: the time of its last stored line and how
+/// many stored lines carry exactly that time (PostgreSQL keeps microseconds, and lines printed
+/// within one microsecond share it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResumePoint {
+    pub at: DateTime<Utc>,
+    pub lines_at: usize,
+}
+
+impl ResumePoint {
+    /// Adds one stored line of the stream.
+    fn see(point: &mut Option<ResumePoint>, at: DateTime<Utc>) {
+        match point {
+            Some(p) if at < p.at => {}
+            Some(p) if at == p.at => p.lines_at += 1,
+            _ => *point = Some(ResumePoint { at, lines_at: 1 }),
+        }
+    }
+}
+
+/// Per stream (`<pod>/<container>`), where the server's copy of the order's output stopped, read
+/// once (all claims). Errors leave the map empty, so every container starts from its beginning
+/// (logged).
+pub async fn resume_points(client: &ApiClient, order_id: Uuid) -> HashMap<String, ResumePoint> {
+    let mut last: HashMap<String, Option<ResumePoint>> = HashMap::new();
+    let mut after = None;
+    for _ in 0..RESUME_PAGES {
+        let query = match after {
+            Some(cursor) => format!("limit={MAX_OUTPUT_PAGE_LINES}&after={cursor}"),
+            None => format!("limit={MAX_OUTPUT_PAGE_LINES}"),
+        };
+        match client.read_output(order_id, &query).await {
+            Ok(page) => {
+                for l in page.lines.iter().filter(|l| l.marker.is_none()) {
+                    ResumePoint::see(last.entry(l.stream.clone()).or_default(), l.at);
+                }
+                after = page.next_cursor;
+                if !page.more {
+                    break;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the order's output to resume; streams start from the beginning");
+                break;
+            }
+        }
+    }
+    last.into_iter()
+        .filter_map(|(stream, p)| Some((stream, p?)))
+        .collect()
+}
+
+/// Decides, line by line, which lines of a container's log the server has already: those before
+/// the resume point, and the first `lines_at` at its exact time.
+#[derive(Debug)]
+pub struct Resume {
+    point: Option<ResumePoint>,
+    skipped_at: usize,
+}
+
+impl Resume {
+    pub fn new(point: Option<ResumePoint>) -> Self {
+        Resume {
+            point,
+            skipped_at: 0,
+        }
+    }
+
+    /// Whether the line stamped `at` (already cut to microseconds) was sent before.
+    pub fn sent_before(&mut self, at: DateTime<Utc>) -> bool {
+        let Some(p) = self.point else { return false };
+        if at < p.at {
+            return true;
+        }
+        if at == p.at && self.skipped_at < p.lines_at {
+            self.skipped_at += 1;
+            return true;
+        }
+        false
+    }
+}
+
+/// The followers of one order's pods.
+pub struct PodLogs {
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl PodLogs {
+    /// Follows the pods in `namespace` matching `selector` (`label=value`).
+    pub fn follow(
+        kube: Client,
+        namespace: &str,
+        selector: String,
+        out: OutputHandle,
+        resume: Arc<HashMap<String, ResumePoint>>,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let pods: Api<Pod> = Api::namespaced(kube, namespace);
+        tasks.spawn(watch_pods(pods, selector, out, resume, stop.clone()));
+        PodLogs { stop, tasks }
+    }
+
+    /// The order's verdict is in: lets the containers' streams end on their own (a finished
+    /// container's log ends) for at most `limit`, then stops every task.
+    pub async fn finish(mut self, limit: Duration) {
+        // The pod watch itself never ends: stop it, its container tasks drain on their own.
+        self.stop.cancel();
+        let drained = tokio::time::timeout(limit, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::debug!("container logs still open after the verdict; stopping them");
+            self.tasks.abort_all();
+        }
+    }
+}
+
+impl Drop for PodLogs {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.tasks.abort_all();
+    }
+}
+
+/// Watches the pods; starts one follower per container as soon as it has started.
+async fn watch_pods(
+    pods: Api<Pod>,
+    selector: String,
+    out: OutputHandle,
+    resume: Arc<HashMap<String, ResumePoint>>,
+    stop: CancellationToken,
+) {
+    let mut followers = JoinSet::new();
+    let mut started: HashSet<String> = HashSet::new();
+    let events = watcher(pods.clone(), watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .applied_objects();
+    futures::pin_mut!(events);
+    loop {
+        let pod = tokio::select! {
+            _ = stop.cancelled() => break,
+            e = events.try_next() => match e {
+                Ok(Some(pod)) => pod,
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::debug!(%error, "pod watch error; it resumes");
+                    continue;
+                }
+            },
+        };
+        let Some(name) = pod.metadata.name.clone() else {
+            continue;
+        };
+        let Some(status) = &pod.status else { continue };
+        let statuses = status.init_container_statuses.iter().flatten();
+        for c in statuses.chain(status.container_statuses.iter().flatten()) {
+            let state = c.state.as_ref();
+            let has_started = state.is_some_and(|s| s.running.is_some() || s.terminated.is_some());
+            let stream = format!("{name}/{}", c.name);
+            if !has_started || !started.insert(stream.clone()) {
+                continue;
+            }
+            followers.spawn(follow_container(
+                pods.clone(),
+                name.clone(),
+                c.name.clone(),
+                stream,
+                resume.clone(),
+                out.clone(),
+            ));
+        }
+    }
+    while followers.join_next().await.is_some() {}
+}
+
+/// Streams one container's log until it ends. Lines at or before the resume point are skipped
+/// (the kubelet's timestamps have nanoseconds, so a line is told apart from its neighbours).
+async fn follow_container(
+    pods: Api<Pod>,
+    pod: String,
+    container: String,
+    stream: String,
+    resume: Arc<HashMap<String, ResumePoint>>,
+    out: OutputHandle,
+) {
+    let point = resume.get(&stream).copied();
+    let params = LogParams {
+        container: Some(container),
+        follow: true,
+        timestamps: true,
+        since_time: point
+            .and_then(|p| k8s_openapi::jiff::Timestamp::from_second(p.at.timestamp()).ok()),
+        ..LogParams::default()
+    };
+    let reader = match pods.log_stream(&pod, &params).await {
+        Ok(r) => r,
+        Err(error) => {
+            // Said once per container: a fake kubelet (kwok) or a missing `pods/log` right will
+            // not answer differently on a retry.
+            out.push(
+                &stream,
+                &format!("[pullman] no logs from this container: {error}"),
+                Utc::now(),
+            );
+            return;
+        }
+    };
+    let mut resume = Resume::new(point);
+    let mut lines = reader.lines();
+    while let Some(line) = lines.next().await {
+        let line = match line {
+            Ok(l) => l,
+            Err(error) => {
+                tracing::debug!(%error, stream, "container log broke off");
+                break;
+            }
+        };
+        let (at, text) = split_timestamp(&line);
+        // Cut to what the server stores, so a resumed stream compares like with like.
+        let at = at.unwrap_or_else(Utc::now).trunc_subsecs(6);
+        if resume.sent_before(at) {
+            continue;
+        }
+        let mut text = text.trim_end_matches('\r');
+        if text.len() > MAX_LINE_BYTES {
+            let mut cut = MAX_LINE_BYTES;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text = &text[..cut];
+        }
+        out.push(&stream, text, at);
+    }
+}
+
+/// `2026-01-02T03:04:05.123456789Z text` → the time and the text. A line without a timestamp
+/// (should not happen with `timestamps`) is kept whole.
+pub fn split_timestamp(line: &str) -> (Option<DateTime<Utc>>, &str) {
+    if let Some((ts, text)) = line.split_once(' ')
+        && let Ok(at) = DateTime::parse_from_rfc3339(ts)
+    {
+        return (Some(at.with_timezone(&Utc)), text);
+    }
+    (None, line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_timestamps_are_split_off_with_their_nanoseconds() {
+        let (at, text) = split_timestamp("2026-01-02T03:04:05.123456789Z hello world");
+        assert_eq!(text, "hello world");
+        let at = at.unwrap();
+        assert_eq!(at.timestamp_subsec_nanos(), 123_456_789);
+        let (at2, _) = split_timestamp("2026-01-02T03:04:05.123456790Z next");
+        assert!(at2.unwrap() > at);
+        assert_eq!(split_timestamp("no stamp here"), (None, "no stamp here"));
+        assert_eq!(split_timestamp("2026-01-02T03:04:05Z ").1, "");
+    }
+
+    #[test]
+    fn a_resumed_stream_skips_exactly_the_lines_stored_before() {
+        let t =
+            |micros: i64| DateTime::from_timestamp_micros(1_800_000_000_000_000 + micros).unwrap();
+        // Stored: lines at 1, 2, 2 (two within one microsecond). The log gives 1, 2, 2, 2, 3.
+        let mut point = None;
+        for at in [t(1), t(2), t(2)] {
+            ResumePoint::see(&mut point, at);
+        }
+        assert_eq!(
+            point,
+            Some(ResumePoint {
+                at: t(2),
+                lines_at: 2
+            })
+        );
+        let mut resume = Resume::new(point);
+        let sent: Vec<bool> = [t(1), t(2), t(2), t(2), t(3)]
+            .into_iter()
+            .map(|at| !resume.sent_before(at))
+            .collect();
+        assert_eq!(sent, [false, false, false, true, true]);
+        // Nothing stored: everything goes.
+        let mut fresh = Resume::new(None);
+        assert!(!fresh.sent_before(t(0)));
+    }
+
+    #[test]
+    fn a_kubelet_time_cut_to_microseconds_equals_the_stored_one() {
+        let (at, _) = split_timestamp("2026-01-02T03:04:05.123456789Z x");
+        let cut = at.unwrap().trunc_subsecs(6);
+        assert_eq!(cut.timestamp_subsec_nanos(), 123_456_000);
+        let stored: DateTime<Utc> = "2026-01-02T03:04:05.123456Z".parse().unwrap();
+        assert_eq!(cut, stored);
+    }
+}

@@ -1,0 +1,92 @@
+//! The executor sends its pods' logs as the order's output (DESIGN.md §9). On kwok nodes the
+//! kubelet is fake and has no logs to give: the executor says so once per container, as one
+//! line, not per line and not in a loop, and the order still completes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pullman::client::Client as PullClient;
+use pullman::executor::KubeCarrier;
+use pullman::pull::output::{OutputConfig, Redactor};
+use pullman::pull::{self, LoopConfig, Shutdown};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::{job, order, setup};
+use crate::support::kube::drop_namespace;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_without_logs_is_said_once_per_container() {
+    let t = setup("out").await;
+    let shutdown = Shutdown::default();
+    let api = PullClient::new(&t.s.base, &t.token).unwrap();
+    let agent_id = t.agent.parse().unwrap();
+    let carrier = KubeCarrier::new(t.k.clone(), t.ns.clone()).with_output(OutputConfig {
+        client: api.clone(),
+        agent_id,
+        buffer_bytes: 8 << 20,
+        redactor: Redactor::new([t.token.clone()]),
+    });
+    let config = LoopConfig {
+        agent_id,
+        work_types: vec![],
+        lease_seconds: 15,
+        concurrency: 2,
+        max_wait_seconds: 5,
+    };
+    let task = tokio::spawn(pull::run(api, config, Arc::new(carrier), shutdown.clone()));
+
+    // A Job whose pod has an init container and a main container.
+    let yaml = job("talk", json!({})).replace(
+        "      containers:\n",
+        "      initContainers:\n      - name: setup\n        image: busybox\n        command: [\"echo\", \"init\"]\n      containers:\n",
+    );
+    let id = t.s.order(order(&t.ns, &yaml, 600)).await;
+    let v = t.s.log_entry(&id, 90).await;
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    // Nothing more arrives after the order completed: read, wait, read again.
+    let read = || async {
+        let (status, v) =
+            t.s.admin(
+                Method::GET,
+                &format!("/api/v1/work-orders/{id}/output"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+        v["lines"].as_array().unwrap().clone()
+    };
+    let lines = read().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(read().await, lines, "no line after the order completed");
+    let streams: Vec<&str> = lines
+        .iter()
+        .map(|l| l["stream"].as_str().unwrap())
+        .collect();
+    let pod_streams = |container: &str| {
+        streams
+            .iter()
+            .filter(|s| s.starts_with("talk-") && s.ends_with(&format!("/{container}")))
+            .count()
+    };
+    assert_eq!(pod_streams("main"), 1, "said once for main: {lines:?}");
+    assert_eq!(
+        pod_streams("setup"),
+        1,
+        "said once for the init container: {lines:?}"
+    );
+    for l in &lines {
+        let text = l["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("[pullman] no logs from this container"),
+            "{l}"
+        );
+        assert!(!text.contains(&t.token), "{l}");
+        assert_eq!(l["attempt"], Value::from(1), "{l}");
+    }
+
+    shutdown.drain.cancel();
+    shutdown.abandon.cancel();
+    let _ = task.await;
+    drop_namespace(&t.k, &t.ns).await;
+}
