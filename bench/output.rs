@@ -4,16 +4,21 @@
 //!   cargo bench --bench output                # all four, default sizes
 //!   cargo bench --bench output -- --quick     # smaller sizes, for a smoke run
 //!
-//! The server runs in-process over the shared throwaway PostgreSQL (`pullman::testing`); the
-//! senders are synthetic agents that POST chunks over HTTP as the worker does (not `pullman
-//! worker` processes), and the followers read `?follow=true` over HTTP. Figures are printed as
-//! ratios against a baseline measured in the same run.
+//! The server runs in-process over the shared throwaway PostgreSQL (`pullman::testing`). In (a)
+//! and (b) the lines go through the worker's own sender (`pull::output::OutputSender`, in this
+//! process rather than `pullman worker` processes); (b') posts the same lines as synthetic agents
+//! sending ten chunks a second, ten times the worker's requests; (c) and (d) post chunks
+//! directly. Followers read `?follow=true` over HTTP. Figures are printed as ratios against a
+//! baseline measured in the same run.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pullman::api::OutputSettings;
+use pullman::pull::output::{
+    DEFAULT_BUFFER_BYTES, FLUSH_TIMEOUT, OutputConfig, OutputSender, Redactor,
+};
 use pullman::testing::{ADMIN_TOKEN, TestServer, configmap_order};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -91,6 +96,44 @@ async fn sender(
     (agent, token, order, claim)
 }
 
+/// Prints `per_second` lines a second (a tenth every 100 ms) through the worker's own sender
+/// (`pull::output::OutputSender`: redaction, batching, at least one chunk a second) until `stop`;
+/// each text starts with the microseconds since `epoch` when it was printed. Returns the claim
+/// (agent, token, order, claim), its output all delivered.
+async fn worker_sender(
+    s: Arc<TestServer>,
+    label: String,
+    per_second: usize,
+    epoch: Instant,
+    stop: Arc<AtomicBool>,
+) -> (String, String, String, String) {
+    let (agent, token, order, claim) = claimed(&s, &label).await;
+    let config = OutputConfig {
+        client: pullman::client::Client::new(&s.base, &token).unwrap(),
+        agent_id: agent.parse().unwrap(),
+        buffer_bytes: DEFAULT_BUFFER_BYTES,
+        redactor: Redactor::new([token.clone()]),
+    };
+    let out = OutputSender::start(&config, order.parse().unwrap(), claim.parse().unwrap(), 0);
+    let lines = out.handle();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    while !stop.load(Ordering::Relaxed) {
+        tick.tick().await;
+        for i in 0..per_second / 10 {
+            let printed = epoch.elapsed().as_micros();
+            lines.push(
+                "stdout",
+                &format!(
+                    "{printed} line {i} of a benchmark worker, padded to a typical log line length"
+                ),
+                chrono::Utc::now(),
+            );
+        }
+    }
+    out.finish(FLUSH_TIMEOUT).await;
+    (agent, token, order, claim)
+}
+
 /// Follows `order` to its end; records, per line, the microseconds from send to receipt.
 async fn follower(
     base: String,
@@ -136,7 +179,8 @@ async fn complete(s: &TestServer, token: &str, order: &str, agent: &str, claim: 
     .await;
 }
 
-/// (a) 16 senders × 100 lines/s, one follower each: send-to-seen latency.
+/// (a) 16 workers × 100 lines/s, one follower each: printed-to-seen latency (the worker sends at
+/// least once a second, so up to a second of it is the batching).
 async fn latency(secs: u64) {
     let s = Arc::new(TestServer::start().await);
     let epoch = Instant::now();
@@ -144,7 +188,7 @@ async fn latency(secs: u64) {
     let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut senders = Vec::new();
     for i in 0..SENDERS {
-        senders.push(tokio::spawn(sender(
+        senders.push(tokio::spawn(worker_sender(
             s.clone(),
             format!("lat{i}"),
             100,
@@ -179,7 +223,7 @@ async fn latency(secs: u64) {
     let mut l = lat.lock().unwrap().clone();
     l.sort_by(|a, b| a.partial_cmp(b).unwrap());
     println!(
-        "| (a) line sent → seen by a follower, 16 senders × 100 lines/s, {} lines | p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms; p95 / goal (2 s) = {:.3} | goal p95 ≤ 2 s |",
+        "| (a) line printed (pushed to the worker's sender) → seen by a follower, 16 workers × 100 lines/s, {} lines | p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms; p95 / goal (2 s) = {:.3} | goal p95 ≤ 2 s |",
         l.len(),
         percentile(&l, 0.5),
         percentile(&l, 0.95),
@@ -190,20 +234,36 @@ async fn latency(secs: u64) {
 
 /// Claim+complete throughput of 16 other agents for `secs`, with 16 senders of `lines` lines/s
 /// running (0 = none).
-async fn throughput(secs: u64, lines: usize) -> f64 {
+/// Who sends the output in (b): nobody, the worker's own sender, or synthetic agents posting ten
+/// chunks a second each (ten times the requests a worker makes for the same lines).
+#[derive(Clone, Copy, PartialEq)]
+enum Senders {
+    None,
+    Worker,
+    TenChunksASecond,
+}
+
+async fn throughput(secs: u64, lines: usize, senders_kind: Senders) -> f64 {
     let s = Arc::new(TestServer::start().await);
     let stop = Arc::new(AtomicBool::new(false));
     let epoch = Instant::now();
     let mut senders = Vec::new();
-    if lines > 0 {
-        for i in 0..SENDERS {
-            senders.push(tokio::spawn(sender(
-                s.clone(),
-                format!("out{i}"),
-                lines,
-                epoch,
-                stop.clone(),
-            )));
+    for i in 0..SENDERS {
+        let label = format!("out{i}");
+        match senders_kind {
+            Senders::None => {}
+            Senders::Worker => {
+                let task = worker_sender(s.clone(), label, lines, epoch, stop.clone());
+                senders.push(tokio::spawn(async move {
+                    task.await;
+                }));
+            }
+            Senders::TenChunksASecond => {
+                let task = sender(s.clone(), label, lines, epoch, stop.clone());
+                senders.push(tokio::spawn(async move {
+                    task.await;
+                }));
+            }
         }
     }
     let done = Arc::new(AtomicU64::new(0));
@@ -338,11 +398,31 @@ async fn main() {
     let secs = if quick { 3 } else { 10 };
     println!("| scenario | figure | goal |\n|---|---|---|");
     latency(secs).await;
-    let without = throughput(secs, 0).await;
-    let with = throughput(secs, 1000).await;
+    // Each kind twice, in mirrored order (none, worker, synthetic, synthetic, worker, none), so
+    // a drift over the run (the shared database filling up, other load) weighs on each alike.
+    let (mut without, mut with, mut synthetic) = (0.0, 0.0, 0.0);
+    for kind in [
+        Senders::None,
+        Senders::Worker,
+        Senders::TenChunksASecond,
+        Senders::TenChunksASecond,
+        Senders::Worker,
+        Senders::None,
+    ] {
+        let rate = throughput(secs, 1000, kind).await;
+        match kind {
+            Senders::None => without += rate / 2.0,
+            Senders::Worker => with += rate / 2.0,
+            Senders::TenChunksASecond => synthetic += rate / 2.0,
+        }
+    }
     println!(
-        "| (b) claim+complete of 16 other agents, with 16 senders × 1000 lines/s vs without | {with:.0}/s vs {without:.0}/s: ratio {:.2} | goal ≥ 0.9 |",
+        "| (b) claim+complete of 16 other agents, with 16 workers' senders × 1000 lines/s vs without (mean of two windows each) | {with:.0}/s vs {without:.0}/s: ratio {:.2} | goal ≥ 0.9 |",
         with / without.max(0.001)
+    );
+    println!(
+        "| (b') the same lines posted as 10 chunks a second per sender (10× the worker's requests) | {synthetic:.0}/s vs {without:.0}/s: ratio {:.2} | (harsher than the goal's case) |",
+        synthetic / without.max(0.001)
     );
     one_gib(if quick { 64 << 20 } else { 1 << 30 }).await;
     hundred_followers(if quick { 500 } else { 2000 }).await;
