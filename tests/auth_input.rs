@@ -451,11 +451,25 @@ async fn openapi_describes_every_route_and_ops_endpoints_answer() {
         "/api/v1/work-orders/{id}/explain",
         "/api/v1/agents/{id}/backlog",
         "/api/v1/backlog",
+        "/api/v1/work-orders/{id}/output",
         "/healthz",
         "/readyz",
         "/metrics",
     ] {
         assert!(paths.contains_key(p), "{p} missing from OpenAPI");
+    }
+    // A generated client names its methods by operationId: each operation has one, never twice
+    // (two modules' `list` and `get_one` once made the document invalid).
+    let mut ids = std::collections::BTreeMap::new();
+    for (path, item) in paths {
+        for (method, op) in item.as_object().unwrap() {
+            let id = op["operationId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+            if let Some(other) = ids.insert(id.to_string(), format!("{method} {path}")) {
+                panic!("operationId {id} used by {other} and {method} {path}");
+            }
+        }
     }
     let complete = &paths["/api/v1/work-orders/{id}/complete"]["post"]["responses"];
     assert!(complete.get("200").is_some() && complete.get("202").is_some());

@@ -218,14 +218,22 @@ def filter_failure(context, failure, case, response):
     that a *retire* (token revoked, claims back to PENDING), and a retired agent stays readable
     (`GET /agents/{id}` is `200` with `health: retired`; rotating its token is
     `409 agent_retired`; its revoked token gets `401`). The check stays on for work orders,
-    where a cancelled order is `404`, except for its attempts, which stay readable."""
+    where a cancelled order is `404`, except for its attempts and output, which stay readable."""
     if getattr(failure, "code", None) != "ST301":
         return True
     free = getattr(failure, "free", "")
     # A cancelled order keeps its history: its attempts stay readable (DESIGN.md §5 serves the
     # attempts of active and finished orders), while the order itself is `404 finished`.
+    # Its output too (DESIGN.md §9: output of active and finished orders alike), read as finished.
     if re.fullmatch(r"DELETE /api/v1/work-orders/[0-9a-fA-F-]{36}", free):
-        return not (_op(case) == "/work-orders/{id}/attempts" and response.status_code == 200)
+        if _op(case) == "/work-orders/{id}/attempts" and response.status_code == 200:
+            return False
+        if _op(case) == "/work-orders/{id}/output" and response.status_code == 200:
+            try:
+                return response.json().get("finished") is not True
+            except Exception:
+                return True
+        return True
     if not re.fullmatch(r"DELETE /api/v1/agents/[0-9a-fA-F-]{36}", free):
         return True
     try:

@@ -5,9 +5,10 @@
 #
 # Builds nothing: uses ${PULLMAN_BIN:-target/debug/pullman}. Installs schemathesis (pinned) into a
 # venv under ${XDG_CACHE_HOME:-$HOME/.cache}/pullman-schemathesis on first use (needs python3 with
-# venv support and PyPI). Registers an agent and lets hooks.py aim the agent routes (claim,
-# heartbeat, complete, claim-next, pending) at that agent and at real orders; prints, per
-# operation, how many answers of each status schemathesis got.
+# venv support and PyPI), with openapi-spec-validator (pinned), which checks the document first.
+# Registers an agent and lets hooks.py aim the agent routes (claim, heartbeat, complete,
+# claim-next, pending) at that agent and at real orders; prints, per operation, how many answers
+# of each status schemathesis got.
 #
 # Usage: e2e/schemathesis/run.sh [extra `st run` arguments, e.g. --max-time 60 or --seed 1]
 # Env: ST_MAX_TIME (seconds for the whole run, default 180), ST_MAX_EXAMPLES (default 50),
@@ -19,6 +20,7 @@ root="$(cd "$here/../.." && pwd)"
 cd "$root"
 
 ST_VERSION=4.32.5
+OSV_VERSION=0.9.0
 bin="${PULLMAN_BIN:-target/debug/pullman}"
 [ -x "$bin" ] || { echo "no pullman binary at $bin (cargo build first, or set PULLMAN_BIN)" >&2; exit 1; }
 bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
@@ -29,6 +31,10 @@ if [ "$("$venv/bin/st" --version 2>/dev/null | grep -o '[0-9][0-9.]*' | head -1)
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$ST_VERSION"
+fi
+# What a generated client's tooling checks first: the document is valid OpenAPI (issue #26).
+if [ "$("$venv/bin/pip" show openapi-spec-validator 2>/dev/null | sed -n 's/^Version: //p')" != "$OSV_VERSION" ]; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "openapi-spec-validator==$OSV_VERSION"
 fi
 
 work="$(mktemp -d /tmp/pullman-schemathesis.XXXXXX)"
@@ -73,6 +79,10 @@ for i in $(seq 20); do
     -H 'Content-Type: application/json' \
     -d "{\"work_type\":\"custom\",\"targeting\":{\"agent_ids\":[\"$PULLMAN_ST_AGENT_ID\"]},\"yaml_content\":\"apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: seed-$i\\n\"}"
 done
+
+echo "==> openapi-spec-validator $OSV_VERSION on the served document"
+curl -sf "$base/api/v1/openapi.json" -o "$work/openapi.json"
+"$venv/bin/openapi-spec-validator" "$work/openapi.json" || { echo "the served OpenAPI document is not valid" >&2; exit 1; }
 
 export PULLMAN_ST_BASE="$base/api/v1"
 export PULLMAN_ST_COUNTS="$work/counts.json"

@@ -62,7 +62,7 @@ pub async fn register(
 }
 
 /// List agents with derived health.
-#[utoipa::path(get, path = "/api/v1/agents", tag = "agents", params(AgentListQuery),
+#[utoipa::path(get, path = "/api/v1/agents", tag = "agents", operation_id = "list_agents", params(AgentListQuery),
     responses((status = 200, body = Page<Agent>), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -81,7 +81,7 @@ pub async fn list(
 }
 
 /// One agent with derived health.
-#[utoipa::path(get, path = "/api/v1/agents/{id}", tag = "agents",
+#[utoipa::path(get, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "get_agent",
     params(("id" = Uuid, Path, description = "Agent id")),
     responses((status = 200, body = Agent), (status = 404, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),

@@ -147,7 +147,7 @@ fn idempotency_key(
 }
 
 /// List active work orders (oldest first, without `yaml_content`).
-#[utoipa::path(get, path = "/api/v1/work-orders", tag = "work orders", params(ListQuery),
+#[utoipa::path(get, path = "/api/v1/work-orders", tag = "work orders", operation_id = "list_work_orders", params(ListQuery),
     responses((status = 200, body = Page<WorkOrder>), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -186,7 +186,7 @@ pub async fn list(
 }
 
 /// One active work order with `yaml_content`; `404` with code `finished` when it is in the log.
-#[utoipa::path(get, path = "/api/v1/work-orders/{id}", tag = "work orders",
+#[utoipa::path(get, path = "/api/v1/work-orders/{id}", tag = "work orders", operation_id = "get_work_order",
     params(("id" = Uuid, Path, description = "Work order id")),
     responses((status = 200, body = WorkOrder),
         (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody),
