@@ -176,12 +176,16 @@ impl KubeCarrier {
     ) -> Option<(OutputSender, Vec<logs::PodLogs>)> {
         let config = self.output.as_ref()?;
         let claim = order.claim_id?;
-        let resume = Arc::new(logs::resume_points(&config.client, order.id).await);
-        let sender = OutputSender::start(config, order.id, claim, 0);
         let targets: Vec<(&Applied, &str)> = match plan {
             Plan::Jobs { jobs, .. } => jobs.iter().map(|j| (j, logs::JOB_NAME_LABEL)).collect(),
             Plan::BuildRun { run, .. } => vec![(run, logs::BUILDRUN_LABEL)],
         };
+        // Nothing runs in a pod (only objects applied): no output, and no request to resume it.
+        if targets.is_empty() {
+            return None;
+        }
+        let resume = Arc::new(logs::resume_points(&config.client, order.id).await);
+        let sender = OutputSender::start(config, order.id, claim, 0);
         let followers = targets
             .into_iter()
             .filter_map(|(object, label)| {

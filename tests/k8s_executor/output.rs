@@ -85,6 +85,26 @@ async fn a_pod_without_logs_is_said_once_per_container() {
         assert_eq!(l["attempt"], Value::from(1), "{l}");
     }
 
+    // An order that runs nothing in a pod has no output, not even a "no logs" line.
+    let cm =
+        t.s.order(order(
+            &t.ns,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: quiet\ndata: {k: v}\n",
+            600,
+        ))
+        .await;
+    let v = t.s.log_entry(&cm, 60).await;
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    let (status, v) =
+        t.s.admin(
+            Method::GET,
+            &format!("/api/v1/work-orders/{cm}/output"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["lines"], json!([]), "{v}");
+
     shutdown.drain.cancel();
     shutdown.abandon.cancel();
     let _ = task.await;
