@@ -414,6 +414,26 @@ rc=0; "$PULLMAN" work-orders logs "$(order_id seven)" -f > "$WORK/seven.out" 2>/
 (( $(count_text "$WORK/seven.out" "about to fail") == 1 )) || { cat "$WORK/seven.out" >&2; fail "seven's output lacks its line"; }
 ok "logs -f of the failed order seven printed its line and exited 3"
 
+# A container restarted in its pod (restartPolicy OnFailure): both runs are in the output.
+job_order twice 'if [ -f /w/ran ]; then echo second run; else touch /w/ran; echo first run; exit 1; fi' \
+  | python3 -c '
+import json, sys
+wo = json.load(sys.stdin)
+job = json.loads(wo["spec"]["yamlContent"])
+job["spec"]["backoffLimit"] = 2
+pod = job["spec"]["template"]["spec"]
+pod["restartPolicy"] = "OnFailure"
+pod["volumes"] = [{"name": "w", "emptyDir": {}}]
+pod["containers"][0]["volumeMounts"] = [{"name": "w", "mountPath": "/w"}]
+wo["spec"]["yamlContent"] = json.dumps(job)
+print(json.dumps(wo))' | k apply -n "$DEMO" -f - >/dev/null
+until_true 120 "WorkOrder twice Succeeded" has_phase twice Succeeded
+"$PULLMAN" work-orders logs "$(order_id twice)" > "$WORK/twice.out" || fail "work-orders logs twice"
+for t in "first run" "second run"; do
+  (( $(count_text "$WORK/twice.out" "$t") == 1 )) || { cat "$WORK/twice.out" >&2; fail "twice's '$t' is not in its output exactly once"; }
+done
+ok "a container restarted in its pod: the output has both of its runs, each line once"
+
 # The executor's pod was deleted while long ran (step 6): the new pod re-attached to the same Job
 # and sent only what the server did not have yet.
 "$PULLMAN" work-orders logs "$(order_id long)" > "$WORK/long.out" || fail "work-orders logs long"

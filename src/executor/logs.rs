@@ -5,7 +5,7 @@
 //! a restarted executor, or a new claim re-attaching to the same Job, starts each container just
 //! after the last line the server already has for it ([`resume_points`]) and sends nothing twice.
 //!
-//! Bounded: one pod watch per followed object (by label), one task per started container, all
+//! Bounded: one pod watch per followed object (by label), one task per run of a container, all
 //! cancelled when the order ends. A container whose logs cannot be read (kwok nodes have no
 //! kubelet; the executor's Role may lack `pods/log`) is said once, as one line, and not retried.
 
@@ -164,7 +164,9 @@ impl Drop for PodLogs {
     }
 }
 
-/// Watches the pods; starts one follower per container as soon as it has started.
+/// Watches the pods; starts one follower per run of each container as soon as it has started: a
+/// container restarted in its pod (`restartPolicy: OnFailure`) is a new run, whose log the
+/// kubelet gives from its own beginning, under the same stream name.
 async fn watch_pods(
     pods: Api<Pod>,
     selector: String,
@@ -199,7 +201,20 @@ async fn watch_pods(
             let state = c.state.as_ref();
             let has_started = state.is_some_and(|s| s.running.is_some() || s.terminated.is_some());
             let stream = format!("{name}/{}", c.name);
-            if !has_started || !started.insert(stream.clone()) {
+            // A run that ended and was replaced before this watch saw it: the kubelet keeps the
+            // previous run's log (only that one), read whole.
+            if c.restart_count > 0 && started.insert(format!("{stream}#{}", c.restart_count - 1)) {
+                followers.spawn(follow_container(
+                    pods.clone(),
+                    name.clone(),
+                    c.name.clone(),
+                    stream.clone(),
+                    Run::Previous,
+                    resume.clone(),
+                    out.clone(),
+                ));
+            }
+            if !has_started || !started.insert(format!("{stream}#{}", c.restart_count)) {
                 continue;
             }
             followers.spawn(follow_container(
@@ -207,6 +222,7 @@ async fn watch_pods(
                 name.clone(),
                 c.name.clone(),
                 stream,
+                Run::Current,
                 resume.clone(),
                 out.clone(),
             ));
@@ -215,20 +231,31 @@ async fn watch_pods(
     while followers.join_next().await.is_some() {}
 }
 
-/// Streams one container's log until it ends. Lines at or before the resume point are skipped
-/// (the kubelet's timestamps have nanoseconds, so a line is told apart from its neighbours).
+/// Which run of a container to read.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Run {
+    /// The one running (or ended and not yet restarted), followed to its end.
+    Current,
+    /// The one before it, ended: its log as the kubelet kept it.
+    Previous,
+}
+
+/// Streams one run of a container's log until it ends, skipping the lines the server already
+/// has ([`Resume`]).
 async fn follow_container(
     pods: Api<Pod>,
     pod: String,
     container: String,
     stream: String,
+    run: Run,
     resume: Arc<HashMap<String, ResumePoint>>,
     out: OutputHandle,
 ) {
     let point = resume.get(&stream).copied();
     let params = LogParams {
         container: Some(container),
-        follow: true,
+        follow: run == Run::Current,
+        previous: run == Run::Previous,
         timestamps: true,
         since_time: point
             .and_then(|p| k8s_openapi::jiff::Timestamp::from_second(p.at.timestamp()).ok()),
