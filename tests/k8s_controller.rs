@@ -7,6 +7,8 @@ mod support;
 mod executor_health;
 #[path = "k8s_controller/scale.rs"]
 mod scale;
+#[path = "k8s_controller/schedulable.rs"]
+mod schedulable;
 #[path = "k8s_controller/verdicts.rs"]
 mod verdicts;
 #[path = "k8s_controller/workorder_health.rs"]

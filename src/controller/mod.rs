@@ -7,6 +7,7 @@ pub mod contact;
 pub mod events;
 pub mod executor_status;
 mod executors;
+pub mod schedulable;
 pub mod status;
 mod workorders;
 mod written;

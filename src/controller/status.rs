@@ -9,6 +9,9 @@
 //! | not yet queued, Pending, Claimed, RetryPending | False (reason = phase) | False | True | — |
 //! | Succeeded | True | True | — | — |
 //! | Failed, Rejected, Cancelled | False (reason = outcome) | True | — | True (message = why) |
+//!
+//! Beside them, `Schedulable` (DESIGN.md §10, `controller::schedulable`) says whether an agent can take the
+//! order. kstatus, Flux and Argo CD read none of it: a waiting order stays in progress.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -323,7 +326,7 @@ pub(super) mod tests {
         }
     }
 
-    fn finished(outcome: Outcome, message: Option<&str>) -> Lookup {
+    pub(crate) fn finished(outcome: Outcome, message: Option<&str>) -> Lookup {
         let o = active(OrderStatus::Claimed);
         Lookup::Finished(Box::new(LogEntry {
             id: o.id,

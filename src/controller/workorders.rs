@@ -20,7 +20,8 @@ use uuid::Uuid;
 
 use super::written::Written;
 use super::{
-    CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, finalized, scoped, status,
+    CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, finalized, schedulable,
+    scoped, status,
 };
 use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus};
 use crate::queue::validate::validate_work_order_off_thread;
@@ -45,7 +46,10 @@ pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: C
     } = cache::watch(api);
     let controller = Controller::for_stream(objects, store.clone())
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
-    let changes = queue_changes(notifications.changed(), store, index);
+    let changes = futures::stream::select(
+        queue_changes(notifications.changed(), store.clone(), index),
+        schedulable::refreshes(ctx.queue.clone(), store),
+    );
     controller
         .reconcile_on(changes)
         .graceful_shutdown_on(stop.cancelled_owned())
@@ -199,7 +203,7 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
     if let Some(hold) = claim_settling(&found, prev, chrono::Utc::now()) {
         return Ok(Action::requeue(hold));
     }
-    let new_status = match found {
+    let (mut new_status, queued) = match found {
         Lookup::Unknown => {
             // The cache holds no payload (see `cache`): the one the watch set aside, or else
             // the object read once.
@@ -222,7 +226,7 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
                     .map_err(|e| e.to_string()),
             };
             match checked {
-                Err(why) => status::rejected(&name, &why, prev, generation, &now),
+                Err(why) => (status::rejected(&name, &why, prev, generation, &now), None),
                 Ok(spec) => {
                     match ctx
                         .queue
@@ -231,10 +235,12 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
                     {
                         Ok(created) => {
                             tracing::info!(workorder = %name, work_order = %id, "queued");
-                            status::from_queue(&name, &created, prev, generation, &now)
+                            let s = status::from_queue(&name, &created, prev, generation, &now);
+                            (s, Some(created))
                         }
                         Err(e) if is_refusal(&e) => {
-                            status::rejected(&name, &e.to_string(), prev, generation, &now)
+                            let why = e.to_string();
+                            (status::rejected(&name, &why, prev, generation, &now), None)
                         }
                         Err(e) => {
                             return Err(first_status_then(e.into(), &wo, prev, ctx, &now).await);
@@ -243,12 +249,29 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
                 }
             }
         }
-        found => status::from_queue(&name, &found, prev, generation, &now),
+        found => (
+            status::from_queue(&name, &found, prev, generation, &now),
+            Some(found),
+        ),
     };
+    if let Some(row) = &queued {
+        let wait = waiting_reason(id, row, ctx).await;
+        new_status.conditions.extend(schedulable::condition_of(
+            &name,
+            row,
+            wait.as_ref(),
+            prev,
+            generation,
+            &now,
+        ));
+    }
     if prev != Some(&new_status) {
-        // The status first: it is what `kubectl wait` and GitOps tools read; the Event follows.
+        // The status first: it is what `kubectl wait` and GitOps tools read; the Events follow.
         patch_status(&wo, &new_status, ctx).await?;
         publish_transition(&wo, prev, &new_status, ctx);
+        if let Some(event) = schedulable::unschedulable_event(prev, &new_status) {
+            ctx.events.record(event, wo.object_ref(&()));
+        }
         r.written.record(id, new_status.clone());
     }
     let wake_after = next_wake(&wo, &new_status, ctx, &now).await?;
@@ -259,6 +282,26 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
         (after, recheck) => after.or(recheck),
     };
     Ok(wake_after.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Why the unclaimed order `row` waits, for its `Schedulable` condition; `None` for a claimed
+/// order, or when the queue cannot say now (the condition then stays as it was until the next
+/// refresh, `schedulable::REFRESH_EVERY`, rather than failing a reconcile that has the rest).
+async fn waiting_reason(
+    id: Uuid,
+    row: &Lookup,
+    ctx: &Context,
+) -> Option<crate::queue::waiting::Wait> {
+    if !schedulable::waits(row) {
+        return None;
+    }
+    match ctx.queue.waits(&[id]).await {
+        Ok(mut waits) => waits.remove(&id),
+        Err(error) => {
+            tracing::debug!(work_order = %id, %error, "could not tell why the order waits");
+            None
+        }
+    }
 }
 
 /// When to reconcile a WorkOrder again, its status written (`None`: on its next change): once

@@ -4,7 +4,7 @@
 //! function once per group of orders that share their side of eligibility
 //! (`sql/waiting_by_profile.sql`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::eligibility::{AgentProfile, OrderProfile};
 use super::rules::agent_health;
-use super::waiting::{self, AgentState, Explanation, OrderFacts, ReasonCount, WaitReason};
+use super::waiting::{self, AgentState, Explanation, OrderFacts, ReasonCount, Wait, WaitReason};
 use super::{ConflictCode, Lookup, OrderStatus, Queue, QueueError, Targeting, WorkType, sql};
 
 /// The order's side of eligibility and its state, as both statements below return them.
@@ -66,6 +66,16 @@ struct ProfileRow {
     columns: WaitingColumns,
     orders: i64,
     oldest_seconds: f64,
+}
+
+/// `sql/waiting_orders.sql`: one group of orders sharing their side of eligibility.
+#[derive(sqlx::FromRow)]
+struct WaitingGroupRow {
+    #[sqlx(flatten)]
+    columns: WaitingColumns,
+    ids: Vec<Uuid>,
+    retry_counts: Vec<i32>,
+    retry_times: Vec<Option<DateTime<Utc>>>,
 }
 
 /// `sql/waiting_agents.sql`.
@@ -206,5 +216,43 @@ impl Queue {
             }
         }
         Ok(counts)
+    }
+
+    /// Why each of `ids` waits, for the WorkOrder `Schedulable` condition (DESIGN.md §10): one
+    /// statement (`sql/waiting_orders.sql`, by primary key) and one read of the live agents in
+    /// one snapshot, each group of orders sharing their side of eligibility decided once by
+    /// `waiting::classify`. Ids that are claimed, finished or unknown are absent from the answer.
+    pub async fn waits(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Wait>, QueueError> {
+        let mut out = HashMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let mut tx = snapshot(self).await?;
+        let groups: Vec<WaitingGroupRow> = sqlx::query_as(sql::WAITING_ORDERS)
+            .bind(ids)
+            .fetch_all(&mut *tx)
+            .await?;
+        let agents = if groups.is_empty() {
+            vec![]
+        } else {
+            live_agents(&mut *tx).await?
+        };
+        tx.commit().await?;
+        for g in groups {
+            let Some(verdict) = g.columns.verdict(&agents) else {
+                continue;
+            };
+            let orders = g.ids.iter().zip(&g.retry_counts).zip(&g.retry_times);
+            for ((id, retry_count), next_retry_after) in orders {
+                let facts = OrderFacts {
+                    id: *id,
+                    retry_count: *retry_count,
+                    next_retry_after: *next_retry_after,
+                    waiting_seconds: 0,
+                };
+                out.insert(*id, waiting::wait(&facts, &verdict));
+            }
+        }
+        Ok(out)
     }
 }

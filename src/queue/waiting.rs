@@ -256,6 +256,39 @@ pub fn explanation(
     }
 }
 
+/// Why an unclaimed order waits, in the words that change only when the cause does (an agent
+/// registered, retired, in or out of contact; the retry time): what the WorkOrder's
+/// `Schedulable` condition says (DESIGN.md §10). Unlike [`Explanation`] it leaves out the place in
+/// line and the time waited, which move on their own, and says `agents_busy` and `queued` in one
+/// sentence, since they trade places whenever a matching agent takes or finishes a claim; the
+/// reason itself stays exact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    pub reason: WaitReason,
+    /// A sentence for people.
+    pub message: String,
+}
+
+/// The [`Wait`] of `order` from its [`Verdict`]: the explanation's sentence for
+/// `no_matching_agent`, `no_agent_connected` and `backing_off`; for `agents_busy` and `queued`
+/// one sentence naming the matching agents.
+pub fn wait(order: &OrderFacts, verdict: &Verdict<'_>) -> Wait {
+    let explained = explanation(order, verdict, None);
+    let message = match verdict.reason {
+        WaitReason::AgentsBusy | WaitReason::Queued => format!(
+            "Work order {} matches {}; one of them in contact claims it when it has room \
+             (pullman work-orders explain gives its place in line).",
+            order.id,
+            name_list(&explained.matching_agents, explained.matching_agent_count)
+        ),
+        _ => explained.message,
+    };
+    Wait {
+        reason: verdict.reason,
+        message,
+    }
+}
+
 /// `agent a`, `agents a and b`, `agents a, b and 3 more`.
 fn name_list(shown: &[String], total: usize) -> String {
     match shown {
@@ -407,6 +440,44 @@ mod tests {
         assert!(e.message.contains("and 2 more"), "{}", e.message);
         assert_eq!(e.position, None);
         assert_eq!(e.waiting_seconds, 42);
+    }
+
+    #[test]
+    fn a_wait_reads_the_same_while_its_agents_take_and_finish_claims() {
+        let t = Targeting {
+            labels: vec!["gpu".into()],
+            ..Default::default()
+        };
+        let order = OrderProfile {
+            work_type: WorkType::Custom,
+            tenant: None,
+            targeting: &t,
+        };
+        let facts = OrderFacts {
+            id: Uuid::nil(),
+            retry_count: 0,
+            next_retry_after: None,
+            waiting_seconds: 7,
+        };
+        let busy = [agent(1, Active, Some(1), 1)];
+        let room = [agent(1, Active, Some(1), 0)];
+        let when_busy = wait(&facts, &classify(&order, Pending, false, &busy).unwrap());
+        let with_room = wait(&facts, &classify(&order, Pending, false, &room).unwrap());
+        assert_eq!(when_busy.reason, WaitReason::AgentsBusy);
+        assert_eq!(with_room.reason, WaitReason::Queued);
+        assert_eq!(when_busy.message, with_room.message);
+        assert!(
+            when_busy.message.contains("agent a1"),
+            "{}",
+            when_busy.message
+        );
+        // Other reasons say what the explanation says.
+        let stale = [agent(1, Stale, None, 0)];
+        let verdict = classify(&order, Pending, false, &stale).unwrap();
+        assert_eq!(
+            wait(&facts, &verdict).message,
+            explanation(&facts, &verdict, None).message
+        );
     }
 
     #[test]

@@ -474,8 +474,14 @@ async fn check(
         }
     }
 
+    // The batch read of the WorkOrder condition, over every order of the case and one unknown id.
+    let mut asked = created.clone();
+    asked.push(Uuid::new_v4());
+    let waits = queue.waits(&asked).await.unwrap();
+    prop_assert_eq!(waits.len(), created.len(), "one wait per waiting order");
     for (o, case) in created.iter().zip(&orders) {
         let e = queue.explain(*o).await.unwrap();
+        prop_assert_eq!(waits[o].reason, e.reason, "waits and explain on {:?}", case);
         let mut claims = vec![];
         for id in &ids {
             claims.push(would_claim(queue, *o, *id).await);

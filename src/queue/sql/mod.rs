@@ -217,6 +217,9 @@ pub(in crate::queue) const BACKLOG: &str = include_str!("backlog.sql");
 /// `waiting_by_profile.sql`.
 pub(in crate::queue) const WAITING_BY_PROFILE: &str = include_str!("waiting_by_profile.sql");
 
+/// `waiting_orders.sql`.
+pub(in crate::queue) const WAITING_ORDERS: &str = include_str!("waiting_orders.sql");
+
 // Output of running orders (DESIGN.md §9; `queue::output`).
 
 /// `output_fence.sql`.
@@ -313,6 +316,7 @@ mod tests {
         ("waiting_agents", WAITING_AGENTS),
         ("queue_position", QUEUE_POSITION),
         ("waiting_by_profile", WAITING_BY_PROFILE),
+        ("waiting_orders", WAITING_ORDERS),
         ("backlog", BACKLOG),
         ("count_by_status", COUNT_BY_STATUS),
         ("applied_migrations", APPLIED_MIGRATIONS),
