@@ -442,4 +442,30 @@ for t in start done; do
 done
 ok "long's output across its executor's restart: start and done, each once"
 
+# --- 10. why an order waits ---------------------------------------------------------------------
+step "an order no agent can take says why; an Executor declared for it clears that and runs it"
+schedulable() { k get -n "$DEMO" workorder "$1" -o jsonpath='{.status.conditions[?(@.type=="Schedulable")].status}/{.status.conditions[?(@.type=="Schedulable")].reason}' 2>/dev/null; }
+job_order gpu-job 'echo ran where gpu agents run' \
+  | python3 -c 'import json, sys; wo = json.load(sys.stdin); wo["spec"]["targeting"] = {"labels": ["gpu"]}; print(json.dumps(wo))' \
+  | k apply -n "$DEMO" -f - >/dev/null
+t_wait=$(now)
+no_match() { [[ "$(schedulable gpu-job)" == False/NoMatchingAgent ]]; }
+until_true 10 "WorkOrder gpu-job Schedulable=False (NoMatchingAgent)" no_match
+unschedulable_event() { k get events -n "$DEMO" --field-selector involvedObject.name=gpu-job,reason=Unschedulable -o name | grep -q .; }
+until_true 10 "an Unschedulable Event on WorkOrder gpu-job" unschedulable_event
+[[ "$(phase gpu-job)" == Pending ]] || fail "gpu-job is $(phase gpu-job), not Pending"
+ok "gpu-job: Schedulable=False (NoMatchingAgent) and its Event $(since "$t_wait") s after apply, still Pending"
+# The chart's Executor under another name and label: same image, ServiceAccount and placement.
+k get executor -n "$DEMO" demo -o json | python3 -c '
+import json, sys
+e = json.load(sys.stdin)
+print(json.dumps({"apiVersion": e["apiVersion"], "kind": e["kind"],
+                  "metadata": {"name": "gpu", "namespace": e["metadata"]["namespace"]},
+                  "spec": dict(e["spec"], labels=["gpu"])}))' | k apply -f - >/dev/null
+t_exec=$(now)
+schedulable_now() { [[ "$(schedulable gpu-job)" == True/* ]]; }
+until_true 90 "gpu-job schedulable once Executor gpu runs" schedulable_now
+until_true 120 "WorkOrder gpu-job Succeeded" has_phase gpu-job Succeeded
+ok "Executor gpu declared: gpu-job schedulable, then Succeeded $(since "$t_exec") s later"
+
 echo "scenario: $PASSED passed, 0 failed ($((SECONDS - T0))s)"
