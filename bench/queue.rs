@@ -10,7 +10,8 @@
 //! Scenarios: sql (ceiling), http (end to end), wake (long-poll wake-up), backlog (claim cost vs
 //! backlog size, reaper sweep), soak (the end-to-end run held at a fixed offered load for 10
 //! minutes), footprint (server RSS idle and with 1,000 long-polls; executor RSS idle when
-//! KUBECONFIG names a reachable cluster).
+//! KUBECONFIG names a reachable cluster), depth (the backlog routes at 1M pending, and what the
+//! targeting indexes they use cost each insert).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -357,6 +358,7 @@ impl Bench {
     }
 }
 
+mod depth;
 mod footprint;
 mod soak;
 
@@ -476,6 +478,9 @@ async fn main() {
     }
     if run("footprint") {
         footprint::run(&b).await;
+    }
+    if run("depth") {
+        depth::run(&b).await;
     }
     if !notes.is_empty() {
         println!();

@@ -26,7 +26,7 @@ WHERE
   AND (w.status = 'PENDING' OR w.next_retry_after <= now())
   AND (SELECT retired_at IS NULL FROM a)
   AND (w.target_agent_ids @> ARRAY[(SELECT id FROM a)]
-       OR (SELECT name FROM a) = ANY (w.target_agent_names)
+       OR w.target_agent_names @> ARRAY[(SELECT name FROM a)]
        OR w.target_labels && (SELECT labels FROM a)
        OR w.target_annotation_pairs && (SELECT annotation_pairs FROM a))
   AND (cardinality((SELECT work_types FROM a)) = 0

@@ -3,12 +3,14 @@
 -- verbatim in pending_for_agent.sql, claim_next.sql, claim_next_capped.sql, queue_position.sql
 -- and backlog.sql; its Rust side and the tests that keep them together are in
 -- queue::eligibility. The first conjunct repeats the partial index predicate of
--- work_orders_claimable, so the planner walks that index.
+-- work_orders_claimable, so the planner walks that index. Each targeting disjunct uses `@>` or
+-- `&&` (`name = ANY (names)` would mean the same) so that the work_orders_target_* GIN indexes
+-- serve a count over all eligible orders (backlog.sql) as a BitmapOr.
 w.status IN ('PENDING', 'RETRY_PENDING')
 AND (w.status = 'PENDING' OR w.next_retry_after <= now())
 AND (SELECT retired_at IS NULL FROM a)
 AND (w.target_agent_ids @> ARRAY[(SELECT id FROM a)]
-     OR (SELECT name FROM a) = ANY (w.target_agent_names)
+     OR w.target_agent_names @> ARRAY[(SELECT name FROM a)]
      OR w.target_labels && (SELECT labels FROM a)
      OR w.target_annotation_pairs && (SELECT annotation_pairs FROM a))
 AND (cardinality((SELECT work_types FROM a)) = 0
