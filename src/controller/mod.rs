@@ -9,6 +9,7 @@ pub mod executor_status;
 mod executors;
 pub mod schedulable;
 pub mod status;
+pub mod transition;
 mod workorders;
 mod written;
 

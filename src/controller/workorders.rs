@@ -9,7 +9,6 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
@@ -21,7 +20,7 @@ use uuid::Uuid;
 use super::written::Written;
 use super::{
     CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, finalized, schedulable,
-    scoped, status,
+    scoped, status, transition,
 };
 use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus};
 use crate::queue::validate::validate_work_order_off_thread;
@@ -186,8 +185,10 @@ fn uid_of(wo: &WorkOrderResource) -> Result<Uuid, Error> {
         .ok_or_else(|| Error::Invalid(format!("WorkOrder {} has no uid", wo.name_any())))
 }
 
+/// One WorkOrder: look up its order → queue it if unknown → compute its status (pure, in
+/// `status` and `schedulable`) → write it and its Events if it changed → when to look again.
 async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Error> {
-    let (ctx, payloads) = (&*r.ctx, &r.payloads);
+    let ctx = &*r.ctx;
     let id = uid_of(&wo)?;
     let name = wo.name_any();
     // The status last written when the cache lags behind it (`written`): compared against the
@@ -203,73 +204,38 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
     if let Some(hold) = claim_settling(&found, prev, chrono::Utc::now()) {
         return Ok(Action::requeue(hold));
     }
-    let (mut new_status, queued) = match found {
-        Lookup::Unknown => {
-            // The cache holds no payload (see `cache`): the one the watch set aside, or else
-            // the object read once.
-            let spec = match payloads.take(id) {
-                Some(yaml_content) => WorkOrderResourceSpec {
-                    yaml_content,
-                    ..wo.spec.clone()
-                },
-                None => match full_spec(&wo, ctx).await? {
-                    Some(spec) => spec,
-                    None => return Ok(Action::await_change()),
-                },
-            };
-            let body = spec.to_create_body();
-            drop(spec);
-            let checked = match body {
-                Err(invalid) => Err(invalid.message),
-                Ok(body) => validate_work_order_off_thread(body)
-                    .await
-                    .map_err(|e| e.to_string()),
-            };
-            match checked {
-                Err(why) => (status::rejected(&name, &why, prev, generation, &now), None),
-                Ok(spec) => {
-                    match ctx
-                        .queue
-                        .create_work_order(&spec, id, crate::queue::SOURCE_KUBERNETES)
-                        .await
-                    {
-                        Ok(created) => {
-                            tracing::info!(workorder = %name, work_order = %id, "queued");
-                            let s = status::from_queue(&name, &created, prev, generation, &now);
-                            (s, Some(created))
-                        }
-                        Err(e) if is_refusal(&e) => {
-                            let why = e.to_string();
-                            (status::rejected(&name, &why, prev, generation, &now), None)
-                        }
-                        Err(e) => {
-                            return Err(first_status_then(e.into(), &wo, prev, ctx, &now).await);
-                        }
-                    }
-                }
-            }
-        }
-        found => (
-            status::from_queue(&name, &found, prev, generation, &now),
-            Some(found),
-        ),
+    let row = match found {
+        Lookup::Unknown => match queue_it(&wo, id, r).await {
+            Ok(Queued::Row(row)) => Ok(row),
+            Ok(Queued::Refused(why)) => Err(why),
+            Ok(Queued::Gone) => return Ok(Action::await_change()),
+            Err(e) => return Err(first_status_then(e, &wo, prev, ctx, &now).await),
+        },
+        found => Ok(found),
     };
-    if let Some(row) = &queued {
-        let wait = waiting_reason(id, row, ctx).await;
-        new_status.conditions.extend(schedulable::condition_of(
-            &name,
-            row,
-            wait.as_ref(),
-            prev,
-            generation,
-            &now,
-        ));
-    }
+    let new_status = match &row {
+        Ok(row) => {
+            let wait = waiting_reason(id, row, ctx).await;
+            let mut s = status::from_queue(&name, row, prev, generation, &now);
+            s.conditions.extend(schedulable::condition_of(
+                &name,
+                row,
+                wait.as_ref(),
+                prev,
+                generation,
+                &now,
+            ));
+            s
+        }
+        Err(why) => status::rejected(&name, why, prev, generation, &now),
+    };
     if prev != Some(&new_status) {
         // The status first: it is what `kubectl wait` and GitOps tools read; the Events follow.
         patch_status(&wo, &new_status, ctx).await?;
-        publish_transition(&wo, prev, &new_status, ctx);
-        if let Some(event) = schedulable::unschedulable_event(prev, &new_status) {
+        let events = transition::phase_event(prev, &new_status)
+            .into_iter()
+            .chain(schedulable::unschedulable_event(prev, &new_status));
+        for event in events {
             ctx.events.record(event, wo.object_ref(&()));
         }
         r.written.record(id, new_status.clone());
@@ -282,6 +248,55 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
         (after, recheck) => after.or(recheck),
     };
     Ok(wake_after.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// What queueing a WorkOrder that has no queue row came to.
+enum Queued {
+    /// Created (or found created by an earlier attempt: the id is the WorkOrder's uid).
+    Row(Lookup),
+    /// The spec is one the queue refuses (`Rejected`): why, for the status.
+    Refused(String),
+    /// The resource is gone, or replaced by another of the same name.
+    Gone,
+}
+
+/// Creates the order of `wo` (DESIGN.md §6: id = `metadata.uid`, idempotent). Errors are the
+/// passing kind (API server, database), to be retried.
+async fn queue_it(wo: &WorkOrderResource, id: Uuid, r: &Reconciler) -> Result<Queued, Error> {
+    // The cache holds no payload (see `cache`): the one the watch set aside, or else the object
+    // read once.
+    let spec = match r.payloads.take(id) {
+        Some(yaml_content) => WorkOrderResourceSpec {
+            yaml_content,
+            ..wo.spec.clone()
+        },
+        None => match full_spec(wo, &r.ctx).await? {
+            Some(spec) => spec,
+            None => return Ok(Queued::Gone),
+        },
+    };
+    let body = spec.to_create_body();
+    drop(spec);
+    let spec = match body {
+        Err(invalid) => return Ok(Queued::Refused(invalid.message)),
+        Ok(body) => match validate_work_order_off_thread(body).await {
+            Ok(spec) => spec,
+            Err(e) => return Ok(Queued::Refused(e.to_string())),
+        },
+    };
+    let created = r
+        .ctx
+        .queue
+        .create_work_order(&spec, id, crate::queue::SOURCE_KUBERNETES)
+        .await;
+    match created {
+        Ok(row) => {
+            tracing::info!(workorder = %wo.name_any(), work_order = %id, "queued");
+            Ok(Queued::Row(row))
+        }
+        Err(e) if is_refusal(&e) => Ok(Queued::Refused(e.to_string())),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Why the unclaimed order `row` waits, for its `Schedulable` condition; `None` for a claimed
@@ -420,83 +435,6 @@ async fn delete_expired(wo: &WorkOrderResource, ctx: &Context) -> Result<(), Err
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Records an Event on the resource when its phase changes (claims, completions, failures).
-fn publish_transition(
-    wo: &WorkOrderResource,
-    prev: Option<&WorkOrderStatus>,
-    new: &WorkOrderStatus,
-    ctx: &Context,
-) {
-    let old_phase = prev.and_then(|p| p.phase);
-    if old_phase == new.phase {
-        return;
-    }
-    let rejected = new.conditions.iter().any(|c| c.reason == status::REJECTED);
-    let (type_, reason, note) = match new.phase {
-        Some(WorkOrderPhase::Claimed) => (
-            EventType::Normal,
-            "Claimed",
-            format!(
-                "claimed by agent {}",
-                new.claimed_by.as_deref().unwrap_or("?")
-            ),
-        ),
-        Some(WorkOrderPhase::RetryPending) => (
-            EventType::Warning,
-            "AttemptFailed",
-            format!(
-                "attempt {} failed: {}; retry after {}",
-                new.retry_count.unwrap_or(0),
-                new.last_error.as_deref().unwrap_or(""),
-                new.next_retry_after.as_deref().unwrap_or("?")
-            ),
-        ),
-        Some(WorkOrderPhase::Succeeded) => (
-            EventType::Normal,
-            "Succeeded",
-            new.message.clone().unwrap_or_default(),
-        ),
-        Some(WorkOrderPhase::Failed) if rejected => (
-            EventType::Warning,
-            "Rejected",
-            new.message.clone().unwrap_or_default(),
-        ),
-        Some(WorkOrderPhase::Failed) => (
-            EventType::Warning,
-            "Failed",
-            new.message.clone().unwrap_or_default(),
-        ),
-        Some(WorkOrderPhase::Cancelled) => (
-            EventType::Normal,
-            "Cancelled",
-            new.message.clone().unwrap_or_default(),
-        ),
-        Some(WorkOrderPhase::Pending) if old_phase.is_none() => (
-            EventType::Normal,
-            "Queued",
-            format!(
-                "queued as work order {}",
-                new.work_order_id.as_deref().unwrap_or("")
-            ),
-        ),
-        Some(WorkOrderPhase::Pending) => (
-            EventType::Normal,
-            "Requeued",
-            "the claim was released; waiting for an agent".to_string(),
-        ),
-        None => return,
-    };
-    let note: String = note.chars().take(1000).collect();
-    let event = KubeEvent {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    ctx.events.record(event, wo.object_ref(&()));
 }
 
 async fn cleanup(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Error> {
