@@ -48,7 +48,7 @@ cleanup() {
   fi
   # Finalizers: KEDA's on its objects, the controller's on the Executor. Deleted while both run,
   # they remove their own; whatever is left once they are gone (one died early) is released here.
-  local kinds=scaledobjects.keda.sh,triggerauthentications.keda.sh,executors.pullman.dev r
+  local kinds=scaledobjects.keda.sh,scaledjobs.keda.sh,triggerauthentications.keda.sh,executors.pullman.dev r
   k -n "$NS" delete "$kinds" --all --wait=true --timeout=30s >/dev/null 2>&1 || true
   for p in "${EXECUTORS[@]}" "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${EXECUTORS[@]}" "${PIDS[@]}"; do
@@ -198,6 +198,87 @@ ok "their ConfigMaps exist; each was claimed by the Executor's agent (a stand-in
 watch_until 120 "backlog $(backlog): KEDA scales burst-executor back to 0" is_zero
 sleep 3; supervise
 is_zero || fail "burst-executor did not stay at 0"
+
+# --- docs/keda.md's ScaledJob recipe, as written there (namespace, server URL and token path
+# adapted): one Job per waiting order, each running `pullman worker --once`. kwok completes Job pods
+# without running them, so the stand-in kubelet runs each new Job's container script here.
+say "docs/keda.md's ScaledJob recipe: agent ci-worker (label keda-ci), its token in Secret ci-worker-token"
+curl -fsS -X POST "$API/api/v1/agents" -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
+  -d '{"name":"ci-worker","labels":["keda-ci"]}' \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"], end="")' > "$WORK/ci-worker.token"
+chmod 600 "$WORK/ci-worker.token"
+k -n "$NS" create secret generic ci-worker-token --from-file=token="$WORK/ci-worker.token" >/dev/null
+python3 - "$ROOT/docs/keda.md" "$NS" "$API" > "$WORK/scaledjob.yaml" <<'PY'
+import re, sys
+doc, ns, api = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+section = doc[doc.index("## External workers"):]
+block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+block = block.replace("namespace: ci}", "namespace: %s}" % ns)
+block = block.replace("http://pullman.pullman.svc:8080", api)
+# Quicker than the recipe's 10 s, so the test is short; nothing else changes.
+block = block.replace("pollingInterval: 10", "pollingInterval: 1")
+print(block)
+PY
+grep -q "kind: ScaledJob" "$WORK/scaledjob.yaml" || fail "no ScaledJob in docs/keda.md"
+k apply --server-side -f "$WORK/scaledjob.yaml" >/dev/null
+printf '#!/bin/sh\ncat >/dev/null\necho "ran $PULLMAN_WORK_ORDER_ID"\n' > "$WORK/run-order.sh"
+chmod +x "$WORK/run-order.sh"
+declare -A JOBS=()
+run_jobs() { # the stand-in kubelet: each new Job's script, run here once
+  local j script
+  for j in $(k -n "$NS" get jobs -l scaledjob.keda.sh/name=ci-worker -o name 2>/dev/null); do
+    [[ -n "${JOBS[$j]:-}" ]] && continue
+    # KEDA deletes finished Jobs past successfulJobsHistoryLimit; one may be gone already.
+    script="$(k -n "$NS" get "$j" -o jsonpath='{.spec.template.spec.containers[0].args[0]}' 2>/dev/null)" || continue
+    script="${script//\/var\/run\/pullman\/token/$WORK/ci-worker.token}"
+    (cd "$WORK" && PATH="$(dirname "$PULLMAN"):$PATH" exec sh -c "$script") >> "$WORK/job-${j#job.batch/}.log" 2>&1 &
+    JOBS[$j]=$!
+    PIDS+=("$!")
+  done
+}
+sleep 3; run_jobs
+[[ ${#JOBS[@]} == 0 ]] || fail "ScaledJob ci-worker started ${#JOBS[@]} Jobs with an empty backlog"
+ok "ScaledJob ci-worker: no Job while the backlog is empty (3s)"
+CI_IDS=()
+for i in 1 2 3 4 5; do
+  CI_IDS+=("$(curl -fsS -X POST "$API/api/v1/work-orders" -H "Authorization: Bearer $ADMIN" \
+    -H 'Content-Type: application/json' \
+    -d "{\"work_type\":\"custom\",\"targeting\":{\"labels\":[\"keda-ci\"]},\"yaml_content\":\"apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: ci-order-$i\\n\"}" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
+done
+ci_done() {
+  local id
+  run_jobs
+  for id in "${CI_IDS[@]}"; do
+    [[ "$(curl -fsS -H "Authorization: Bearer $ADMIN" "$API/api/v1/work-order-log/$id" 2>/dev/null \
+      | python3 -c 'import json,sys; e=json.load(sys.stdin); print(e["success"] and e["message"].startswith("ran "))' 2>/dev/null)" == True ]] || return 1
+  done
+}
+until_true 90 "5 orders for keda-ci: KEDA started Jobs, their 'pullman worker --once' ran each order" ci_done
+# Jobs KEDA created, as its operator logs them ("Created jobs", "Number of jobs": n).
+jobs_created() {
+  python3 - "$WORK/keda.log" <<'PY'
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    if e.get("msg") == "Created jobs" and e.get("scaledJob.Name") == "ci-worker":
+        n += e.get("Number of jobs", 0)
+print(n)
+PY
+}
+sleep 3   # polls already under way when the last order was claimed
+created="$(jobs_created)"
+for _ in 1 2 3 4 5; do run_jobs; sleep 1; done
+[[ "$(jobs_created)" == "$created" ]] || fail "Jobs kept coming with an empty backlog: $created, then $(jobs_created)"
+(( created >= 5 )) || fail "5 orders ran in $created Jobs"
+# kwok ends a Job's pod at once, so KEDA never sees a Job pending or running and starts more than
+# one per order until the workers have claimed them; the extra ones find no order (exit 5, which
+# the recipe's script turns into success). On a real node a Job counts as pending until it runs.
+ok "KEDA created $created Jobs for the 5 orders; none in the 5 s after the backlog was empty"
 
 hpa="$(k -n "$NS" get hpa keda-hpa-burst-executor -o jsonpath='{.spec.minReplicas}-{.spec.maxReplicas} {.spec.metrics[0].external.metric.name} {.spec.metrics[0].external.target.averageValue}')"
 ok "KEDA's HPA keda-hpa-burst-executor: replicas $hpa"

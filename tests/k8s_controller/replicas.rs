@@ -121,6 +121,20 @@ async fn an_autoscaled_executor_deployment_keeps_the_replicas_its_scaler_set() {
         Some(2),
         "the controller takes its replicas back"
     );
+    // Deleted while the controller runs, which removes its finalizer: nothing is left behind.
+    executors
+        .delete("scaled", &Default::default())
+        .await
+        .unwrap();
+    eventually(30, "Executor scaled deleted", || async {
+        executors
+            .get_opt("scaled")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     stop.cancel();
     drop_namespace(&k, &ns).await;
 }
