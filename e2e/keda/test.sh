@@ -41,6 +41,7 @@ chmod 0755 "$WORK"   # as root, serve's embedded PostgreSQL runs as `postgres` a
 NS="keda-e2e-$(python3 -c 'import secrets; print(secrets.token_hex(3))')"
 PIDS=()
 declare -A EXECUTORS=()   # stand-in pod index -> pid
+GROUPS_=()                # process groups of the stand-in Job pods
 cleanup() {
   local rc=$?
   if [[ $rc != 0 ]]; then
@@ -50,11 +51,13 @@ cleanup() {
   # they remove their own; whatever is left once they are gone (one died early) is released here.
   local kinds=scaledobjects.keda.sh,scaledjobs.keda.sh,triggerauthentications.keda.sh,executors.pullman.dev r
   k -n "$NS" delete "$kinds" --all --wait=true --timeout=30s >/dev/null 2>&1 || true
+  for p in "${GROUPS_[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
   for p in "${EXECUTORS[@]}" "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${EXECUTORS[@]}" "${PIDS[@]}"; do
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
     kill -KILL "$p" 2>/dev/null || true
   done
+  for p in "${GROUPS_[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done
   for r in $(k -n "$NS" get "$kinds" -o name 2>/dev/null); do
     k -n "$NS" patch "$r" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
   done
@@ -231,9 +234,10 @@ run_jobs() { # the stand-in kubelet: each new Job's script, run here once
     # KEDA deletes finished Jobs past successfulJobsHistoryLimit; one may be gone already.
     script="$(k -n "$NS" get "$j" -o jsonpath='{.spec.template.spec.containers[0].args[0]}' 2>/dev/null)" || continue
     script="${script//\/var\/run\/pullman\/token/$WORK/ci-worker.token}"
-    (cd "$WORK" && PATH="$(dirname "$PULLMAN"):$PATH" exec sh -c "$script") >> "$WORK/job-${j#job.batch/}.log" 2>&1 &
+    # Its own process group (setsid), so the clean-up stops the script and its worker together.
+    (cd "$WORK" && PATH="$(dirname "$PULLMAN"):$PATH" exec setsid sh -c "$script") >> "$WORK/job-${j#job.batch/}.log" 2>&1 &
     JOBS[$j]=$!
-    PIDS+=("$!")
+    GROUPS_+=("$!")
   done
 }
 sleep 3; run_jobs
