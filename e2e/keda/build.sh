@@ -4,9 +4,9 @@
 # checksum are pinned by e2e/testenv/tools/keda/go.mod and go.sum. Prints the bin directory as the
 # last line on stdout; its `crds` file names KEDA's CRD directory in the Go module cache.
 #
-# Cold (empty Go module and build caches, 2 cores): ~300 MB of modules and 3.3 GB of build cache;
-# see e2e/keda/README.md for the measured times. e2e/run-tests.sh starts it early, in the
-# background, so it overlaps the other builds (PULLMAN_KEDA_BUILD_LOG).
+# Cold (empty Go module and build caches): ~300 MB of modules, 3.3 GB of build cache, ~17.5
+# CPU-minutes (e2e/keda/README.md). .ci/run and e2e/run-tests.sh start it early, in the background,
+# so it overlaps the other builds; the lock below makes a second run wait and find the binary.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MOD="$HERE/../testenv/tools/keda"
