@@ -5,8 +5,9 @@
 # with containerd, kubelet, kube-proxy and CoreDNS), which this script builds on first use
 # (cached under ~/.cache/pullman-testenv), starts, and stops again; then the Helm chart's tests
 # (e2e/chart/test.sh) on the same control plane, in their own namespaces; then Pullman's own pods
-# on the real node (e2e/realnode/test.sh, the scenario e2e/kind/run.sh runs on kind); and
-# schemathesis against a real `pullman serve` (e2e/schemathesis/run.sh).
+# on the real node (e2e/realnode/test.sh, the scenario e2e/kind/run.sh runs on kind); KEDA's own
+# operator scaling an Executor on its backlog (e2e/keda/test.sh); and schemathesis against a real
+# `pullman serve` (e2e/schemathesis/run.sh).
 #
 # Usage: e2e/run-tests.sh [extra cargo test arguments]
 # PULLMAN_SKIP_CHART_TESTS=1 skips the chart tests; PULLMAN_TESTENV_REAL_NODE=0 starts no real
@@ -16,8 +17,21 @@ cd "$(dirname "$0")/.."
 
 export PULLMAN_TESTENV_STATE="${PULLMAN_TESTENV_STATE:-$(mktemp -d /tmp/pullman-testenv.XXXXXX)}"
 # up.sh refuses a non-empty directory it did not create; a fresh mktemp dir is empty.
-cleanup() { e2e/testenv/down.sh >/dev/null 2>&1 || true; }
+keda_build=""
+cleanup() {
+  # The KEDA build runs in its own process group (setsid): stop all of it, go build included.
+  [[ -n "$keda_build" ]] && kill -- "-$keda_build" 2>/dev/null
+  rm -f "${keda_log:-}"
+  e2e/testenv/down.sh >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
+
+# The KEDA operator (e2e/keda: ~300 MB of modules, a long cold build) builds in the background,
+# at a lower priority, overlapping everything up to its test at the end.
+keda_log="$(mktemp /tmp/pullman-keda-build.XXXXXX)"
+echo "==> building the KEDA operator in the background (cached after the first time; log: $keda_log)"
+setsid nice -n 10 e2e/keda/build.sh >"$keda_log" 2>&1 &
+keda_build=$!
 
 echo "==> building the test control plane (cached after the first time)"
 e2e/testenv/build.sh >/dev/null
@@ -44,6 +58,14 @@ if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
   echo "==> Pullman in real pods on the real node: the shared scenario (e2e/realnode/test.sh)"
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/test.sh
 fi
+
+echo "==> KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"
+t0=$SECONDS
+wait "$keda_build" || { cat "$keda_log"; echo "the KEDA operator did not build" >&2; exit 1; }
+keda_build=""
+echo "    (waited $((SECONDS - t0)) s for the KEDA build)"
+rm -f "$keda_log"
+PULLMAN_BIN="$PWD/target/debug/pullman" e2e/keda/test.sh
 
 echo "==> schemathesis against the served OpenAPI (uses target/debug/pullman, built by cargo test)"
 # A fixed seed keeps the suite's verdict repeatable; PULLMAN_ST_SEED=random explores new cases

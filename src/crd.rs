@@ -176,7 +176,9 @@ pub struct ExecutorDeployment {
     /// Container image holding the pullman binary.
     #[schemars(length(min = 1))]
     pub image: String,
-    /// Executor replicas (default 1).
+    /// Executor replicas, kept so by the controller. Unset: the controller leaves the count to
+    /// whoever scales the Deployment (KEDA, an HPA, `kubectl scale`); a new Deployment starts with
+    /// 1. Leave it unset when an autoscaler scales the Deployment, or the two fight over it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub replicas: Option<i32>,

@@ -450,6 +450,7 @@ async fn openapi_describes_every_route_and_ops_endpoints_answer() {
         "/api/v1/agents/{id}/claim",
         "/api/v1/work-orders/{id}/explain",
         "/api/v1/agents/{id}/backlog",
+        "/api/v1/agents/me/backlog",
         "/api/v1/backlog",
         "/api/v1/work-orders/{id}/output",
         "/healthz",

@@ -5,6 +5,8 @@ mod support;
 
 #[path = "k8s_controller/executor_health.rs"]
 mod executor_health;
+#[path = "k8s_controller/replicas.rs"]
+mod replicas;
 #[path = "k8s_controller/scale.rs"]
 mod scale;
 #[path = "k8s_controller/schedulable.rs"]

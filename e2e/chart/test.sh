@@ -129,6 +129,11 @@ must_fail "agent mode without a server URL" "agent.serverUrl" helm template t "$
 must_fail "an executor without rules" "executors\[demo\]" helm template t "$CHART" $DB --set 'executors[0].name=demo'
 must_fail "an executor outside watchNamespaces" "not in watchNamespaces" helm template t "$CHART" $DB \
   --set 'watchNamespaces={team-a}' --set 'executors[0].name=demo' --set 'executors[0].rules[0].verbs={get}'
+must_fail "an executor with replicas and keda.enabled" "set replicas or keda.enabled, not both" helm template t "$CHART" $DB \
+  --set 'executors[0].name=demo' --set 'executors[0].rules[0].verbs={get}' --set 'executors[0].replicas=2' \
+  --set 'executors[0].keda.enabled=true'
+must_fail "a misspelt keda key (maxReplica)" "maxReplica" helm template t "$CHART" $DB \
+  --set 'executors[0].name=demo' --set 'executors[0].rules[0].verbs={get}' --set 'executors[0].keda.maxReplica=3'
 must_fail "the removed crds.enabled" "--skip-crds" helm template t "$CHART" $DB --set crds.enabled=false
 must_fail "an unknown anti-affinity" "podAntiAffinity" helm template t "$CHART" $DB --set server.podAntiAffinity=sometimes
 must_fail "a networkPolicy typo" "ingresFrom" helm template t "$CHART" $DB --set networkPolicy.ingresFrom=x

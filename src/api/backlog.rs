@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::error::ApiPath;
 use super::{ApiError, AppState, Caller, ErrorBody};
+use crate::auth::Principal;
 use crate::queue::backlog::Backlog;
 use crate::queue::eligibility::AgentProfile;
 use crate::queue::validate::validate_agent;
@@ -31,6 +32,30 @@ pub async fn agent(
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Backlog>, ApiError> {
     caller.require_agent(id)?;
+    Ok(Json(state.queue.agent_backlog(id).await?))
+}
+
+/// The caller's own backlog, as `GET /api/v1/agents/{id}/backlog` with the id its token belongs
+/// to (DESIGN.md §10). For scalers that hold an agent's token but cannot know its id when they are
+/// configured: a chart-declared Executor's agent id is its `metadata.uid`, assigned at creation.
+/// Only an agent token names an agent: the admin token gets `400 invalid_path`.
+#[utoipa::path(get, path = "/api/v1/agents/me/backlog", tag = "agents",
+    operation_id = "get_own_backlog",
+    responses((status = 200, body = Backlog),
+        (status = 400, description = "The admin token, which is no agent (`invalid_path`)", body = ErrorBody),
+        (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn own(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<Backlog>, ApiError> {
+    let Principal::Agent(id) = caller else {
+        return Err(ApiError::bad_request(
+            "invalid_path",
+            "`me` is the agent an agent token belongs to; the admin token is no agent: ask \
+             /api/v1/agents/{id}/backlog or /api/v1/backlog",
+        ));
+    };
     Ok(Json(state.queue.agent_backlog(id).await?))
 }
 

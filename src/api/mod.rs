@@ -153,6 +153,7 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}", get(agents::get_one).delete(agents::retire))
         .route("/agents/{id}/token", post(agents::rotate_token))
         .route("/agents/{id}/work-orders/pending", get(agents::pending))
+        .route("/agents/me/backlog", get(backlog::own))
         .route("/agents/{id}/backlog", get(backlog::agent))
         .route("/backlog", get(backlog::profile))
         .route("/agents/{id}/claim", post(claims::claim_next))

@@ -21,7 +21,7 @@ use crate::telemetry::{HealthLabel, ReasonLabel, StatusLabel};
         work_orders::cancel,
         work_orders::attempts, work_orders::rerun, work_orders::list_log, work_orders::get_log,
         agents::register, agents::list, agents::get_one, agents::rotate_token, agents::retire,
-        agents::pending, agents::whoami, backlog::agent, backlog::profile,
+        agents::pending, agents::whoami, backlog::agent, backlog::own, backlog::profile,
         claims::claim, claims::claim_next, claims::heartbeat, claims::complete,
         output::append, output::read,
         healthz, readyz, metrics, openapi,

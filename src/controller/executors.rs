@@ -380,7 +380,7 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, 
     if let Some(max) = ex.spec.max_concurrency {
         args.extend(["--concurrency".into(), max.min(256).to_string()]);
     }
-    let deployment = json!({
+    let mut deployment = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
@@ -390,7 +390,6 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, 
             "ownerReferences": [owner],
         },
         "spec": {
-            "replicas": d.replicas.unwrap_or(1),
             "selector": {"matchLabels": {"pullman.dev/executor": ex.name_any(), "app.kubernetes.io/name": "pullman-executor"}},
             "template": {
                 "metadata": {"labels": labels},
@@ -414,6 +413,13 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, 
             },
         },
     });
+    // `replicas` unset: the controller applies no `replicas`, so it owns none and leaves the
+    // count to whoever scales the Deployment (KEDA's HPA, `kubectl scale`); the API server gives a
+    // new Deployment 1. Applying a value would take the field back at each reconcile (forced
+    // apply) and fight the autoscaler.
+    if let Some(replicas) = d.replicas {
+        deployment["spec"]["replicas"] = json!(replicas);
+    }
     let applied = api
         .patch(
             &deployment_name(ex),

@@ -105,6 +105,14 @@ app.kubernetes.io/component: agent
 {{- if and $.Values.watchNamespaces (not (has $ns $.Values.watchNamespaces)) -}}
 {{- fail (printf "executors[%s]: namespace %s is not in watchNamespaces, so no controller would reconcile it" .name $ns) -}}
 {{- end -}}
+{{- if and .keda (.keda).enabled -}}
+{{- if hasKey . "replicas" -}}
+{{- fail (printf "executors[%s]: set replicas or keda.enabled, not both: KEDA scales the executor Deployment, and an Executor with replicas has the controller keep its own count (the two would fight)" .name) -}}
+{{- end -}}
+{{- if lt (int (.keda.maxReplicas | default 5)) (int (.keda.minReplicas | default 0)) -}}
+{{- fail (printf "executors[%s]: keda.maxReplicas is below keda.minReplicas" .name) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- else -}}
 {{- if not .Values.agent.serverUrl -}}

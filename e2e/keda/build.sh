@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Build the KEDA operator (github.com/kedacore/keda/v2/cmd/operator) from its Go module, once, into
+# ${PULLMAN_TESTENV_CACHE:-~/.cache/pullman-testenv}/keda-<version>/bin. The version and every
+# checksum are pinned by e2e/testenv/tools/keda/go.mod and go.sum. Prints the bin directory as the
+# last line on stdout; its `crds` file names KEDA's CRD directory in the Go module cache.
+#
+# Cold (empty Go module and build caches): ~300 MB of modules, 3.3 GB of build cache, ~17.5
+# CPU-minutes (e2e/keda/README.md). .ci/run and e2e/run-tests.sh start it early, in the background,
+# so it overlaps the other builds; the lock below makes a second run wait and find the binary.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+MOD="$HERE/../testenv/tools/keda"
+log() { echo "keda/build.sh: $*" >&2; }
+command -v go >/dev/null || { log "Go >= 1.26 is required to build the KEDA operator"; exit 1; }
+
+VERSION="$(awk '$1 == "github.com/kedacore/keda/v2" || ($1 == "require" && $2 == "github.com/kedacore/keda/v2") { print ($1 == "require") ? $3 : $2; exit }' "$MOD/go.mod")"
+[[ -n "$VERSION" ]] || { log "cannot read the KEDA version from $MOD/go.mod"; exit 1; }
+BIN="${PULLMAN_TESTENV_CACHE:-$HOME/.cache/pullman-testenv}/keda-$VERSION/bin"
+mkdir -p "$BIN"
+exec 9>"$BIN/.build.lock"
+if command -v flock >/dev/null; then flock 9; fi
+
+export CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
+  GOFLAGS="-mod=readonly -p=${PULLMAN_TESTENV_JOBS:-2} -buildvcs=false"
+if [[ ! -x "$BIN/keda-operator" || ! -f "$BIN/.keda-operator-$VERSION" ]]; then
+  log "building the KEDA operator $VERSION (cold: see e2e/keda/README.md)"
+  t0=$SECONDS
+  (cd "$MOD" && go build -trimpath -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=$VERSION" \
+    -o "$BIN/.keda-operator.tmp" github.com/kedacore/keda/v2/cmd/operator)
+  mv "$BIN/.keda-operator.tmp" "$BIN/keda-operator"
+  rm -f "$BIN/.keda-operator-"*
+  touch "$BIN/.keda-operator-$VERSION"
+  log "built keda-operator $VERSION in $((SECONDS - t0))s"
+fi
+# KEDA's CRDs come from the module itself (config/crd/bases), never from a copy in this repository.
+dir="$(cd "$MOD" && go mod download -json github.com/kedacore/keda/v2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+[[ -d "$dir/config/crd/bases" ]] || { log "no config/crd/bases in $dir"; exit 1; }
+echo "$dir/config/crd/bases" > "$BIN/crds"
+echo "$BIN"
