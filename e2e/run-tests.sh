@@ -6,8 +6,10 @@
 # (cached under ~/.cache/pullman-testenv), starts, and stops again; then the Helm chart's tests
 # (e2e/chart/test.sh) on the same control plane, in their own namespaces; then Pullman's own pods
 # on the real node (e2e/realnode/test.sh, the scenario e2e/kind/run.sh runs on kind); KEDA's own
-# operator scaling an Executor on its backlog (e2e/keda/test.sh); and schemathesis against a real
-# `pullman serve` (e2e/schemathesis/run.sh).
+# operator scaling an Executor on its backlog (e2e/keda/test.sh); schemathesis against a real
+# `pullman serve` (e2e/schemathesis/run.sh); then a client generated from its OpenAPI document
+# with openapi-python-client, checked with mypy --strict and run against a real `pullman serve`
+# (e2e/openapi/client.sh).
 #
 # Usage: e2e/run-tests.sh [extra cargo test arguments]
 # PULLMAN_SKIP_CHART_TESTS=1 skips the chart tests; PULLMAN_TESTENV_REAL_NODE=0 starts no real
@@ -75,6 +77,9 @@ if [[ "${PULLMAN_ST_SEED:-}" == random ]]; then
 else
   e2e/schemathesis/run.sh --seed "${PULLMAN_ST_SEED:-222431574333907669075365369244338807851}"
 fi
+
+echo "==> a Python client generated from the served OpenAPI, type-checked and run (e2e/openapi/client.sh)"
+e2e/openapi/client.sh
 
 echo "==> stopping the test control plane: nothing of it, its real node included, may be left behind"
 trap - EXIT

@@ -105,7 +105,9 @@ pub struct WhoAmI {
     /// `admin` or `agent`.
     pub kind: String,
     /// The agent the token is bound to (agent tokens only).
+    #[schema(required = true)]
     pub agent_id: Option<Uuid>,
+    #[schema(required = true)]
     pub agent_name: Option<String>,
 }
 

@@ -9,6 +9,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
+use super::pages::{AgentPage, WorkOrderPage};
 use super::{ApiError, AppState, Caller, ErrorBody};
 use crate::auth::Principal;
 use crate::queue::validate::{parse_work_type, validate_agent};
@@ -44,7 +45,7 @@ pub struct PendingQuery {
 
 /// Register an agent; the token is in the answer, once.
 #[utoipa::path(post, path = "/api/v1/agents", tag = "agents", request_body = NewAgent,
-    responses((status = 201, body = AgentWithToken), (status = 400, body = ErrorBody),
+    responses((status = 201, description = "Registered: the agent and its token, shown this once", body = AgentWithToken), (status = 400, body = ErrorBody),
         (status = 409, description = "A live agent has this name (`name_taken`)", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ErrorBody)),
@@ -63,7 +64,7 @@ pub async fn register(
 
 /// List agents with derived health.
 #[utoipa::path(get, path = "/api/v1/agents", tag = "agents", operation_id = "list_agents", params(AgentListQuery),
-    responses((status = 200, body = Page<Agent>), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "A page of agents with their health", body = AgentPage), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(
@@ -83,7 +84,7 @@ pub async fn list(
 /// One agent with derived health.
 #[utoipa::path(get, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "get_agent",
     params(("id" = Uuid, Path, description = "Agent id")),
-    responses((status = 200, body = Agent), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "The agent with its health", body = Agent), (status = 404, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_one(
@@ -98,7 +99,7 @@ pub async fn get_one(
 /// Rotate an agent's token: a new one is shown once, the old one is revoked.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/token", tag = "agents",
     params(("id" = Uuid, Path, description = "Agent id")),
-    responses((status = 201, body = AgentWithToken), (status = 404, body = ErrorBody),
+    responses((status = 201, description = "The agent and its new token, shown this once", body = AgentWithToken), (status = 404, body = ErrorBody),
         (status = 409, description = "Agent retired", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -116,7 +117,7 @@ pub async fn rotate_token(
 /// Retire an agent: token revoked, its claims back to `PENDING`.
 #[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents",
     params(("id" = Uuid, Path, description = "Agent id")),
-    responses((status = 200, body = Agent), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "The retired agent", body = Agent), (status = 404, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn retire(
@@ -133,7 +134,7 @@ pub async fn retire(
 /// What this agent may claim now (side-effect free, without `yaml_content`).
 #[utoipa::path(get, path = "/api/v1/agents/{id}/work-orders/pending", tag = "claims",
     params(("id" = Uuid, Path, description = "Agent id"), PendingQuery),
-    responses((status = 200, body = Page<WorkOrder>), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "A page of the orders this agent may claim now, oldest first", body = WorkOrderPage), (status = 404, body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "Token of another agent", body = ErrorBody)),
     security(("bearer" = [])))]
@@ -159,7 +160,7 @@ pub async fn pending(
 /// Who the presented token belongs to. Not in DESIGN.md §5: added so that workers given only a
 /// token file learn their agent id, and so CLIs can check a token before using it.
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "agents",
-    responses((status = 200, body = WhoAmI), (status = 401, body = ErrorBody)),
+    responses((status = 200, description = "The token's kind and agent", body = WhoAmI), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn whoami(
     State(state): State<AppState>,

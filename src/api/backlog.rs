@@ -21,7 +21,7 @@ use crate::queue::{NewAgent, RequestedWorkType, WorkType};
 /// wait among them. The agent's own token or the admin token.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/backlog", tag = "agents",
     params(("id" = Uuid, Path, description = "Agent id")),
-    responses((status = 200, body = Backlog),
+    responses((status = 200, description = "The agent's backlog", body = Backlog),
         (status = 404, description = "Unknown agent (`not_found`)", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "Token of another agent", body = ErrorBody)),
@@ -81,7 +81,7 @@ pub struct ProfileQuery {
 /// parameter.
 #[utoipa::path(get, path = "/api/v1/backlog", tag = "agents",
     params(ProfileQuery),
-    responses((status = 200, body = Backlog),
+    responses((status = 200, description = "The profile's backlog", body = Backlog),
         (status = 400, description = "Unknown or malformed parameter, or a value out of bounds", body = ErrorBody),
         (status = 422, description = "Unknown work type (`unknown_work_type`, naming `work_type`)", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),

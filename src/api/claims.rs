@@ -152,7 +152,7 @@ impl Drop for LongPollGauge {
 /// Extend the lease of a claim.
 #[utoipa::path(post, path = "/api/v1/work-orders/{id}/heartbeat", tag = "claims",
     params(("id" = Uuid, Path, description = "Work order id")), request_body = HeartbeatBody,
-    responses((status = 200, body = Heartbeat),
+    responses((status = 200, description = "Lease extended: its new end and the claim's hard end", body = Heartbeat),
         (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`: stop working on it", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ErrorBody)),

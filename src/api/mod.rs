@@ -7,6 +7,7 @@ mod claims;
 pub mod error;
 mod ops;
 mod output;
+mod pages;
 mod work_orders;
 
 use std::sync::Arc;

@@ -34,8 +34,39 @@ pub struct ApiDoc;
 /// so the document describes the server (generated clients and schemathesis rely on it):
 /// `400 invalid_path` and `404` on routes with an id, `400 malformed_json`, `415` and `422` on
 /// routes with a JSON body, `401`/`403` on authenticated routes, `503 database_unavailable` on
-/// every route that needs the database.
+/// every route that needs the database. An annotation's answer without a description gets the
+/// same text, and every `429`/`503` under `/api/v1` declares the `Retry-After` header that
+/// [`ApiError`] sends with them.
 struct CommonAnswers;
+
+/// Description of an error answer that a route's annotation gives without one.
+fn common_description(status: &str) -> Option<&'static str> {
+    Some(match status {
+        "400" => {
+            "`invalid_path` (an id is not a UUID), `invalid_query` (unknown or malformed query parameter), `invalid_cursor`, `malformed_json`, or a field out of bounds"
+        }
+        "401" => "`unauthorized`: missing or bad bearer token",
+        "403" => "`forbidden`: the token may not do this",
+        "404" => "`not_found`: no such id",
+        "415" => "`unsupported_media_type`: no `Content-Type: application/json`",
+        "422" => "`invalid_body`: wrong JSON types, missing or unknown fields",
+        "503" => "`database_unavailable`: retry after `Retry-After` seconds",
+        _ => return None,
+    })
+}
+
+/// The `Retry-After` header of a `429` or `503` answer (DESIGN.md §5, §9).
+fn retry_after() -> utoipa::openapi::header::Header {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    utoipa::openapi::header::HeaderBuilder::new()
+        .schema(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(0)),
+        )
+        .description(Some("Seconds to wait before sending the request again"))
+        .build()
+}
 
 impl utoipa::Modify for CommonAnswers {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
@@ -66,39 +97,40 @@ impl utoipa::Modify for CommonAnswers {
                 });
                 let authenticated = op.security.as_ref().is_some_and(|s| !s.is_empty());
                 let answers = &mut op.responses.responses;
-                let mut add = |status: &str, description: &str| {
-                    answers
-                        .entry(status.to_string())
-                        .or_insert_with(|| error(description).into());
+                let mut add = |status: &str| {
+                    answers.entry(status.to_string()).or_insert_with(|| {
+                        error(common_description(status).unwrap_or_default()).into()
+                    });
                 };
                 if has_id || has_body || has_query {
-                    add(
-                        "400",
-                        "`invalid_path` (an id is not a UUID), `invalid_query` (unknown or malformed query parameter), `invalid_cursor`, `malformed_json`, or a field out of bounds",
-                    );
+                    add("400");
                 }
                 if has_id {
-                    add("404", "`not_found`: no such id");
+                    add("404");
                 }
                 if has_body {
-                    add(
-                        "415",
-                        "`unsupported_media_type`: no `Content-Type: application/json`",
-                    );
-                    add(
-                        "422",
-                        "`invalid_body`: wrong JSON types, missing or unknown fields",
-                    );
+                    add("415");
+                    add("422");
                 }
                 if authenticated {
-                    add("401", "`unauthorized`: missing or bad bearer token");
-                    add("403", "`forbidden`: the token may not do this");
+                    add("401");
+                    add("403");
                 }
                 if needs_database {
-                    add(
-                        "503",
-                        "`database_unavailable`: retry after `Retry-After` seconds",
-                    );
+                    add("503");
+                }
+                for (status, answer) in answers.iter_mut() {
+                    let utoipa::openapi::RefOr::T(answer) = answer else {
+                        continue;
+                    };
+                    if answer.description.is_empty()
+                        && let Some(text) = common_description(status)
+                    {
+                        answer.description = text.to_string();
+                    }
+                    if path.starts_with("/api/v1/") && (status == "429" || status == "503") {
+                        answer.headers.insert("Retry-After".into(), retry_after());
+                    }
                 }
             }
         }
@@ -111,7 +143,7 @@ impl utoipa::Modify for CommonAnswers {
 /// 256 entries, a create needs at least one targeting criterion, and a `build` at least 120 s
 /// of claim timeout (its Build is watched, DESIGN.md §4). Clients and schemathesis generate
 /// from these. Applied to the JSON document: utoipa's typed model lacks some of the keywords
-/// (`if`/`then`, `anyOf` beside `allOf`).
+/// (`if`/`then`, `not` beside `allOf`).
 fn input_bounds(doc: &mut serde_json::Value) {
     use crate::queue::validate::{MAX_LIST_ENTRIES, MAX_STRING_CHARS};
     use serde_json::{Value, json};
@@ -189,17 +221,20 @@ fn input_bounds(doc: &mut serde_json::Value) {
     });
     patch("NewWorkOrder", &|v| {
         merge(v, "tenant", &json!({"pattern": "[^\\u0000]"}));
-        // At least one criterion, and a criterion counts when it is non-empty.
-        let criterion = |field: &str, nonempty: Value| json!({"required": [field], "properties": {field: nonempty}});
+        // At least one criterion, and a criterion counts when it is non-empty: `not` every
+        // criterion empty or absent. A `Targeting` reference beside a `not` rather than an
+        // `anyOf` of four partial schemas, which generated clients typed as four anonymous
+        // classes instead of `Targeting` (issue #26).
         let targeting = json!({
             "allOf": [{"$ref": "#/components/schemas/Targeting"}],
-            "anyOf": [
-                criterion("agent_ids", json!({"minItems": 1})),
-                criterion("agent_names", json!({"minItems": 1})),
-                criterion("labels", json!({"minItems": 1})),
-                criterion("annotations", json!({"minProperties": 1})),
-            ],
-            "description": "Which agents may claim; at least one non-empty criterion."
+            "not": {"properties": {
+                "agent_ids": {"maxItems": 0},
+                "agent_names": {"maxItems": 0},
+                "labels": {"maxItems": 0},
+                "annotations": {"maxProperties": 0},
+            }},
+            "description": "Which agents may claim: at least one criterion must be non-empty \
+                (`400 invalid_field` otherwise, DESIGN.md §3)."
         });
         if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
             props.insert("targeting".into(), targeting);
@@ -230,14 +265,16 @@ impl utoipa::Modify for BearerAuth {
 }
 
 /// Process liveness.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "alive")))]
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "Alive: `ok`", body = String, content_type = "text/plain")))]
 pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// Readiness: database reachable and migrations applied.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
-    responses((status = 200, description = "ready"), (status = 503, description = "not ready, with the reason")))]
+    responses((status = 200, description = "Ready: `ok`", body = String, content_type = "text/plain"),
+        (status = 503, description = "Not ready: the reason, as a line of text", body = String, content_type = "text/plain")))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.queue.readiness().await {
         Ok(()) => (StatusCode::OK, "ok\n".to_string()),
@@ -246,7 +283,9 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 /// Prometheus metrics (text exposition format).
-#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text")))]
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "The metrics in the OpenMetrics text format, which Prometheus reads",
+        body = String, content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // While the database is known down, serve the counters as they are instead of waiting out
     // the pool's timeout on each gauge (a scrape would time out).
@@ -346,7 +385,8 @@ fn waiting_due(last: &std::sync::Mutex<Option<Instant>>) -> bool {
 }
 
 /// This document.
-#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "operations", responses((status = 200, description = "OpenAPI 3.1 JSON")))]
+#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "operations",
+    responses((status = 200, description = "This OpenAPI 3.1 document", body = Object, content_type = "application/json")))]
 pub async fn openapi() -> Json<serde_json::Value> {
     Json(ApiDoc::document())
 }

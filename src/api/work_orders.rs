@@ -11,6 +11,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
+use super::pages::{LogEntryPage, WorkOrderPage};
 use super::{ApiError, AppState, Caller, ErrorBody};
 use crate::queue::validate::{parse_work_type, validate_work_order_off_thread};
 use crate::queue::waiting::Explanation;
@@ -90,7 +91,8 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
     params(("Idempotency-Key" = Option<String>, Header,
         description = "1–255 visible ASCII characters chosen by the client, e.g. a UUID; a retry with the same key and body returns the same order")),
     responses(
-        (status = 201, description = "Created (or, with `Idempotent-Replayed: true`, created by an earlier call with this key)", body = WorkOrder),
+        (status = 201, description = "Created (or, with `Idempotent-Replayed: true`, created by an earlier call with this key)", body = WorkOrder,
+            headers(("Idempotent-Replayed" = String, description = "`true` when this is the answer of an earlier call with the same `Idempotency-Key`; absent otherwise"))),
         (status = 400, description = "Invalid field, unknown work type, empty targeting, bad YAML, bad Idempotency-Key", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 413, description = "yaml_content over 1 MiB", body = ErrorBody),
@@ -148,7 +150,7 @@ fn idempotency_key(
 
 /// List active work orders (oldest first, without `yaml_content`).
 #[utoipa::path(get, path = "/api/v1/work-orders", tag = "work orders", operation_id = "list_work_orders", params(ListQuery),
-    responses((status = 200, body = Page<WorkOrder>), (status = 400, body = ErrorBody),
+    responses((status = 200, description = "A page of active orders, oldest first", body = WorkOrderPage), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(
@@ -188,7 +190,7 @@ pub async fn list(
 /// One active work order with `yaml_content`; `404` with code `finished` when it is in the log.
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}", tag = "work orders", operation_id = "get_work_order",
     params(("id" = Uuid, Path, description = "Work order id")),
-    responses((status = 200, body = WorkOrder),
+    responses((status = 200, description = "The order in full, with its attempts and, while unclaimed, why it waits", body = WorkOrder),
         (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -211,7 +213,7 @@ pub async fn get_one(
 /// not_waiting`).
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}/explain", tag = "work orders",
     params(("id" = Uuid, Path, description = "Work order id")),
-    responses((status = 200, body = Explanation),
+    responses((status = 200, description = "Why the order waits", body = Explanation),
         (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody),
         (status = 409, description = "Claimed, so not waiting (`not_waiting`)", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
@@ -250,7 +252,7 @@ pub async fn cancel(
 
 /// Finished work orders, newest first (without `yaml_content`).
 #[utoipa::path(get, path = "/api/v1/work-order-log", tag = "log", params(LogQuery),
-    responses((status = 200, body = Page<LogEntry>), (status = 400, body = ErrorBody),
+    responses((status = 200, description = "A page of finished orders, newest first", body = LogEntryPage), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list_log(
@@ -279,7 +281,7 @@ pub async fn list_log(
 /// One finished work order, with `yaml_content`.
 #[utoipa::path(get, path = "/api/v1/work-order-log/{id}", tag = "log",
     params(("id" = Uuid, Path, description = "Work order id")),
-    responses((status = 200, body = LogEntry), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "The finished order in full, with its attempts", body = LogEntry), (status = 404, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_log(
@@ -298,7 +300,7 @@ pub async fn get_log(
 /// `reclaimed`, `released`, `cancelled`) with the message. Empty for an order never claimed.
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}/attempts", tag = "work orders",
     params(("id" = Uuid, Path, description = "Work order id (active or finished)")),
-    responses((status = 200, body = Vec<Attempt>), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "The attempts, oldest first", body = Vec<Attempt>), (status = 404, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn attempts(
@@ -317,7 +319,8 @@ pub async fn attempts(
         ("Idempotency-Key" = Option<String>, Header,
         description = "1–255 visible ASCII characters; a retry with the same key returns the same new order")),
     responses(
-        (status = 201, description = "The new order (with `Idempotent-Replayed: true`: made by an earlier call with this key)", body = WorkOrder),
+        (status = 201, description = "The new order (with `Idempotent-Replayed: true`: made by an earlier call with this key)", body = WorkOrder,
+            headers(("Idempotent-Replayed" = String, description = "`true` when this is the answer of an earlier call with the same `Idempotency-Key`; absent otherwise"))),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The order has not finished (`not_finished`)", body = ErrorBody),
         (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),

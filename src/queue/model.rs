@@ -150,8 +150,9 @@ impl Outcome {
     }
 }
 
-/// Which agents may see an order (DESIGN.md §3): a match on **any** criterion is enough; at least
-/// one criterion is required at creation.
+/// Which agents may see an order (DESIGN.md §3): a match on **any** criterion is enough. At
+/// creation at least one criterion must be non-empty (`400 invalid_field` otherwise); an absent
+/// criterion is empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Targeting {
@@ -232,20 +233,29 @@ pub struct WorkOrder {
     pub backoff_seconds: i32,
     pub claim_timeout_seconds: i32,
     pub max_reclaims: i32,
+    #[schema(required = true)]
     pub tenant: Option<String>,
     pub targeting: Targeting,
     pub retry_count: i32,
     pub reclaim_count: i32,
+    #[schema(required = true)]
     pub last_error: Option<String>,
+    #[schema(required = true)]
     pub last_error_at: Option<DateTime<Utc>>,
+    #[schema(required = true)]
     pub next_retry_after: Option<DateTime<Utc>>,
     /// Agent holding the current claim.
+    #[schema(required = true)]
     pub claimed_by: Option<Uuid>,
+    #[schema(required = true)]
     pub claimed_at: Option<DateTime<Utc>>,
     /// Fencing token of the current claim.
+    #[schema(required = true)]
     pub claim_id: Option<Uuid>,
     /// Lease length in seconds, when the claim was made with one.
+    #[schema(required = true)]
     pub lease_seconds: Option<i32>,
+    #[schema(required = true)]
     pub lease_expires_at: Option<DateTime<Utc>>,
     /// The finished order this one re-runs (`POST /work-orders/{id}/rerun`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -272,20 +282,27 @@ pub struct LogEntry {
     pub outcome: Outcome,
     /// `outcome == succeeded`.
     pub success: bool,
+    #[schema(required = true)]
     pub message: Option<String>,
     pub max_retries: i32,
     pub backoff_seconds: i32,
     pub claim_timeout_seconds: i32,
     pub max_reclaims: i32,
+    #[schema(required = true)]
     pub tenant: Option<String>,
     pub targeting: Targeting,
     pub retry_count: i32,
     pub reclaim_count: i32,
+    #[schema(required = true)]
     pub last_error: Option<String>,
+    #[schema(required = true)]
     pub last_error_at: Option<DateTime<Utc>>,
     /// Agent of the last claim, if any.
+    #[schema(required = true)]
     pub claimed_by: Option<Uuid>,
+    #[schema(required = true)]
     pub claim_id: Option<Uuid>,
+    #[schema(required = true)]
     pub claimed_at: Option<DateTime<Utc>>,
     /// The finished order this one re-ran, if it was a re-run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -345,10 +362,12 @@ pub struct Attempt {
     /// When the claim was made.
     pub started_at: DateTime<Utc>,
     /// When the claim ended; absent while it is live.
+    #[schema(required = true)]
     pub ended_at: Option<DateTime<Utc>>,
     /// How it ended.
     pub result: AttemptResult,
     /// The agent's message (a failure's error, a success's result) or why the claim was released.
+    #[schema(required = true)]
     pub message: Option<String>,
 }
 
@@ -400,14 +419,19 @@ pub struct Agent {
     pub labels: Vec<String>,
     pub annotations: BTreeMap<String, String>,
     pub work_types: Vec<WorkType>,
+    #[schema(required = true)]
     pub tenant: Option<String>,
+    #[schema(required = true)]
     pub max_concurrency: Option<i32>,
+    #[schema(required = true)]
     pub lease_seconds: Option<i32>,
     pub health: AgentHealth,
     /// Claims this agent holds now.
     pub active_claims: i64,
     pub created_at: DateTime<Utc>,
+    #[schema(required = true)]
     pub last_seen_at: Option<DateTime<Utc>>,
+    #[schema(required = true)]
     pub retired_at: Option<DateTime<Utc>>,
 }
 
@@ -435,11 +459,12 @@ pub enum CompletionResult {
     RetryScheduled { next_retry_after: DateTime<Utc> },
 }
 
-/// One page of a keyset-paginated list.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+/// One page of a keyset-paginated list. The OpenAPI document describes it per item type
+/// (`api::pages`), since utoipa 5 would copy the item schema into a generic one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Page<T> {
     pub items: Vec<T>,
-    /// Pass as `cursor` to get the next page; absent on the last page.
+    /// Pass as `cursor` to get the next page; null on the last page.
     pub next_cursor: Option<String>,
 }
 

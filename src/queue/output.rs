@@ -44,11 +44,14 @@ pub struct OutputEntry {
     /// Pass as `after` to read the lines after this one.
     pub cursor: i64,
     /// The claim (attempt) that sent the line; absent only on a `dropped` marker.
+    #[schema(required = true)]
     pub claim_id: Option<Uuid>,
     /// The attempt number: 1 for the order's first claim, 2 for the second, …; absent only on a
     /// `dropped` marker.
+    #[schema(required = true)]
     pub attempt: Option<i32>,
     /// The chunk's `seq` within its claim; absent only on a `dropped` marker.
+    #[schema(required = true)]
     pub seq: Option<i64>,
     /// `stdout`/`stderr`, `<pod>/<container>`, or `pullman` on a marker.
     pub stream: String,
@@ -67,6 +70,7 @@ pub struct OutputPage {
     pub lines: Vec<OutputEntry>,
     /// The cursor of the last line returned (or the `after` asked, when none): pass it as
     /// `after` for the next page. Absent when nothing was read and no `after` was given.
+    #[schema(required = true)]
     pub next_cursor: Option<i64>,
     /// True when the page was cut at `limit`: more lines are stored after `next_cursor`.
     pub more: bool,

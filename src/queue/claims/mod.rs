@@ -31,6 +31,7 @@ pub struct ClaimRequest {
 /// end of the claim (`claimed_at + claim_timeout_seconds`).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Heartbeat {
+    #[schema(required = true)]
     pub lease_expires_at: Option<DateTime<Utc>>,
     pub claim_expires_at: DateTime<Utc>,
 }
