@@ -1,4 +1,4 @@
-//! (7) Queue depth for autoscalers (DESIGN.md §10, issue #25): `GET /agents/{id}/backlog` and
+//! (7) Queue depth for autoscalers (docs/design.md §10, issue #25): `GET /agents/{id}/backlog` and
 //! the profile route answer from one statement (`sql/backlog.sql`). Target: under 50 ms with 1M
 //! pending orders. Orders sit in 100 label pools; the profile and the agent take one pool, so 1%
 //! match, as a scaler for one kind of agent asks. Baseline: the same calls at 1k pending.

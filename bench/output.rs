@@ -1,4 +1,4 @@
-//! Output of running orders (DESIGN.md §9, issue #24): how fast a line reaches a follower, what
+//! Output of running orders (docs/design.md §9, issue #24): how fast a line reaches a follower, what
 //! output costs claims, the server's memory under 1 GiB of output, and 100 followers.
 //!
 //!   cargo bench --bench output                # all four, default sizes

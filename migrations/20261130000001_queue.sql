@@ -1,4 +1,4 @@
--- Pullman queue schema (DESIGN.md §1–§5).
+-- Pullman queue schema (docs/design.md §1–§5).
 --
 -- Layout chosen so the claim path stays flat as history grows:
 --   * work_orders holds only active orders (PENDING, CLAIMED, RETRY_PENDING); finished ones move to

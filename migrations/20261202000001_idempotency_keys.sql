@@ -1,4 +1,4 @@
--- Retry-safe creates (DESIGN.md §5 "Retry safety"): a POST /work-orders carrying an
+-- Retry-safe creates (docs/design.md §5 "Retry safety"): a POST /work-orders carrying an
 -- Idempotency-Key records the answer it got under that key, so a client that lost the answer can
 -- send the same request again and get the same order instead of a second one.
 --

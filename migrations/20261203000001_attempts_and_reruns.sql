@@ -1,4 +1,4 @@
--- Attempt history and re-runs (DESIGN.md §5 `GET /work-orders/{id}/attempts`, `POST …/rerun`).
+-- Attempt history and re-runs (docs/design.md §5 `GET /work-orders/{id}/attempts`, `POST …/rerun`).
 --
 -- Every claim of an order is an attempt. Where each one is recorded:
 --   * the live claim: its work_order_claims row (as before);

@@ -1,4 +1,4 @@
--- Output of running orders (DESIGN.md §9): what the agent holding a claim sends while it works.
+-- Output of running orders (docs/design.md §9): what the agent holding a claim sends while it works.
 --
 -- Stored in chunks, one row per chunk as the agent sent it (its lines as three parallel arrays),
 -- never a row per line: a busy worker sends a chunk a second with hundreds of lines.

@@ -1,4 +1,4 @@
--- Indexes for counting what an agent profile may take (DESIGN.md §10 backlog, issue #25):
+-- Indexes for counting what an agent profile may take (docs/design.md §10 backlog, issue #25):
 -- sql/backlog.sql counts every eligible order, and without these a count at 1M pending orders
 -- was a parallel sequential scan (360 ms). Each disjunct of the targeting rule (sql/eligible.sql)
 -- is in a form a GIN index serves (`@>`, `&&`), so the count is a BitmapOr of these four (30 ms

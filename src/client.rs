@@ -1,4 +1,4 @@
-//! A typed client of the REST API (DESIGN.md §5), shared by `pullman worker`, `pullman executor`
+//! A typed client of the REST API (docs/design.md §5), shared by `pullman worker`, `pullman executor`
 //! and the admin commands. Errors keep the server's status and JSON error code.
 
 use std::time::Duration;
@@ -28,7 +28,7 @@ pub fn read_token_file(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
-/// Checks a `--server` value (DESIGN.md §7) and returns it without a trailing slash: an `http`
+/// Checks a `--server` value (docs/design.md §7) and returns it without a trailing slash: an `http`
 /// or `https` URL naming a host, with no path, query or fragment (the client adds `/api/v1`).
 /// Errors: a sentence saying what is wrong and what to give instead. A bad URL is a
 /// configuration error, reported at once, never retried as "not reachable".
@@ -78,7 +78,7 @@ pub enum ClientError {
         status: StatusCode,
         code: String,
         message: String,
-        /// The server's `Retry-After` (seconds), sent with `429` and `503` (DESIGN.md §9).
+        /// The server's `Retry-After` (seconds), sent with `429` and `503` (docs/design.md §9).
         retry_after: Option<Duration>,
     },
     /// The server could not be reached or the connection broke.
@@ -174,7 +174,7 @@ impl Client {
         })
     }
 
-    /// The bearer token, so an agent can hide it in the output it sends (DESIGN.md §9).
+    /// The bearer token, so an agent can hide it in the output it sends (docs/design.md §9).
     pub fn token(&self) -> &str {
         &self.token
     }
@@ -304,7 +304,7 @@ impl Client {
             .await
     }
 
-    /// `GET /work-orders/{id}/explain`: why the order waits (DESIGN.md §10).
+    /// `GET /work-orders/{id}/explain`: why the order waits (docs/design.md §10).
     pub async fn explain_work_order(&self, id: Uuid) -> Result<Explanation, ClientError> {
         self.json(
             Method::GET,
@@ -412,7 +412,7 @@ impl Client {
         .await
     }
 
-    /// `POST /work-orders/{id}/output` (DESIGN.md §9): one chunk of the claim's output. A resent
+    /// `POST /work-orders/{id}/output` (docs/design.md §9): one chunk of the claim's output. A resent
     /// `seq` is answered as the first time. Errors: `409` when the claim is no longer live (stop
     /// sending), `413` for a chunk over 1 MiB, `429`/`503` with `Retry-After` when the server is
     /// behind (send later, keep the lines).
@@ -429,7 +429,7 @@ impl Client {
         .await
     }
 
-    /// `GET /work-orders/{id}/output?…` (DESIGN.md §9): one page of an order's output; `query`
+    /// `GET /work-orders/{id}/output?…` (docs/design.md §9): one page of an order's output; `query`
     /// is the query string without `?` (`after=`, `tail=`, `attempt=`, `limit=`).
     pub async fn read_output(
         &self,
@@ -495,7 +495,7 @@ impl Client {
     }
 }
 
-/// `Retry-After` in seconds (the only form the server sends, DESIGN.md §9), if present.
+/// `Retry-After` in seconds (the only form the server sends, docs/design.md §9), if present.
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     headers
         .get(reqwest::header::RETRY_AFTER)

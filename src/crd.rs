@@ -1,4 +1,4 @@
-//! The `WorkOrder` and `Executor` custom resources (DESIGN.md §6), `pullman.dev/v1alpha1`.
+//! The `WorkOrder` and `Executor` custom resources (docs/design.md §6), `pullman.dev/v1alpha1`.
 //!
 //! The schema carries what the API server can check itself: enums, bounds, required fields, and
 //! (added by [`crds`]) CEL rules for the immutable WorkOrder `spec` and for targeting with at least
@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::queue::{NewWorkOrder, Targeting, WorkType};
 
-/// Work type of a WorkOrder (DESIGN.md §4).
+/// Work type of a WorkOrder (docs/design.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CrdWorkType {
@@ -35,7 +35,7 @@ impl From<CrdWorkType> for WorkType {
     }
 }
 
-/// Which agents may claim the order; any one matching criterion is enough (DESIGN.md §3).
+/// Which agents may claim the order; any one matching criterion is enough (docs/design.md §3).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkOrderTargeting {
@@ -68,7 +68,7 @@ fn default_max_reclaims() -> i32 {
 
 // The Rust types are `WorkOrderResource` / `WorkOrderResourceSpec` so they never collide with the
 // queue's `WorkOrder` / `WorkOrderSpec` (issue #13); the Kubernetes kind stays `WorkOrder`.
-/// A one-time operation pulled by an agent (DESIGN.md §6). Immutable once created.
+/// A one-time operation pulled by an agent (docs/design.md §6). Immutable once created.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "pullman.dev",
@@ -120,7 +120,7 @@ pub struct WorkOrderResourceSpec {
     pub ttl_seconds_after_finished: Option<i32>,
 }
 
-/// Phase of a WorkOrder, following its queue row (DESIGN.md §6).
+/// Phase of a WorkOrder, following its queue row (docs/design.md §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum WorkOrderPhase {
     Pending,
@@ -164,7 +164,7 @@ pub struct WorkOrderStatus {
     pub observed_generation: Option<i64>,
     /// `Ready` (True once it succeeded), `Completed` (True once it finished, whatever the
     /// outcome), `Reconciling` (True while it waits or runs) and `Stalled` (True when it failed, was
-    /// rejected or cancelled), in the metav1.Condition shape (DESIGN.md §6).
+    /// rejected or cancelled), in the metav1.Condition shape (docs/design.md §6).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -201,7 +201,7 @@ pub struct ExecutorDeployment {
     pub tolerations: Vec<Toleration>,
 }
 
-/// An agent declared with GitOps (DESIGN.md §6): the controller registers it and keeps its token
+/// An agent declared with GitOps (docs/design.md §6): the controller registers it and keeps its token
 /// in the Secret `<name>-agent-token`.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -243,7 +243,7 @@ pub struct ExecutorSpec {
     pub deployment: Option<ExecutorDeployment>,
 }
 
-/// Observed state of an Executor (DESIGN.md §6).
+/// Observed state of an Executor (docs/design.md §6).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutorStatus {
@@ -264,14 +264,14 @@ pub struct ExecutorStatus {
     pub observed_generation: Option<i64>,
     /// `Ready` (agent registered, token Secret written, Deployment available when `deployment` is
     /// set), `Reconciling` (on the way there), `Stalled` (an error a retry cannot fix) and
-    /// `Connected` (the agent talks to the server), in the metav1.Condition shape (DESIGN.md §6).
+    /// `Connected` (the agent talks to the server), in the metav1.Condition shape (docs/design.md §6).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
 
 /// A WorkOrder spec the controller cannot queue as it stands: `field` is the spec path
 /// (`spec.targeting.agentIds[2]`), `message` a sentence naming it. Surfaced as the `Rejected`
-/// condition and Event, like the queue's own refusals (DESIGN.md §6).
+/// condition and Event, like the queue's own refusals (docs/design.md §6).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct InvalidSpec {
@@ -280,7 +280,7 @@ pub struct InvalidSpec {
 }
 
 impl WorkOrderResourceSpec {
-    /// The REST create body this spec mirrors (DESIGN.md §6). Every `targeting.agentIds` entry
+    /// The REST create body this spec mirrors (docs/design.md §6). Every `targeting.agentIds` entry
     /// must be a UUID (an agent id); the first one that is not is an [`InvalidSpec`] naming it,
     /// never silently dropped (issue #13).
     pub fn to_create_body(&self) -> Result<NewWorkOrder, InvalidSpec> {

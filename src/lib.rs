@@ -2,7 +2,7 @@
 //! (custom resources, controller, in-cluster executor).
 //!
 //! The contract every module keeps is `docs/design.md` (the repository's copy of the design),
-//! cited in the code as "DESIGN.md §N": names, states, wire shapes, status codes, rules.
+//! cited in the code as "docs/design.md §N": names, states, wire shapes, status codes, rules.
 //!
 //! # Code map
 //!
@@ -48,7 +48,7 @@
 //! - **The WorkOrder reconcile and its status write**: `controller::workorders` (`apply`: look up
 //!   the order, queue it if unknown, compute the status, write it if it changed); the status is
 //!   computed, purely, in `controller::status`.
-//! - **Output of running orders** (DESIGN.md §9): stored and read in `queue::output` (chunks,
+//! - **Output of running orders** (docs/design.md §9): stored and read in `queue::output` (chunks,
 //!   the per-order cap, cursors), over HTTP in `api::output` (the append, pages and the NDJSON
 //!   follow), printed by `admin::logs` (`pullman work-orders logs`).
 //! - **Where a stale complete becomes `409`**: `queue::claims::holder` (`complete` matches only the

@@ -1,4 +1,4 @@
-//! Multi-document YAML as carried in `yaml_content` (DESIGN.md §4, §5): parsed once at creation to
+//! Multi-document YAML as carried in `yaml_content` (docs/design.md §4, §5): parsed once at creation to
 //! reject what can never apply, and again by the executor to apply it.
 
 use serde::Deserialize;
@@ -142,7 +142,7 @@ pub fn is_job(doc: &Value) -> bool {
     api_version(doc) == "batch/v1" && kind(doc) == "Job"
 }
 
-/// True for a Shipwright `Build` of the version Pullman speaks (DESIGN.md §4).
+/// True for a Shipwright `Build` of the version Pullman speaks (docs/design.md §4).
 pub fn is_shipwright_build(doc: &Value) -> bool {
     api_version(doc) == "shipwright.io/v1beta1" && kind(doc) == "Build"
 }

@@ -1,4 +1,4 @@
-//! The embedded PostgreSQL (DESIGN.md §7): with no `DATABASE_URL`, `pullman serve` initializes and
+//! The embedded PostgreSQL (docs/design.md §7): with no `DATABASE_URL`, `pullman serve` initializes and
 //! runs a private PostgreSQL from the server binaries installed on the machine, under the data
 //! directory, reachable only through a Unix socket in a private directory. The test suite uses the
 //! same code on a loopback port.

@@ -1,4 +1,4 @@
-//! `pullman serve` and `pullman migrate` (DESIGN.md §7): wiring of the database (external or
+//! `pullman serve` and `pullman migrate` (docs/design.md §7): wiring of the database (external or
 //! embedded), the API, maintenance and notifications, with graceful shutdown on SIGINT/SIGTERM.
 
 use std::sync::Arc;
@@ -256,7 +256,7 @@ async fn run_server(
         ended = &mut server => Some(ended),
     };
 
-    // DESIGN.md §7: gone within a few seconds of SIGTERM (Kubernetes kills at 30 s), saying what
+    // docs/design.md §7: gone within a few seconds of SIGTERM (Kubernetes kills at 30 s), saying what
     // it does meanwhile. Held long-polls are answered first: they would otherwise hold the
     // graceful shutdown for up to their 30 s wait.
     let result = match served {

@@ -1,4 +1,4 @@
-//! Logging and Prometheus metrics (`GET /metrics`, DESIGN.md §5).
+//! Logging and Prometheus metrics (`GET /metrics`, docs/design.md §5).
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -63,20 +63,20 @@ pub struct RouteLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HealthLabel {
-    /// `never_seen`, `active` or `stale` (DESIGN.md §5); retired agents are not counted.
+    /// `never_seen`, `active` or `stale` (docs/design.md §5); retired agents are not counted.
     pub health: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
-    /// Why the orders wait (DESIGN.md §10): `no_matching_agent`, `no_agent_connected`,
+    /// Why the orders wait (docs/design.md §10): `no_matching_agent`, `no_agent_connected`,
     /// `agents_busy`, `backing_off` or `queued`.
     pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DropLabel {
-    /// Why output bytes were not kept (DESIGN.md §9): `cap` (the per-order cap dropped older
+    /// Why output bytes were not kept (docs/design.md §9): `cap` (the per-order cap dropped older
     /// output) or `gap` (the agent reported bytes it could not deliver).
     pub reason: String,
 }
@@ -194,7 +194,7 @@ pub struct Metrics {
     pub queue_lag: Gauge<f64, AtomicU64>,
     /// `pullman_agents{health}`: live agents by health, refreshed at scrape time.
     pub agents: Family<HealthLabel, Gauge>,
-    /// `pullman_work_orders_waiting{reason}`: unclaimed orders by why they wait (DESIGN.md §10),
+    /// `pullman_work_orders_waiting{reason}`: unclaimed orders by why they wait (docs/design.md §10),
     /// refreshed at scrape time (`Queue::waiting_by_reason`).
     pub waiting: Family<ReasonLabel, Gauge>,
     /// `pullman_work_orders_waiting_oldest_seconds{reason}`: the longest wait of each reason's
@@ -202,7 +202,7 @@ pub struct Metrics {
     pub waiting_oldest: Family<ReasonLabel, Gauge<f64, AtomicU64>>,
     /// `pullman_long_polls`: claim-next requests waiting now.
     pub long_polls: Gauge<i64, AtomicI64>,
-    /// `pullman_output_bytes_received_total`: bytes of output line text stored (DESIGN.md §9;
+    /// `pullman_output_bytes_received_total`: bytes of output line text stored (docs/design.md §9;
     /// resent chunks not counted again).
     pub output_bytes: Counter,
     /// `pullman_output_lines_received_total`: output lines stored.

@@ -1,4 +1,4 @@
-//! The shapes both sides of the HTTP API use (DESIGN.md §5): the request and answer bodies of the
+//! The shapes both sides of the HTTP API use (docs/design.md §5): the request and answer bodies of the
 //! pull protocol and the error body, defined once for the server (`api`, which also describes
 //! them in the OpenAPI document) and its clients (`client`, `pull`, `admin`). The shapes of work
 //! orders, log entries and agents are the queue's own records and are re-exported here, so a
@@ -16,7 +16,7 @@ pub use crate::queue::model::{
     OrderStatus, Outcome, Page, RequestedWorkType, Targeting, WorkOrder, WorkType,
 };
 pub use crate::queue::output::{OutputEntry, OutputPage};
-/// Ends a result message the server cut at its limit (DESIGN.md §5).
+/// Ends a result message the server cut at its limit (docs/design.md §5).
 pub use crate::queue::text::CUT_MARKER;
 pub use crate::queue::waiting::{Explanation, WaitReason};
 
@@ -70,7 +70,7 @@ pub struct CompleteBody {
     pub claim_id: Option<Uuid>,
     pub success: bool,
     /// Result or error text. U+0000 is removed; text over 64 KiB is stored cut at a character
-    /// boundary, ending with a marker (DESIGN.md §5).
+    /// boundary, ending with a marker (docs/design.md §5).
     #[serde(default)]
     pub message: Option<String>,
     /// Default true; false sends a failure straight to the log.
@@ -111,10 +111,10 @@ pub struct WhoAmI {
     pub agent_name: Option<String>,
 }
 
-/// Most lines one page of `GET /work-orders/{id}/output` returns (its `limit`, DESIGN.md §9).
+/// Most lines one page of `GET /work-orders/{id}/output` returns (its `limit`, docs/design.md §9).
 pub const MAX_OUTPUT_PAGE_LINES: i64 = 10_000;
 
-/// Body of `POST /work-orders/{id}/output` (DESIGN.md §9): one ordered chunk of the output of the
+/// Body of `POST /work-orders/{id}/output` (docs/design.md §9): one ordered chunk of the output of the
 /// claim `claim_id`, sent by the agent holding it. At most 1 MiB as sent (`413` above).
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -135,7 +135,7 @@ pub struct OutputChunk {
     pub lines: Vec<OutputLine>,
 }
 
-/// One line of output (DESIGN.md §9), without its line ending.
+/// One line of output (docs/design.md §9), without its line ending.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputLine {

@@ -1,8 +1,8 @@
-//! `pullman worker --exec CMD`: the reference external worker (DESIGN.md §7). It carries an order
+//! `pullman worker --exec CMD`: the reference external worker (docs/design.md §7). It carries an order
 //! out by running CMD with the work order JSON on stdin; exit 0 is success, exit 3 a failure not
 //! worth retrying, any other exit a retryable failure. CMD's output is streamed into the worker's
 //! log line by line, under the order's id, as it runs, and sent to the server as the order's
-//! output (DESIGN.md §9, [`crate::pull::output`]).
+//! output (docs/design.md §9, [`crate::pull::output`]).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -361,7 +361,7 @@ async fn wait_command(mut running: Running, stop: &CancellationToken) -> anyhow:
     running.feed.abort();
     let out = running.stdout.await??;
     let err = running.stderr.await??;
-    // The last lines are in before the order is completed (DESIGN.md §9), within a bound.
+    // The last lines are in before the order is completed (docs/design.md §9), within a bound.
     if let Some(sender) = running.sender.take() {
         sender.finish(output::FLUSH_TIMEOUT).await;
     }

@@ -1,4 +1,4 @@
-//! The 401/403 matrix (DESIGN.md §5), token secrecy in logs, and bad input: every refusal is a
+//! The 401/403 matrix (docs/design.md §5), token secrecy in logs, and bad input: every refusal is a
 //! 4xx JSON error naming the problem, and nothing is written.
 
 mod support;

@@ -1,4 +1,4 @@
-//! At-most-once claims under real concurrency (DESIGN.md §2, §5), against a real PostgreSQL.
+//! At-most-once claims under real concurrency (docs/design.md §2, §5), against a real PostgreSQL.
 
 mod support;
 

@@ -1,4 +1,4 @@
-//! `pullman work-orders logs` and `create --wait --logs` (DESIGN.md §9, issue #24) as a user runs
+//! `pullman work-orders logs` and `create --wait --logs` (docs/design.md §9, issue #24) as a user runs
 //! them, against a real API server and PostgreSQL.
 
 mod support;

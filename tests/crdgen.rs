@@ -1,4 +1,4 @@
-//! `crds/` must be exactly what `pullman crdgen` prints (DESIGN.md §6).
+//! `crds/` must be exactly what `pullman crdgen` prints (docs/design.md §6).
 
 #[test]
 fn committed_crds_match_the_rust_types() {

@@ -1,4 +1,4 @@
-//! Targeting and eligibility (DESIGN.md §3) through the API, against a real PostgreSQL: the
+//! Targeting and eligibility (docs/design.md §3) through the API, against a real PostgreSQL: the
 //! pending list shows exactly what claim accepts.
 
 mod support;

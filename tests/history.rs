@@ -1,5 +1,5 @@
 //! An order's history through the API, against a real PostgreSQL: attempts (every claim and how
-//! it ended), re-runs, list filters and id prefixes (DESIGN.md §5, issue #15).
+//! it ended), re-runs, list filters and id prefixes (docs/design.md §5, issue #15).
 
 mod support;
 

@@ -200,7 +200,7 @@ async fn a_work_order_resource_follows_its_queue_row() {
     assert_eq!(
         (ready.status.as_str(), ready.reason.as_str()),
         ("False", "Pending"),
-        "Ready means succeeded (DESIGN.md §6)"
+        "Ready means succeeded (docs/design.md §6)"
     );
 
     let (code, claimed) = s

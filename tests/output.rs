@@ -1,4 +1,4 @@
-//! Output of running orders (DESIGN.md §9, issue #24), the server side, against real PostgreSQL:
+//! Output of running orders (docs/design.md §9, issue #24), the server side, against real PostgreSQL:
 //! storing chunks once under real concurrency, fencing, bad input, the cap and gap markers, the
 //! readers (`after`, `tail`, `attempt`), following to the end with one and with 100 readers,
 //! a follower that leaves, and retention.

@@ -1,4 +1,4 @@
-//! `kill -9` of `pullman serve` while 16 agents stream output (DESIGN.md §9, issue #24): after a
+//! `kill -9` of `pullman serve` while 16 agents stream output (docs/design.md §9, issue #24): after a
 //! restart every agent resends from its first chunk and no line is stored twice.
 
 mod support;

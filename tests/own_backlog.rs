@@ -1,4 +1,4 @@
-//! `GET /api/v1/agents/me/backlog` (DESIGN.md §10, issue #25): what KEDA's `metrics-api` scaler
+//! `GET /api/v1/agents/me/backlog` (docs/design.md §10, issue #25): what KEDA's `metrics-api` scaler
 //! reads with an Executor's own token, against a real PostgreSQL.
 
 mod support;
@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::json;
 use support::{ADMIN_TOKEN, TestServer, configmap_order};
 
-/// `GET /agents/me/backlog` (DESIGN.md §10): the backlog of the agent the token belongs to, for a
+/// `GET /agents/me/backlog` (docs/design.md §10): the backlog of the agent the token belongs to, for a
 /// scaler that holds an Executor's token but not its id; the admin token is no agent.
 #[tokio::test]
 async fn own_backlog_is_the_backlog_of_the_tokens_agent() {

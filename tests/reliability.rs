@@ -1,4 +1,4 @@
-//! Faults and bad input (issue #14, DESIGN.md §5 "Retry safety"): text PostgreSQL cannot store,
+//! Faults and bad input (issue #14, docs/design.md §5 "Retry safety"): text PostgreSQL cannot store,
 //! creates raced by fast agents, retried creates and completes, connections killed under load, a
 //! database that is down, YAML built to stall the parser, and the log's retention.
 

@@ -1,4 +1,4 @@
-//! Retries (DESIGN.md §2), the reaper, leases, heartbeats, fencing and cancellation, against a
+//! Retries (docs/design.md §2), the reaper, leases, heartbeats, fencing and cancellation, against a
 //! real PostgreSQL. Time is moved by rewriting the claim's deadline or lease in the database, the
 //! way the clock would; the reaper pass is called directly.
 

@@ -288,7 +288,7 @@ async fn serve_with_an_unreachable_kubernetes_api_runs_without_the_controller_an
     );
 }
 
-/// DESIGN.md §7: `serve` is gone within a few seconds of SIGTERM while agents long-poll (it took
+/// docs/design.md §7: `serve` is gone within a few seconds of SIGTERM while agents long-poll (it took
 /// 23–29 s, the long-polls' wait, and Kubernetes kills at 30 s), answering the held long-polls at
 /// once and saying what it does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

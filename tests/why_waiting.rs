@@ -1,4 +1,4 @@
-//! DESIGN.md §10 over HTTP: why an order waits (`GET /work-orders/{id}/explain` and the `waiting`
+//! docs/design.md §10 over HTTP: why an order waits (`GET /work-orders/{id}/explain` and the `waiting`
 //! field of `GET /work-orders/{id}`), its 404/409 answers, the backlog of an agent and of a
 //! profile (403 for another agent's token, 422 naming an unknown work type), and the gauges of
 //! waiting orders by reason. The reasons themselves are checked against the claim path in

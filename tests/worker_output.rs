@@ -1,4 +1,4 @@
-//! The worker sends its command's output to the server (DESIGN.md §9, issue #24): the `pullman`
+//! The worker sends its command's output to the server (docs/design.md §9, issue #24): the `pullman`
 //! binary as worker against a real `pullman serve` on real PostgreSQL. Lines arrive in order with
 //! their streams while the command runs, the token and `--redact-env` values never leave the
 //! agent, and a server that goes away and comes back loses nothing while the command runs on.

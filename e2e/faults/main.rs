@@ -10,7 +10,7 @@
 //!
 //! It fails on any 5xx other than 503, on an order created twice by a retried create (the
 //! `Idempotency-Key` not honoured), and on a complete the server applied but refused when the
-//! agent repeated it (DESIGN.md §5 "Retry safety"). Flags: `--full`; `--lenient-5xx` and
+//! agent repeated it (docs/design.md §5 "Retry safety"). Flags: `--full`; `--lenient-5xx` and
 //! `--lenient-retry-safety` (report those findings without failing, to survey an older
 //! server); `--keep` (keep the data and server logs).
 

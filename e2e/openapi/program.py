@@ -3,7 +3,7 @@
 Run by e2e/openapi/client.sh, which generates the package `pullman_client` with
 openapi-python-client, checks this file and the package with `mypy --strict`, and runs it against
 a real `pullman serve`. Uses only the generated types: an admin registers an agent and creates an
-order (DESIGN.md §5), the agent claims it by id and completes it, and the order is found in the
+order (docs/design.md §5), the agent claims it by id and completes it, and the order is found in the
 log as succeeded. Exits non-zero (AssertionError) on any answer other than the documented one.
 
 Usage: python program.py BASE_URL ADMIN_TOKEN
@@ -48,7 +48,7 @@ def main(base_url: str, admin_token: str) -> None:
     agent_id = registered.agent.id
     agent = AuthenticatedClient(base_url=base_url, token=registered.token, raise_on_unexpected_status=True)
 
-    # Targeting with no criterion is refused at creation (DESIGN.md §3), typed as ErrorBody.
+    # Targeting with no criterion is refused at creation (docs/design.md §3), typed as ErrorBody.
     empty = create.sync_detailed(
         client=admin, body=NewWorkOrder(work_type=WorkType.CUSTOM, yaml_content=YAML, targeting=Targeting())
     )

@@ -14,7 +14,7 @@ case, but only where the generated value is itself valid (a UUID), so that negat
   is created and claimed), `agent_id` the agent's id and `claim_id`, when present, its claim id;
 - `POST /work-orders`: a `yaml_content` string (within its 1 MiB) becomes a valid manifest for
   the order's `work_type` (a ConfigMap, or a Shipwright Build for `build`): what YAML must hold
-  (DESIGN.md §5: parses, `apiVersion`/`kind`/`metadata` in each document) is beyond a schema;
+  (docs/design.md §5: parses, `apiVersion`/`kind`/`metadata` in each document) is beyond a schema;
 - list routes: a `cursor` becomes a `next_cursor` the server issued for that list (or is
   dropped when the list has one page): a cursor is opaque, only issued ones are valid
   (`400 invalid_cursor` otherwise), which a schema cannot state;
@@ -104,9 +104,9 @@ def _active_order(order_id):
 
 
 def _visible(order):
-    """Whether the agent of this run may see `order` (DESIGN.md §3; it has no tenant, all work
+    """Whether the agent of this run may see `order` (docs/design.md §3; it has no tenant, all work
     types, the name and label `schemathesis`). Claiming an order it may not see is `404` by
-    DESIGN.md §5, which ensure_resource_availability would take for a lost order."""
+    docs/design.md §5, which ensure_resource_availability would take for a lost order."""
     if order is None:
         return False
     t = order.get("targeting") or {}
@@ -214,7 +214,7 @@ def after_call(context, case, response):
 
 @schemathesis.hook
 def filter_failure(context, failure, case, response):
-    """Keep every failure except use_after_free after `DELETE /agents/{id}`: DESIGN.md §5 makes
+    """Keep every failure except use_after_free after `DELETE /agents/{id}`: docs/design.md §5 makes
     that a *retire* (token revoked, claims back to PENDING), and a retired agent stays readable
     (`GET /agents/{id}` is `200` with `health: retired`; rotating its token is
     `409 agent_retired`; its revoked token gets `401`). The check stays on for work orders,
@@ -222,9 +222,9 @@ def filter_failure(context, failure, case, response):
     if getattr(failure, "code", None) != "ST301":
         return True
     free = getattr(failure, "free", "")
-    # A cancelled order keeps its history: its attempts stay readable (DESIGN.md §5 serves the
+    # A cancelled order keeps its history: its attempts stay readable (docs/design.md §5 serves the
     # attempts of active and finished orders), while the order itself is `404 finished`.
-    # Its output too (DESIGN.md §9: output of active and finished orders alike), read as finished.
+    # Its output too (docs/design.md §9: output of active and finished orders alike), read as finished.
     if re.fullmatch(r"DELETE /api/v1/work-orders/[0-9a-fA-F-]{36}", free):
         if _op(case) == "/work-orders/{id}/attempts" and response.status_code == 200:
             return False

@@ -1,5 +1,5 @@
 //! `pullman work-orders logs ID [-f] [--tail N] [--attempt N] [--timestamps]` and
-//! `work-orders create --wait --logs` (DESIGN.md §9, issue #24): print an order's output; with
+//! `work-orders create --wait --logs` (docs/design.md §9, issue #24): print an order's output; with
 //! `-f` follow it as it is stored and exit with the order's outcome, as `wait` does.
 
 use std::process::ExitCode;

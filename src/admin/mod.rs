@@ -1,4 +1,4 @@
-//! Admin commands over the REST API (DESIGN.md §5): `pullman agents …`, `pullman work-orders …`,
+//! Admin commands over the REST API (docs/design.md §5): `pullman agents …`, `pullman work-orders …`,
 //! `pullman log …`. One concern per file: [`args`] the flags, [`render`] the output formats,
 //! [`agents`], [`orders`] and [`log`] the commands, [`history`] the attempts, [`lookup`] names and id prefixes, [`wait`]
 //! waiting and watching.
@@ -97,7 +97,7 @@ fn rename_fields(message: &str, fields: &[(&str, &str)]) -> String {
     out
 }
 
-/// Largest page the API serves (DESIGN.md §5: `limit` ≤ 1000).
+/// Largest page the API serves (docs/design.md §5: `limit` ≤ 1000).
 pub const MAX_PAGE: usize = 1000;
 
 /// Fetches pages of at most `chunk` items through `fetch(page_size, cursor)` following

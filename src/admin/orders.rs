@@ -459,7 +459,7 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
-/// An explanation as a person reads it (DESIGN.md §10): its message, how long the order has
+/// An explanation as a person reads it (docs/design.md §10): its message, how long the order has
 /// waited, and its reason code for scripts that grep.
 fn waiting_sentence(e: &Explanation) -> String {
     format!(

@@ -1,4 +1,4 @@
-//! Agent routes (DESIGN.md §5): registration, listing with health, token rotation, retirement, and
+//! Agent routes (docs/design.md §5): registration, listing with health, token rotation, retirement, and
 //! the agent's side-effect-free pending list.
 
 use axum::Json;
@@ -157,7 +157,7 @@ pub async fn pending(
     ))
 }
 
-/// Who the presented token belongs to. Not in DESIGN.md §5: added so that workers given only a
+/// Who the presented token belongs to. Not in docs/design.md §5: added so that workers given only a
 /// token file learn their agent id, and so CLIs can check a token before using it.
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "agents",
     responses((status = 200, description = "The token's kind and agent", body = WhoAmI), (status = 401, body = ErrorBody)),

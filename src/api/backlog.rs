@@ -1,4 +1,4 @@
-//! Queue depth for autoscalers (DESIGN.md §10): an agent's backlog, and the backlog of an agent
+//! Queue depth for autoscalers (docs/design.md §10): an agent's backlog, and the backlog of an agent
 //! profile not yet registered, as the small JSON object KEDA's `metrics-api` scaler reads
 //! (`valueLocation: count`).
 
@@ -36,12 +36,12 @@ pub async fn agent(
 }
 
 /// The caller's own backlog, as `GET /api/v1/agents/{id}/backlog` with the id its token belongs
-/// to (DESIGN.md §10). For scalers that hold an agent's token but cannot know its id when they are
+/// to (docs/design.md §10). For scalers that hold an agent's token but cannot know its id when they are
 /// configured: a chart-declared Executor's agent id is its `metadata.uid`, assigned at creation.
 /// Only an agent token names an agent: the admin token gets `400 invalid_path`.
 #[utoipa::path(get, path = "/api/v1/agents/me/backlog", tag = "agents",
     operation_id = "get_own_backlog",
-    responses((status = 200, body = Backlog),
+    responses((status = 200, description = "The backlog of the agent the token belongs to", body = Backlog),
         (status = 400, description = "The admin token, which is no agent (`invalid_path`)", body = ErrorBody),
         (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]

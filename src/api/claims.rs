@@ -1,4 +1,4 @@
-//! The agent side of the pull protocol (DESIGN.md §5): claim by id, claim-next with long-poll,
+//! The agent side of the pull protocol (docs/design.md §5): claim by id, claim-next with long-poll,
 //! heartbeat, complete.
 
 use std::time::{Duration, Instant};

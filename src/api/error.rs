@@ -1,4 +1,4 @@
-//! The API's error body (DESIGN.md §5): `{"error": {"code": "snake_case", "message": "..."}}`,
+//! The API's error body (docs/design.md §5): `{"error": {"code": "snake_case", "message": "..."}}`,
 //! and extractors whose rejections use it, so malformed input is never a bare-text or `500` answer.
 
 use axum::Json;
@@ -36,7 +36,7 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
-    /// `503 database_unavailable` with `Retry-After: 1` (DESIGN.md §5). The response carries a
+    /// `503 database_unavailable` with `Retry-After: 1` (docs/design.md §5). The response carries a
     /// [`DatabaseUnavailable`] extension so the server learns of the outage and answers the
     /// next requests at once instead of waiting for a connection.
     pub fn database_unavailable() -> Self {
@@ -244,7 +244,7 @@ pub fn parse_optional_json<T: DeserializeOwned + Default>(bytes: &[u8]) -> Resul
     from_json_object(value)
 }
 
-/// `limit` of list routes: 1–1000, default 100 (DESIGN.md §5).
+/// `limit` of list routes: 1–1000, default 100 (docs/design.md §5).
 pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     match limit {
         None => Ok(100),

@@ -1,4 +1,4 @@
-//! The REST API (DESIGN.md §5): JSON over HTTP under `/api/v1`, plus `/healthz`, `/readyz`,
+//! The REST API (docs/design.md §5): JSON over HTTP under `/api/v1`, plus `/healthz`, `/readyz`,
 //! `/metrics` and `/api/v1/openapi.json`.
 
 mod agents;
@@ -35,7 +35,7 @@ use crate::telemetry::{HttpLabels, Metrics, RouteLabel};
 /// oversized YAML is answered with a `413` naming the field; JSON escaping can inflate a body.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
-/// Server cap on `max_wait_seconds` of claim-next (DESIGN.md §5).
+/// Server cap on `max_wait_seconds` of claim-next (docs/design.md §5).
 pub const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
 
 /// Everything a request handler needs. Cheap to clone.
@@ -49,7 +49,7 @@ pub struct AppState {
     pub notifications: Notifications,
     /// Permits for concurrently held long-polls; past them claim-next answers `503`.
     pub long_polls: Arc<Semaphore>,
-    /// Settings of order output (DESIGN.md §9): the per-order cap and the bound on concurrent
+    /// Settings of order output (docs/design.md §9): the per-order cap and the bound on concurrent
     /// output writes (past it `POST …/output` answers `429`).
     pub output: OutputSettings,
     /// Permits for concurrent output writes (`OutputSettings::max_writes`).
@@ -88,7 +88,7 @@ impl AppState {
     }
 }
 
-/// Settings of order output (DESIGN.md §9; `serve --output-cap-bytes`, `--max-output-writes`).
+/// Settings of order output (docs/design.md §9; `serve --output-cap-bytes`, `--max-output-writes`).
 #[derive(Debug, Clone, Copy)]
 pub struct OutputSettings {
     /// Bytes of line text kept per order; past it the oldest chunks are dropped.
@@ -127,7 +127,7 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
-/// Builds the router with every route of DESIGN.md §5.
+/// Builds the router with every route of docs/design.md §5.
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route(
@@ -178,7 +178,7 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// DESIGN.md §5: a database that is down answers `503 database_unavailable` "at once once the
+/// docs/design.md §5: a database that is down answers `503 database_unavailable` "at once once the
 /// outage is known". Requests under `/api/v1` (all need the database, except the OpenAPI
 /// document) are answered without touching the pool while the queue knows the database is
 /// down; an answer that found it unavailable tells the queue, whose prober clears the mark.

@@ -1,4 +1,4 @@
-//! Operational routes: `/healthz`, `/readyz`, `/metrics`, `/api/v1/openapi.json` (DESIGN.md §5).
+//! Operational routes: `/healthz`, `/readyz`, `/metrics`, `/api/v1/openapi.json` (docs/design.md §5).
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use crate::telemetry::{HealthLabel, ReasonLabel, StatusLabel};
 /// The OpenAPI 3.1 description of every route, generated from the handlers' annotations.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Pullman", description = "Pull-based work-order queue (DESIGN.md §5)"),
+    info(title = "Pullman", description = "Pull-based work-order queue (docs/design.md §5)"),
     paths(
         work_orders::create, work_orders::list, work_orders::get_one, work_orders::explain,
         work_orders::cancel,
@@ -55,7 +55,7 @@ fn common_description(status: &str) -> Option<&'static str> {
     })
 }
 
-/// The `Retry-After` header of a `429` or `503` answer (DESIGN.md §5, §9).
+/// The `Retry-After` header of a `429` or `503` answer (docs/design.md §5, §9).
 fn retry_after() -> utoipa::openapi::header::Header {
     use utoipa::openapi::schema::{ObjectBuilder, Type};
     utoipa::openapi::header::HeaderBuilder::new()
@@ -141,7 +141,7 @@ impl utoipa::Modify for CommonAnswers {
 /// (crate::queue::validate): labels, agent names and annotation keys are non-empty (after
 /// U+0000 is removed) and at most 4096 characters, annotation keys have no `=`, lists have at most
 /// 256 entries, a create needs at least one targeting criterion, and a `build` at least 120 s
-/// of claim timeout (its Build is watched, DESIGN.md §4). Clients and schemathesis generate
+/// of claim timeout (its Build is watched, docs/design.md §4). Clients and schemathesis generate
 /// from these. Applied to the JSON document: utoipa's typed model lacks some of the keywords
 /// (`if`/`then`, `not` beside `allOf`).
 fn input_bounds(doc: &mut serde_json::Value) {
@@ -153,7 +153,7 @@ fn input_bounds(doc: &mut serde_json::Value) {
     let value = json!({"type": "string", "maxLength": MAX_STRING_CHARS});
     let list = |items: Value| json!({"maxItems": MAX_LIST_ENTRIES, "items": items});
     let annotations = json!({"maxProperties": MAX_LIST_ENTRIES, "propertyNames": key, "additionalProperties": value});
-    // DESIGN.md §5: claim-next's body is all optional fields, and no body at all is `{}`.
+    // docs/design.md §5: claim-next's body is all optional fields, and no body at all is `{}`.
     if let Some(body) = doc.pointer_mut("/paths/~1api~1v1~1agents~1{id}~1claim/post/requestBody") {
         body["required"] = json!(false);
     }
@@ -234,7 +234,7 @@ fn input_bounds(doc: &mut serde_json::Value) {
                 "annotations": {"maxProperties": 0},
             }},
             "description": "Which agents may claim: at least one criterion must be non-empty \
-                (`400 invalid_field` otherwise, DESIGN.md §3)."
+                (`400 invalid_field` otherwise, docs/design.md §3)."
         });
         if let Some(props) = v.get_mut("properties").and_then(Value::as_object_mut) {
             props.insert("targeting".into(), targeting);

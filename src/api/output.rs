@@ -1,4 +1,4 @@
-//! Output of running orders over HTTP (DESIGN.md §9): `POST /work-orders/{id}/output` (the claim
+//! Output of running orders over HTTP (docs/design.md §9): `POST /work-orders/{id}/output` (the claim
 //! holder appends a chunk) and `GET /work-orders/{id}/output` (a page, the last lines, or a
 //! newline-delimited JSON stream that follows the order until it finishes).
 

@@ -1,4 +1,4 @@
-//! The list pages of the OpenAPI document, one schema per item type (DESIGN.md §5: lists are
+//! The list pages of the OpenAPI document, one schema per item type (docs/design.md §5: lists are
 //! keyset-paginated, `next_cursor` in the response).
 //!
 //! The handlers answer [`Page<T>`](crate::queue::Page). utoipa 5 describes a generic `Page<T>` by

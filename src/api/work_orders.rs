@@ -1,4 +1,4 @@
-//! Admin routes on work orders and the log (DESIGN.md §5).
+//! Admin routes on work orders and the log (docs/design.md §5).
 
 use axum::Json;
 use axum::extract::State;
@@ -77,7 +77,7 @@ pub struct LogQuery {
     cursor: Option<String>,
 }
 
-/// The `Idempotency-Key` request header (DESIGN.md §5 "Retry safety").
+/// The `Idempotency-Key` request header (docs/design.md §5 "Retry safety").
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Set to `true` on a create answered from an earlier call with the same `Idempotency-Key`.
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
@@ -206,7 +206,7 @@ pub async fn get_one(
     Ok(Json(order))
 }
 
-/// Why a work order waits (DESIGN.md §10): `no_matching_agent`, `no_agent_connected`,
+/// Why a work order waits (docs/design.md §10): `no_matching_agent`, `no_agent_connected`,
 /// `agents_busy`, `backing_off` (until when) or `queued` (with its position), the matching
 /// agents (at most 10 names) and how long it has waited. `404` names an unknown id
 /// (`not_found`) or a finished one (`finished`); a claimed order does not wait (`409

@@ -1,4 +1,4 @@
-//! Authentication (DESIGN.md §5): `Authorization: Bearer <token>` with two scopes, **admin**
+//! Authentication (docs/design.md §5): `Authorization: Bearer <token>` with two scopes, **admin**
 //! (everything) and **agent** (bound to one agent). Missing or bad token: `401`; an agent acting
 //! for another agent or on an admin route: `403`.
 
@@ -23,7 +23,7 @@ pub enum TokenCheck {
     Invalid,
 }
 
-/// Checks an agent bearer token (DESIGN.md §5) against the queue's stored hash, comparing the
+/// Checks an agent bearer token (docs/design.md §5) against the queue's stored hash, comparing the
 /// secret in constant time. A token verified within the last second is trusted without a
 /// database read ([`cache`]); revocation through this process takes effect at once, through
 /// another replica within that second.
@@ -93,7 +93,7 @@ impl AdminToken {
         }
     }
 
-    /// Loads the admin token (DESIGN.md §5, issue: from `PULLMAN_ADMIN_TOKEN`, else
+    /// Loads the admin token (docs/design.md §5, issue: from `PULLMAN_ADMIN_TOKEN`, else
     /// `--admin-token-file`, else the generated `<data_dir>/admin-token`, created with mode 0600
     /// on first start and reused after). Errors name the file that could not be read or written.
     pub fn load(

@@ -1,4 +1,4 @@
-//! Bearer-token primitives (DESIGN.md §5): 256-bit random secrets, stored only as SHA-256 hashes,
+//! Bearer-token primitives (docs/design.md §5): 256-bit random secrets, stored only as SHA-256 hashes,
 //! compared in constant time.
 //!
 //! Agent tokens read `pullman_<token id, 32 hex>_<secret, 43 base64url>`: the id finds the row by

@@ -1,4 +1,4 @@
-//! Follows agents' contact with the server for the Executor controller (DESIGN.md §6: `Connected`
+//! Follows agents' contact with the server for the Executor controller (docs/design.md §6: `Connected`
 //! and `health` "updated within seconds").
 //!
 //! An agent's health changes without any Kubernetes event (it calls the API, or goes quiet), and

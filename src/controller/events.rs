@@ -1,4 +1,4 @@
-//! Kubernetes Events the controller records (DESIGN.md §6: a WorkOrder's phase changes, an
+//! Kubernetes Events the controller records (docs/design.md §6: a WorkOrder's phase changes, an
 //! Executor's agent registered, rotated, retired), off the reconcile path and at flat cost.
 //!
 //! Off the reconcile path: the status is what `kubectl wait` and GitOps tools read; an Event is

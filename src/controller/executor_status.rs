@@ -1,4 +1,4 @@
-//! Executor status as a pure function of what the reconcile found (DESIGN.md §6), so its
+//! Executor status as a pure function of what the reconcile found (docs/design.md §6), so its
 //! conditions are tested without a cluster:
 //!
 //! - `Ready`: True once the agent is registered, its token Secret written and, with
@@ -33,7 +33,7 @@ pub enum Progress {
     },
 }
 
-/// `health` as the REST API spells it (DESIGN.md §5).
+/// `health` as the REST API spells it (docs/design.md §5).
 pub fn health_str(h: AgentHealth) -> &'static str {
     match h {
         AgentHealth::NeverSeen => "never_seen",

@@ -1,4 +1,4 @@
-//! Executor reconciler (DESIGN.md §6): registers the agent (id = `metadata.uid`), keeps its token
+//! Executor reconciler (docs/design.md §6): registers the agent (id = `metadata.uid`), keeps its token
 //! in the Secret `<name>-agent-token` (re-issued when the Secret is deleted), keeps the agent in
 //! step with the spec, optionally runs `pullman executor` as a Deployment, reports health, and
 //! retires the agent when the resource is deleted.
@@ -76,7 +76,7 @@ async fn reconcile(ex: Arc<Executor>, ctx: Arc<Context>) -> Result<Action, Error
     finalized(result)
 }
 
-/// The agent an Executor declares; named `<namespace>/<name>` (DESIGN.md §6).
+/// The agent an Executor declares; named `<namespace>/<name>` (docs/design.md §6).
 pub fn agent_spec(ex: &Executor) -> Result<AgentSpec, QueueError> {
     validate_agent(NewAgent {
         name: format!("{}/{}", ex.namespace().unwrap_or_default(), ex.name_any()),

@@ -1,4 +1,4 @@
-//! The WorkOrder / Executor controller (DESIGN.md §6, §7). It runs inside `pullman serve` when a
+//! The WorkOrder / Executor controller (docs/design.md §6, §7). It runs inside `pullman serve` when a
 //! Kubernetes API is reachable; with leader election on a `coordination.k8s.io` Lease, every
 //! replica serves the API while exactly one reconciles.
 
@@ -29,11 +29,11 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::queue::{Notifications, Queue, QueueError};
 
-/// Field manager of everything the controller writes (DESIGN.md §1).
+/// Field manager of everything the controller writes (docs/design.md §1).
 pub const CONTROLLER_FIELD_MANAGER: &str = "pullman-controller";
-/// Finalizer that cancels a deleted WorkOrder's active order (DESIGN.md §6).
+/// Finalizer that cancels a deleted WorkOrder's active order (docs/design.md §6).
 pub const CANCEL_FINALIZER: &str = "pullman.dev/cancel";
-/// Finalizer that retires a deleted Executor's agent (DESIGN.md §6).
+/// Finalizer that retires a deleted Executor's agent (docs/design.md §6).
 pub const RETIRE_FINALIZER: &str = "pullman.dev/retire";
 
 /// Controller settings.

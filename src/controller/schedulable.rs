@@ -1,4 +1,4 @@
-//! The WorkOrder's `Schedulable` condition (DESIGN.md §10): whether an agent can take the order,
+//! The WorkOrder's `Schedulable` condition (docs/design.md §10): whether an agent can take the order,
 //! and if not, why. The reason comes from the queue (`queue::Queue::waits`, the claim's own
 //! eligibility rule); this module turns it into a condition, says when it becomes an Event, and
 //! notices causes that change outside the order's row.
@@ -96,7 +96,7 @@ pub fn waits(lookup: &Lookup) -> bool {
 }
 
 /// The Warning Event to record when `new` says the order cannot be scheduled and `prev` did not:
-/// once per time it becomes unschedulable, not per reconcile (DESIGN.md §10).
+/// once per time it becomes unschedulable, not per reconcile (docs/design.md §10).
 pub fn unschedulable_event(
     prev: Option<&WorkOrderStatus>,
     new: &WorkOrderStatus,

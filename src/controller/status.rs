@@ -1,7 +1,7 @@
-//! WorkOrder status as a pure function of the queue row (DESIGN.md §6), so the mirror and its
+//! WorkOrder status as a pure function of the queue row (docs/design.md §6), so the mirror and its
 //! conditions are tested without a cluster.
 //!
-//! The conditions follow the table in DESIGN.md §6, which is what `kubectl wait`, kstatus (Flux
+//! The conditions follow the table in docs/design.md §6, which is what `kubectl wait`, kstatus (Flux
 //! health checks, Helm 4 `--wait`) and the Argo CD health script in `docs/health/argocd/` read:
 //!
 //! | phase | Ready | Completed | Reconciling | Stalled |
@@ -10,7 +10,7 @@
 //! | Succeeded | True | True | — | — |
 //! | Failed, Rejected, Cancelled | False (reason = outcome) | True | — | True (message = why) |
 //!
-//! Beside them, `Schedulable` (DESIGN.md §10, `controller::schedulable`) says whether an agent can take the
+//! Beside them, `Schedulable` (docs/design.md §10, `controller::schedulable`) says whether an agent can take the
 //! order. kstatus, Flux and Argo CD read none of it: a waiting order stays in progress.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -68,7 +68,7 @@ enum Stage {
     Ended,
 }
 
-/// The conditions of DESIGN.md §6 for `stage`, all with the same reason and message.
+/// The conditions of docs/design.md §6 for `stage`, all with the same reason and message.
 fn conditions(
     stage: Stage,
     reason: &str,
@@ -255,7 +255,7 @@ fn rfc3339_time(t: &Time) -> String {
 }
 
 /// When a finished WorkOrder is due for deletion under `spec.ttlSecondsAfterFinished`
-/// (DESIGN.md §6, like a Job's TTL): `status.completedAt` plus the TTL. `None` while the order
+/// (docs/design.md §6, like a Job's TTL): `status.completedAt` plus the TTL. `None` while the order
 /// runs, or without a TTL.
 pub fn delete_at(ttl_seconds: Option<i32>, status: &WorkOrderStatus) -> Option<Timestamp> {
     let ttl = ttl_seconds?;

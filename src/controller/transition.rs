@@ -1,4 +1,4 @@
-//! The Kubernetes Event a WorkOrder gets when its phase changes (DESIGN.md §6), as a pure
+//! The Kubernetes Event a WorkOrder gets when its phase changes (docs/design.md §6), as a pure
 //! function of the status before and after, beside `status` which computes the status itself.
 //! The WorkOrder reconcile records what this returns after writing the status.
 //!

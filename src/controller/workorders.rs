@@ -1,4 +1,4 @@
-//! WorkOrder reconciler (DESIGN.md §6): creates the queue row (id = `metadata.uid`, idempotent),
+//! WorkOrder reconciler (docs/design.md §6): creates the queue row (id = `metadata.uid`, idempotent),
 //! mirrors the row into `status`, cancels the order when the resource is deleted.
 
 use std::collections::HashSet;
@@ -82,7 +82,7 @@ pub const CHANGE_WINDOW: Duration = Duration::from_millis(100);
 /// reconcile; a reconcile started otherwise (the watch event of the controller's own `Pending`
 /// write, typically) would see the claim a few milliseconds old and write it on its own. At 30
 /// orders/s that was 0.7 status writes and 0.7 Events per order (issue #16). Never on the first
-/// reconcile (`prev` is `None`: a status then, DESIGN.md §6). `claimed_at` is the database's
+/// reconcile (`prev` is `None`: a status then, docs/design.md §6). `claimed_at` is the database's
 /// clock and `now` this process's: only an age in `[0, window)` on this clock holds, so all holds
 /// of one claim end within one window of this clock; a claim that looks younger than zero (the
 /// database's clock ahead) is written at once, as before the hold.
@@ -260,7 +260,7 @@ enum Queued {
     Gone,
 }
 
-/// Creates the order of `wo` (DESIGN.md §6: id = `metadata.uid`, idempotent). Errors are the
+/// Creates the order of `wo` (docs/design.md §6: id = `metadata.uid`, idempotent). Errors are the
 /// passing kind (API server, database), to be retried.
 async fn queue_it(wo: &WorkOrderResource, id: Uuid, r: &Reconciler) -> Result<Queued, Error> {
     // The cache holds no payload (see `cache`): the one the watch set aside, or else the object
@@ -370,7 +370,7 @@ fn is_refusal(e: &QueueError) -> bool {
 
 /// A WorkOrder that has no status yet (`prev`: none cached, none written) gets the
 /// not-yet-queued one before `error` is retried, so no tool reads it as done meanwhile
-/// (DESIGN.md §6: a status on the very first reconcile).
+/// (docs/design.md §6: a status on the very first reconcile).
 async fn first_status_then(
     error: Error,
     wo: &WorkOrderResource,

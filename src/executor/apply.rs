@@ -1,4 +1,4 @@
-//! Server-side apply of a work order's objects (DESIGN.md §4): discovery maps each
+//! Server-side apply of a work order's objects (docs/design.md §4): discovery maps each
 //! `apiVersion`/`kind` to its resource and scope (cached; refreshed when a kind is unknown),
 //! namespaced objects without a namespace go to the target namespace, every object is labelled
 //! with its work order, and Namespaces and CRDs go first (a CRD is waited on until Established).
@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::verdict::{api_message, is_transient};
 use crate::manifest;
 
-/// Field manager of everything the executor applies (DESIGN.md §4); the controller has its own
+/// Field manager of everything the executor applies (docs/design.md §4); the controller has its own
 /// (`controller::FIELD_MANAGER`, `pullman-controller`).
 pub const EXECUTOR_FIELD_MANAGER: &str = "pullman-executor";
 /// Label every applied object carries: the work order id.

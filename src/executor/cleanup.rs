@@ -1,4 +1,4 @@
-//! Deleting what a cancelled order created (DESIGN.md §4): its Jobs and BuildRuns, found by the
+//! Deleting what a cancelled order created (docs/design.md §4): its Jobs and BuildRuns, found by the
 //! `pullman.dev/work-order` label, with background propagation so their pods go too.
 
 use kube::Api;

@@ -1,4 +1,4 @@
-//! The logs of the pods an order runs, sent as the order's output (DESIGN.md §9): every
+//! The logs of the pods an order runs, sent as the order's output (docs/design.md §9): every
 //! container of every pod of the watched Jobs (and BuildRuns), init containers included, each pod
 //! of a Job's retries, from the moment a container starts. Each line's stream is
 //! `<pod>/<container>` and its time the kubelet's own timestamp (asked for with `timestamps`), so

@@ -1,4 +1,4 @@
-//! `pullman executor`: the in-cluster agent (DESIGN.md §4). It claims work orders over the pull
+//! `pullman executor`: the in-cluster agent (docs/design.md §4). It claims work orders over the pull
 //! API and carries them out in its cluster: `custom` orders are applied with server-side apply and
 //! their Jobs watched to a verdict; `build` orders apply a Shipwright Build and watch a BuildRun.
 //! Everything happens within the watch budget derived from the claim timeout.
@@ -9,7 +9,7 @@
 //!   then waits on; `watch`: one shared watch per kind and namespace that every order waits on;
 //!   `verdict`: what a watched object says; `pods`: which containers of a failed Job exited with
 //!   what code; `cleanup`: deleting what a cancelled order created; [`logs`]: the logs of the
-//!   order's pods sent as its output (DESIGN.md §9).
+//!   order's pods sent as its output (docs/design.md §9).
 
 mod apply;
 mod cleanup;
@@ -161,7 +161,7 @@ impl KubeCarrier {
         }
     }
 
-    /// Sends the logs of each order's pods as its output (DESIGN.md §9).
+    /// Sends the logs of each order's pods as its output (docs/design.md §9).
     pub fn with_output(mut self, output: OutputConfig) -> Self {
         self.output = Some(output);
         self
@@ -219,7 +219,7 @@ impl Carrier for KubeCarrier {
         let following = self.follow_logs(order, &plan).await;
         let verdict = plan.watch(&self.watches, stop).await;
         if let Some((sender, followers)) = following {
-            // Finished: the last lines are in before the order completes (DESIGN.md §9), within
+            // Finished: the last lines are in before the order completes (docs/design.md §9), within
             // bounds. Stopped (abandoned at the drain limit, or cancelled): the Job may still be
             // running, so its streams would not end; stop them at once and send what is read
             // within a second, inside the pod's grace period. The next claim resumes after it.

@@ -1,4 +1,4 @@
-//! What one order applies, and what it then waits on (DESIGN.md §4): the executor's `Applying`
+//! What one order applies, and what it then waits on (docs/design.md §4): the executor's `Applying`
 //! step ([`Plan::apply`]) and `Watching` step ([`Plan::watch`]) of an order's life
 //! ([`crate::pull::order`]).
 
@@ -16,7 +16,7 @@ use crate::pull::Verdict;
 use crate::queue::rules::watch_budget;
 use crate::wire::{WorkOrder, WorkType};
 
-/// Longest a BuildRun is watched, whatever the budget (DESIGN.md §4).
+/// Longest a BuildRun is watched, whatever the budget (docs/design.md §4).
 pub const BUILD_WINDOW: Duration = Duration::from_secs(15 * 60);
 
 /// What an order applied and now waits on.

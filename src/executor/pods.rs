@@ -1,6 +1,6 @@
 //! Why a Job failed, in the words of its pods: the Job's own `Failed` condition says only
 //! "reached the specified backoff limit", while the user needs the pod, the container and its exit
-//! code (DESIGN.md §4, the executor's failure message). Read once, when the verdict is `Failed`.
+//! code (docs/design.md §4, the executor's failure message). Read once, when the verdict is `Failed`.
 
 use std::time::Duration;
 

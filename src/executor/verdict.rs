@@ -1,4 +1,4 @@
-//! Verdicts of watched objects and the classification of API errors (DESIGN.md §4), as pure
+//! Verdicts of watched objects and the classification of API errors (docs/design.md §4), as pure
 //! functions of the objects' JSON so they can be tested without a cluster.
 
 use serde_json::Value;
@@ -107,7 +107,7 @@ fn json_status(status: Option<&Value>) -> Value {
     serde_json::json!({ "status": kept })
 }
 
-/// Whether a failed Kubernetes API call is worth retrying (DESIGN.md §4): 5xx, 429, 409
+/// Whether a failed Kubernetes API call is worth retrying (docs/design.md §4): 5xx, 429, 409
 /// conflicts, and transport failures are; validation and permission errors are not.
 pub fn is_transient(error: &kube::Error) -> bool {
     match error {

@@ -1,4 +1,4 @@
-//! Shared watches (DESIGN.md §4, issue #16): ONE watch per kind and namespace the executor waits
+//! Shared watches (docs/design.md §4, issue #16): ONE watch per kind and namespace the executor waits
 //! on (Jobs, BuildRuns), filtered by the `pullman.dev/work-order` label it puts on every object
 //! it applies, feeding a reflector store. Each running order waits on that store for its own
 //! object, woken by name when an event about it arrives, so API-server connections and memory

@@ -1,4 +1,4 @@
-//! Heartbeats of one claimed order (DESIGN.md §2, §5): every lease/3 while the order is carried
+//! Heartbeats of one claimed order (docs/design.md §2, §5): every lease/3 while the order is carried
 //! out. A refusal is handed to the order's state machine as the reason to abandon it.
 
 use std::time::Duration;

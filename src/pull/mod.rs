@@ -1,4 +1,4 @@
-//! The pull loop every agent runs (DESIGN.md §2, §5): long-poll claim with a lease, carry the
+//! The pull loop every agent runs (docs/design.md §2, §5): long-poll claim with a lease, carry the
 //! order out while heartbeating every lease/3, complete with the verdict. Shared by the external
 //! worker (`pullman worker`) and the in-cluster executor (`pullman executor`), which differ only
 //! in how they carry an order out ([`Carrier`]).

@@ -1,4 +1,4 @@
-//! The life of one claimed order, as a state machine (DESIGN.md §2, §4):
+//! The life of one claimed order, as a state machine (docs/design.md §2, §4):
 //!
 //! ```text
 //! Claimed ──▶ Applying ──▶ Watching ──▶ Reporting ──▶ (reported)
@@ -136,7 +136,7 @@ pub trait Carrier: Send + Sync + 'static {
         stop: &CancellationToken,
     ) -> impl Future<Output = Verdict> + Send;
 
-    /// Called when the order was cancelled while carried out (DESIGN.md §4: the executor
+    /// Called when the order was cancelled while carried out (docs/design.md §4: the executor
     /// deletes the Jobs and BuildRuns it created). Default: nothing.
     fn cancelled(&self, _order: &WorkOrder) -> impl Future<Output = ()> + Send {
         async {}

@@ -1,4 +1,4 @@
-//! Sending an order's output to the server while it runs (DESIGN.md §9), shared by the worker
+//! Sending an order's output to the server while it runs (docs/design.md §9), shared by the worker
 //! (its command's stdout and stderr) and the executor (the logs of its pods' containers).
 //!
 //! The producer side ([`OutputHandle::push`]) never waits on the network: it appends to a bounded
@@ -28,7 +28,7 @@ use super::connect::{Backoff, MAX_BACKOFF};
 use crate::client::{Client, ClientError};
 use crate::wire::{OutputChunk, OutputLine};
 
-/// Text bytes in one chunk, leaving room under the server's 1 MiB body limit (DESIGN.md §9) for
+/// Text bytes in one chunk, leaving room under the server's 1 MiB body limit (docs/design.md §9) for
 /// the JSON around each line (see [`LINE_OVERHEAD_BYTES`]).
 pub const CHUNK_BUDGET_BYTES: usize = 768 * 1024;
 /// Bytes counted per line on top of its text and stream name: the JSON keys, quotes and the
@@ -39,7 +39,7 @@ pub const LINE_OVERHEAD_BYTES: usize = 64;
 pub const DEFAULT_BUFFER_BYTES: usize = 8 << 20;
 /// Longest line sent as one; longer lines are sent in pieces of this many bytes.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
-/// How often buffered output goes out while there is some (DESIGN.md §9: at least once a second).
+/// How often buffered output goes out while there is some (docs/design.md §9: at least once a second).
 pub const SEND_INTERVAL: Duration = Duration::from_secs(1);
 /// How long the order's completion waits for the last lines to be delivered.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);

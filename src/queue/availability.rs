@@ -1,4 +1,4 @@
-//! Whether the database is known to be down (DESIGN.md §5: a database that is down answers
+//! Whether the database is known to be down (docs/design.md §5: a database that is down answers
 //! `503 database_unavailable` "at once once the outage is known").
 //!
 //! Without this, every request during an outage waits for the pool's acquire timeout (10 s)

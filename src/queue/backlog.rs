@@ -1,4 +1,4 @@
-//! Queue depth for autoscalers (DESIGN.md §10): what an agent, or an agent profile not yet
+//! Queue depth for autoscalers (docs/design.md §10): what an agent, or an agent profile not yet
 //! registered, could take now. One statement (`sql/backlog.sql`) repeats the eligibility rule of
 //! `queue::eligibility` verbatim over the agent's side given as parameters.
 
@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::eligibility::{AgentProfile, annotation_pairs};
 use super::{Queue, QueueError, sql};
 
-/// `GET /api/v1/agents/{id}/backlog` and `GET /api/v1/backlog` (DESIGN.md §10): unclaimed
+/// `GET /api/v1/agents/{id}/backlog` and `GET /api/v1/backlog` (docs/design.md §10): unclaimed
 /// orders the agent may take now (eligible and due), whether or not it has room, and the longest
 /// wait among them. Small and flat so that KEDA's `metrics-api` scaler reads `count` with
 /// `valueLocation: count`.
@@ -22,7 +22,7 @@ pub struct Backlog {
 }
 
 impl Queue {
-    /// The backlog of a registered agent (DESIGN.md §10). `NotFound` for an unknown agent; a
+    /// The backlog of a registered agent (docs/design.md §10). `NotFound` for an unknown agent; a
     /// retired agent's backlog is empty.
     pub async fn agent_backlog(&self, agent_id: Uuid) -> Result<Backlog, QueueError> {
         let claimer = self.read_claimer(agent_id).await?;
@@ -31,7 +31,7 @@ impl Queue {
     }
 
     /// The backlog an agent with this `profile` would have if it were registered now
-    /// (DESIGN.md §10), so a scaler can start the first one. The profile's id and name are not
+    /// (docs/design.md §10), so a scaler can start the first one. The profile's id and name are not
     /// used: an order that targets an agent by id or name targets a registered one.
     pub async fn profile_backlog(&self, profile: &AgentProfile) -> Result<Backlog, QueueError> {
         let anonymous = AgentProfile {

@@ -27,7 +27,7 @@ pub(crate) fn decode(cursor: &str) -> Result<(DateTime<Utc>, Uuid), CursorError>
     Ok((at, id))
 }
 
-/// The page of `items` a keyset query returned with `LIMIT limit` (DESIGN.md §5: lists are
+/// The page of `items` a keyset query returned with `LIMIT limit` (docs/design.md §5: lists are
 /// keyset-paginated): a full page carries the cursor after its last item, whose sort timestamp
 /// and id `key` gives; a shorter one is the last page.
 pub(crate) fn page<T>(

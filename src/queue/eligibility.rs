@@ -1,7 +1,7 @@
 //! Who may claim what, and which claims still hold: the two rules every claim path shares, each
-//! written once in Rust and once in SQL, side by side (DESIGN.md §2, §3).
+//! written once in Rust and once in SQL, side by side (docs/design.md §2, §3).
 //!
-//! **Eligibility** (DESIGN.md §3). [`agent_may_see`] (rules 1–3 and the retired half of 4),
+//! **Eligibility** (docs/design.md §3). [`agent_may_see`] (rules 1–3 and the retired half of 4),
 //! [`narrowed_to`] (a claim's requested work types), [`claimable_now`] (rule 5) and
 //! [`at_capacity`] (the other half of 4) are the Rust side; [`ELIGIBLE_SQL`] is the SQL side, the
 //! `WHERE` of an order `w` for the agent of a one-row relation `a` (columns `id`, `name`,
@@ -14,10 +14,10 @@
 //! needs PostgreSQL) runs generated agents and orders through
 //! the pending list, claim by id, claim-next and the wake filter against PostgreSQL and fails
 //! when any two disagree. Claim by id, the wake filter and the reasons an order waits
-//! (`queue::waiting`, DESIGN.md §10) use the Rust side; `queue::waiting_agreement` checks the
+//! (`queue::waiting`, docs/design.md §10) use the Rust side; `queue::waiting_agreement` checks the
 //! reasons against what claims do.
 //!
-//! **Claim liveness** (DESIGN.md §2): a claim holds while its deadline
+//! **Claim liveness** (docs/design.md §2): a claim holds while its deadline
 //! (`claimed_at + claim_timeout_seconds`) and its lease, if any, lie in the future.
 //! [`claim_is_live`] and [`LIVE_CLAIM_SQL`] (`sql/live_claim.sql`, over a claim row `c`); the
 //! heartbeat, both completes and (negated) the reaper repeat the SQL, checked verbatim the same
@@ -44,7 +44,7 @@ pub const ELIGIBLE_SQL: &str = include_str!("sql/eligible.sql");
 /// The SQL side of claim liveness: a condition on claim row `c`.
 pub const LIVE_CLAIM_SQL: &str = include_str!("sql/live_claim.sql");
 
-/// An agent's side of eligibility (DESIGN.md §3).
+/// An agent's side of eligibility (docs/design.md §3).
 #[derive(Debug, Clone, Default)]
 pub struct AgentProfile {
     pub id: Uuid,
@@ -57,7 +57,7 @@ pub struct AgentProfile {
     pub retired: bool,
 }
 
-/// An order's side of eligibility (DESIGN.md §3).
+/// An order's side of eligibility (docs/design.md §3).
 #[derive(Debug, Clone)]
 pub struct OrderProfile<'a> {
     pub work_type: WorkType,
@@ -65,7 +65,7 @@ pub struct OrderProfile<'a> {
     pub targeting: &'a Targeting,
 }
 
-/// Whether `agent` may see `order` at all (DESIGN.md §3 rules 1–3 and the retired half of 4).
+/// Whether `agent` may see `order` at all (docs/design.md §3 rules 1–3 and the retired half of 4).
 /// Claimability right now is [`claimable_now`] and [`at_capacity`].
 pub fn agent_may_see(agent: &AgentProfile, order: &OrderProfile<'_>) -> bool {
     if agent.retired {
@@ -91,7 +91,7 @@ pub fn narrowed_to(requested: &[WorkType], work_type: WorkType) -> bool {
     requested.is_empty() || requested.contains(&work_type)
 }
 
-/// DESIGN.md §3 rule 5: `PENDING`, or `RETRY_PENDING` whose `next_retry_after` has passed (`due`).
+/// docs/design.md §3 rule 5: `PENDING`, or `RETRY_PENDING` whose `next_retry_after` has passed (`due`).
 pub fn claimable_now(status: super::OrderStatus, due: bool) -> bool {
     match status {
         super::OrderStatus::Pending => true,
@@ -100,12 +100,12 @@ pub fn claimable_now(status: super::OrderStatus, due: bool) -> bool {
     }
 }
 
-/// DESIGN.md §3 rule 4: an agent holding `held` claims may take no more (`None` = unlimited).
+/// docs/design.md §3 rule 4: an agent holding `held` claims may take no more (`None` = unlimited).
 pub fn at_capacity(max_concurrency: Option<i32>, held: i64) -> bool {
     max_concurrency.is_some_and(|max| held >= i64::from(max))
 }
 
-/// DESIGN.md §2: a claim holds while `now` is before its `deadline` and before its lease end,
+/// docs/design.md §2: a claim holds while `now` is before its `deadline` and before its lease end,
 /// if it has a lease.
 pub fn claim_is_live(
     deadline: DateTime<Utc>,

@@ -1,6 +1,6 @@
 //! Property tests against a real PostgreSQL (`crate::testing`).
 //!
-//! `eligibility_agreement` (DESIGN.md §3): for generated agents and orders, the four ways the queue decides
+//! `eligibility_agreement` (docs/design.md §3): for generated agents and orders, the four ways the queue decides
 //! eligibility agree with the rule in `queue::eligibility` and so with each other — the pending
 //! list and claim-next (the SQL side, `sql/pending_for_agent.sql`, `sql/claim_next.sql`), claim
 //! by id and the long-poll wake filter (the Rust side, the latter fed by the real
@@ -10,7 +10,7 @@
 //! annotation values unique to the case, so cases share one database without seeing each other.
 //! Batch 1 is claimed by id, order by order; batch 2 by claim-next until it answers nothing.
 //!
-//! `claim_liveness_agreement` (DESIGN.md §2): for generated deadlines and leases around now,
+//! `claim_liveness_agreement` (docs/design.md §2): for generated deadlines and leases around now,
 //! [`eligibility::claim_is_live`] and `sql/live_claim.sql` (evaluated by PostgreSQL at its own
 //! `now()`) say the same of every claim.
 

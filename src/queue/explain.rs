@@ -1,4 +1,4 @@
-//! Why an order waits (DESIGN.md §10): reads the order and the live agents in one read-only
+//! Why an order waits (docs/design.md §10): reads the order and the live agents in one read-only
 //! snapshot, asks `queue::waiting` for the reason, and for a `queued` order counts the orders
 //! that go first (`sql/queue_position.sql`). The metrics' counts by reason ask the same
 //! function once per group of orders that share their side of eligibility
@@ -131,7 +131,7 @@ async fn snapshot(queue: &Queue) -> Result<Transaction<'static, Postgres>, Queue
 }
 
 impl Queue {
-    /// Why work order `id` waits (DESIGN.md §10 `GET /work-orders/{id}/explain`). Errors:
+    /// Why work order `id` waits (docs/design.md §10 `GET /work-orders/{id}/explain`). Errors:
     /// `NotFound` for an unknown id, `Finished` for one in the log, `Conflict`
     /// (`not_waiting`) for a claimed one.
     pub async fn explain(&self, id: Uuid) -> Result<Explanation, QueueError> {
@@ -195,7 +195,7 @@ impl Queue {
     }
 
     /// Unclaimed orders by reason, with the longest wait of each in seconds, for the
-    /// `pullman_work_orders_waiting{reason}` gauges (DESIGN.md §10). Every reason is present,
+    /// `pullman_work_orders_waiting{reason}` gauges (docs/design.md §10). Every reason is present,
     /// at zero when no order waits for it.
     pub async fn waiting_by_reason(&self) -> Result<BTreeMap<WaitReason, ReasonCount>, QueueError> {
         let mut tx = snapshot(self).await?;
@@ -218,7 +218,7 @@ impl Queue {
         Ok(counts)
     }
 
-    /// Why each of `ids` waits, for the WorkOrder `Schedulable` condition (DESIGN.md §10): one
+    /// Why each of `ids` waits, for the WorkOrder `Schedulable` condition (docs/design.md §10): one
     /// statement (`sql/waiting_orders.sql`, by primary key) and one read of the live agents in
     /// one snapshot, each group of orders sharing their side of eligibility decided once by
     /// `waiting::classify`. Ids that are claimed, finished or unknown are absent from the answer.

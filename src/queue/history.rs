@@ -1,4 +1,4 @@
-//! An order's history: its attempts (every claim, DESIGN.md §5 `GET /work-orders/{id}/attempts`),
+//! An order's history: its attempts (every claim, docs/design.md §5 `GET /work-orders/{id}/attempts`),
 //! re-runs (`POST /work-orders/{id}/rerun`), and finding orders by a prefix of their id.
 //!
 //! Where attempts are recorded (migration `20261203000001`): the live claim is its
@@ -101,7 +101,7 @@ impl Queue {
     }
 
     /// Queues a new order with the work, settings and targeting of the finished order `id`
-    /// (DESIGN.md §5 `rerun`); the new order's `rerun_of` names `id`. `409 not_finished` while
+    /// (docs/design.md §5 `rerun`); the new order's `rerun_of` names `id`. `409 not_finished` while
     /// `id` is active, `404` when unknown. With `key`, a repeated call returns the order the
     /// first one made, as for create. A re-run is an API order whatever its original's source.
     pub async fn rerun(

@@ -1,4 +1,4 @@
-//! Queue maintenance (DESIGN.md §2): the reaper of stale and expired claims, and the promotion of
+//! Queue maintenance (docs/design.md §2): the reaper of stale and expired claims, and the promotion of
 //! due `RETRY_PENDING` orders. Each pass takes rows with `FOR UPDATE SKIP LOCKED`, so several
 //! `pullman serve` replicas can run it at once without double counting or waiting on each other.
 
@@ -38,7 +38,7 @@ pub struct MaintenanceReport {
 }
 
 impl Queue {
-    /// Releases claims older than `claim_timeout_seconds` or whose lease expired (DESIGN.md §2):
+    /// Releases claims older than `claim_timeout_seconds` or whose lease expired (docs/design.md §2):
     /// back to `PENDING` with `reclaim_count + 1` and `retry_count` unchanged, or to the log as
     /// failed once `reclaim_count` would exceed `max_reclaims`. Returns (reclaimed, exhausted).
     pub async fn reap_stale_claims(&self) -> Result<(u64, u64), QueueError> {
@@ -129,7 +129,7 @@ impl Queue {
         Ok(secs.map(|s| Duration::from_secs_f64(s.max(0.0))))
     }
 
-    /// Deletes history past its retention (DESIGN.md §7): log entries of orders that finished
+    /// Deletes history past its retention (docs/design.md §7): log entries of orders that finished
     /// more than `log_retention` ago, and `Idempotency-Key` records older than
     /// [`IDEMPOTENCY_KEY_RETENTION`]. In batches of [`BATCH`] rows, one commit each, oldest
     /// first, taken with `SKIP LOCKED`: several replicas can run it together, and a large backlog
@@ -167,7 +167,7 @@ impl Queue {
 
     /// Age in seconds of the oldest claimable order, for the `pullman_queue_lag_seconds` gauge:
     /// a `PENDING` order counts from `created_at`, a due `RETRY_PENDING` one from
-    /// `next_retry_after` (claimable once that passed, DESIGN.md §3 rule 5). Zero when nothing is
+    /// `next_retry_after` (claimable once that passed, docs/design.md §3 rule 5). Zero when nothing is
     /// claimable. Both halves walk an index of claimable rows (`work_orders_claimable`,
     /// `work_orders_retry_due`) and stop at the first row.
     pub async fn oldest_claimable_age(&self) -> Result<f64, QueueError> {
@@ -177,7 +177,7 @@ impl Queue {
         Ok(secs.unwrap_or(0.0).max(0.0))
     }
 
-    /// Live (not retired) agents by derived health (`rules::agent_health`, DESIGN.md §5), for the
+    /// Live (not retired) agents by derived health (`rules::agent_health`, docs/design.md §5), for the
     /// `pullman_agents{health}` gauge.
     pub async fn count_agents_by_health(&self) -> Result<AgentHealthCounts, QueueError> {
         /// `last_seen_at`, `lease_seconds`, and the database's `now()`.
@@ -210,9 +210,9 @@ impl Queue {
     }
 }
 
-/// Runs maintenance every `interval` (DESIGN.md §7: 10 s by default), and when a retry falls
+/// Runs maintenance every `interval` (docs/design.md §7: 10 s by default), and when a retry falls
 /// due, until `shutdown` fires: the pass promotes it, which wakes long-polls that may take it
-/// (DESIGN.md §2, §7). A retry scheduled by this process while it sleeps wakes it to look at the
+/// (docs/design.md §2, §7). A retry scheduled by this process while it sleeps wakes it to look at the
 /// earliest due time again, so a 1 s backoff is claimable after about 1 s, not at the next tick.
 /// (Several replicas each run maintenance; the one that scheduled a retry promotes it on time.)
 /// Each report goes to `on_report` (metrics); failures are logged and retried at the next tick.

@@ -1,4 +1,4 @@
-//! The work-order queue on PostgreSQL (DESIGN.md §1–§5): every state change of a work order is one
+//! The work-order queue on PostgreSQL (docs/design.md §1–§5): every state change of a work order is one
 //! transaction whose `WHERE` states what must still be true, so a late or duplicate writer changes
 //! nothing.
 //!
@@ -11,7 +11,7 @@
 //!   parameters listed at its head; `sql/mod.rs` indexes them by concern. Claim-next is
 //!   `claim_next.sql`, and `claim_next_capped.sql` for an agent with `max_concurrency`. No
 //!   statement is assembled at run time.
-//! - **Rules**: eligibility (DESIGN.md §3) and claim liveness (§2) in [`eligibility`], Rust and
+//! - **Rules**: eligibility (docs/design.md §3) and claim liveness (§2) in [`eligibility`], Rust and
 //!   SQL side by side, with the tests that keep the copies in step; retries, the watch budget
 //!   and agent health (§2, §4, §5) in [`rules`]; wake-ups of long-polls in `wake`.
 //! - **Operations**: claiming in `claims` (pending list, claim by id, claim-next), holding a
@@ -19,7 +19,7 @@
 //!   transaction), refusals and replays in `refusal`, orders and the log in `orders`,
 //!   agents and the storage of their tokens in `registry` (checking tokens is `crate::auth`'s),
 //!   maintenance (reaper, retry promotion, retention) in `maintenance`, why an order waits
-//!   (DESIGN.md §10) in `waiting` (the rule, pure) and `explain` (its reads).
+//!   (docs/design.md §10) in `waiting` (the rule, pure) and `explain` (its reads).
 
 mod availability;
 pub mod backlog;
@@ -72,7 +72,7 @@ pub const SOURCE_KUBERNETES: &str = "kubernetes";
 /// Embedded migrations (`migrations/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
-/// Why a 409 was answered to a heartbeat or complete (DESIGN.md §5).
+/// Why a 409 was answered to a heartbeat or complete (docs/design.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConflictCode {
     /// The order was cancelled while this agent held it.
@@ -99,7 +99,7 @@ pub enum ConflictCode {
     IdempotencyKeyReused,
     /// Re-run of an order that has not finished.
     NotFinished,
-    /// Explain of an order that is claimed, so it does not wait (DESIGN.md §10).
+    /// Explain of an order that is claimed, so it does not wait (docs/design.md §10).
     NotWaiting,
 }
 
@@ -130,7 +130,7 @@ pub enum QueueError {
     /// `400`: a field failed validation.
     #[error("{message}")]
     Invalid { field: String, message: String },
-    /// `400`: DESIGN.md §4's `Unknown work type: <value>`.
+    /// `400`: docs/design.md §4's `Unknown work type: <value>`.
     #[error("Unknown work type: {value}")]
     UnknownWorkType { field: String, value: String },
     /// `413`: a field is over its size limit (bytes).
@@ -226,7 +226,7 @@ impl Queue {
         MIGRATOR.run(&self.pool).await
     }
 
-    /// Readiness (DESIGN.md §5 `/readyz`): the database answers and every embedded migration is
+    /// Readiness (docs/design.md §5 `/readyz`): the database answers and every embedded migration is
     /// applied. Returns a reason when not ready.
     pub async fn readiness(&self) -> Result<(), String> {
         if self.database_known_down() {

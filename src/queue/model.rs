@@ -1,4 +1,4 @@
-//! Wire and storage shapes of work orders, agents and log entries (DESIGN.md §1, §5).
+//! Wire and storage shapes of work orders, agents and log entries (docs/design.md §1, §5).
 
 use std::collections::BTreeMap;
 
@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-/// The kind of work an order carries (DESIGN.md §4). Anything else is rejected at creation.
+/// The kind of work an order carries (docs/design.md §4). Anything else is rejected at creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkType {
@@ -47,7 +47,7 @@ impl std::fmt::Display for WorkType {
     }
 }
 
-/// A `work_type` as a create request names it (DESIGN.md §4, §5): one this version knows, or
+/// A `work_type` as a create request names it (docs/design.md §4, §5): one this version knows, or
 /// the text it does not, kept so that validation can answer `400 Unknown work type: <value>`
 /// naming it rather than a JSON type error. On the wire it is the string itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl<'de> Deserialize<'de> for RequestedWorkType {
     }
 }
 
-/// Active states of a work order (DESIGN.md §2). Finished orders live in the log instead.
+/// Active states of a work order (docs/design.md §2). Finished orders live in the log instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OrderStatus {
@@ -120,7 +120,7 @@ impl OrderStatus {
     }
 }
 
-/// How a finished work order ended (DESIGN.md §2).
+/// How a finished work order ended (docs/design.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
@@ -150,7 +150,7 @@ impl Outcome {
     }
 }
 
-/// Which agents may see an order (DESIGN.md §3): a match on **any** criterion is enough. At
+/// Which agents may see an order (docs/design.md §3): a match on **any** criterion is enough. At
 /// creation at least one criterion must be non-empty (`400 invalid_field` otherwise); an absent
 /// criterion is empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -171,7 +171,7 @@ pub struct Targeting {
 }
 
 impl Targeting {
-    /// True when no criterion is given (rejected at creation, DESIGN.md §3).
+    /// True when no criterion is given (rejected at creation, docs/design.md §3).
     pub fn is_empty(&self) -> bool {
         self.agent_ids.is_empty()
             && self.agent_names.is_empty()
@@ -180,7 +180,7 @@ impl Targeting {
     }
 }
 
-/// Body of `POST /api/v1/work-orders` (DESIGN.md §5). Numbers arrive as wide integers so that an
+/// Body of `POST /api/v1/work-orders` (docs/design.md §5). Numbers arrive as wide integers so that an
 /// out-of-range value is reported against its bound rather than as a JSON type error.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -220,7 +220,7 @@ pub struct NewWorkOrder {
     pub targeting: Targeting,
 }
 
-/// An active work order as the API returns it (DESIGN.md §5). `yaml_content` is present only where
+/// An active work order as the API returns it (docs/design.md §5). `yaml_content` is present only where
 /// the route returns one order in full (get, claim); lists leave it out.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct WorkOrder {
@@ -264,7 +264,7 @@ pub struct WorkOrder {
     /// full by `GET /work-orders/{id}` (not in lists or claim answers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<Attempt>>,
-    /// Why the order waits (DESIGN.md §10), as `GET /work-orders/{id}/explain` answers it;
+    /// Why the order waits (docs/design.md §10), as `GET /work-orders/{id}/explain` answers it;
     /// present in `GET /work-orders/{id}` for an unclaimed order (not in lists or claims).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<super::waiting::Explanation>,
@@ -272,7 +272,7 @@ pub struct WorkOrder {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A finished work order: a row of `work_order_log` (DESIGN.md §2).
+/// A finished work order: a row of `work_order_log` (docs/design.md §2).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LogEntry {
     pub id: Uuid,
@@ -316,7 +316,7 @@ pub struct LogEntry {
 }
 
 /// How one attempt (one claim) of a work order ended, or `running` while its claim is live
-/// (DESIGN.md §5 `GET /work-orders/{id}/attempts`).
+/// (docs/design.md §5 `GET /work-orders/{id}/attempts`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptResult {
@@ -352,7 +352,7 @@ impl AttemptResult {
     }
 }
 
-/// One claim of a work order (DESIGN.md §5 `GET /work-orders/{id}/attempts`).
+/// One claim of a work order (docs/design.md §5 `GET /work-orders/{id}/attempts`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Attempt {
     /// The agent that held the claim.
@@ -371,7 +371,7 @@ pub struct Attempt {
     pub message: Option<String>,
 }
 
-/// Derived health of an agent (DESIGN.md §5).
+/// Derived health of an agent (docs/design.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentHealth {
@@ -381,7 +381,7 @@ pub enum AgentHealth {
     Retired,
 }
 
-/// Body of `POST /api/v1/agents` (DESIGN.md §5).
+/// Body of `POST /api/v1/agents` (docs/design.md §5).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewAgent {
@@ -442,7 +442,7 @@ pub struct AgentWithToken {
     pub token: String,
 }
 
-/// What a completing agent reports (DESIGN.md §5 `complete`).
+/// What a completing agent reports (docs/design.md §5 `complete`).
 #[derive(Debug, Clone)]
 pub struct Completion {
     pub success: bool,

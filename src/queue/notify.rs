@@ -1,4 +1,4 @@
-//! `LISTEN/NOTIFY` fan-in (DESIGN.md §5, §6): one listening connection per process turns the
+//! `LISTEN/NOTIFY` fan-in (docs/design.md §5, §6): one listening connection per process turns the
 //! database's notifications into in-process signals, so long-polling claimers and the controller
 //! wake on changes instead of polling.
 
@@ -20,7 +20,7 @@ pub const CLAIMABLE_CHANNEL: &str = "pullman_claimable";
 /// Channel notified on every state change of an order created from a `WorkOrder` resource
 /// (payload: its id).
 pub const CHANGED_CHANNEL: &str = "pullman_work_order_changed";
-/// Channel notified when output of an order is stored (payload: its id; DESIGN.md §9).
+/// Channel notified when output of an order is stored (payload: its id; docs/design.md §9).
 pub const OUTPUT_CHANNEL: &str = "pullman_output";
 
 /// In-process view of the queue's notifications. Cheap to clone.
@@ -30,7 +30,7 @@ pub struct Notifications {
     changed: broadcast::Sender<Option<Uuid>>,
     /// Orders whose output grew; `None`: anything may have (the listener reconnected).
     output: broadcast::Sender<Option<Uuid>>,
-    /// Cancelled when the server stops: held long-polls end at once (DESIGN.md §7).
+    /// Cancelled when the server stops: held long-polls end at once (docs/design.md §7).
     draining: CancellationToken,
 }
 
@@ -51,7 +51,7 @@ impl Notifications {
         }
     }
 
-    /// Ends every held long-poll and every one that starts later (DESIGN.md §7: held long-polls
+    /// Ends every held long-poll and every one that starts later (docs/design.md §7: held long-polls
     /// are answered at once when `serve` stops). Each ends after its current claim attempt, so
     /// no order is claimed without its answer reaching the agent.
     pub fn stop_waiting(&self) {

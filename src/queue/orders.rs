@@ -1,4 +1,4 @@
-//! Creating, reading, listing and cancelling work orders, and the move to the log (DESIGN.md §2, §5).
+//! Creating, reading, listing and cancelling work orders, and the move to the log (docs/design.md §2, §5).
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
@@ -76,7 +76,7 @@ pub(crate) struct FinalClaim {
 }
 
 impl Queue {
-    /// Creates the work order of id `id` (a WorkOrder resource's uid, DESIGN.md §6) and returns
+    /// Creates the work order of id `id` (a WorkOrder resource's uid, docs/design.md §6) and returns
     /// it as the insert wrote it (`PENDING`), or, idempotently, the order of that id as it is
     /// when it is already active or in the log: never duplicated, never brought back to life.
     pub async fn create_work_order(
@@ -105,7 +105,7 @@ impl Queue {
         Ok(Lookup::Active(Box::new(row.into())))
     }
 
-    /// Creates a work order with a fresh random id (DESIGN.md §5 `POST /work-orders`) and returns
+    /// Creates a work order with a fresh random id (docs/design.md §5 `POST /work-orders`) and returns
     /// it as inserted (`PENDING`, whatever an agent does with it a moment later).
     ///
     /// Without `key`: one statement, one commit. With an `Idempotency-Key` (§5 "Retry safety"):
@@ -193,7 +193,7 @@ impl Queue {
         }
     }
 
-    /// Finds an order by id, active or finished (DESIGN.md §5 `GET /work-orders/{id}`).
+    /// Finds an order by id, active or finished (docs/design.md §5 `GET /work-orders/{id}`).
     pub async fn lookup(&self, id: Uuid, with_yaml: bool) -> Result<Lookup, QueueError> {
         if let Some(order) = self.get_active(id, with_yaml).await? {
             return Ok(Lookup::Active(Box::new(order)));
@@ -236,7 +236,7 @@ impl Queue {
         Ok(row.map(Into::into))
     }
 
-    /// Active orders, oldest first, without `yaml_content` (DESIGN.md §5).
+    /// Active orders, oldest first, without `yaml_content` (docs/design.md §5).
     pub async fn list_work_orders(&self, f: &OrderFilter) -> Result<Page<WorkOrder>, QueueError> {
         let after = f.cursor.as_deref().map(cursor::decode).transpose()?;
         let rows: Vec<OrderRow> = sqlx::query_as(sql::LIST_WORK_ORDERS)
@@ -256,7 +256,7 @@ impl Queue {
         Ok(cursor::page(items, f.limit, |o| (o.created_at, o.id)))
     }
 
-    /// Cancels an active order (DESIGN.md §2): it moves to the log as `cancelled`, claimed or not;
+    /// Cancels an active order (docs/design.md §2): it moves to the log as `cancelled`, claimed or not;
     /// the holder learns it at its next heartbeat or complete. `message` says who cancelled.
     pub async fn cancel_work_order(&self, id: Uuid, message: &str) -> Result<LogEntry, QueueError> {
         let mut tx = self.pool.begin().await?;
@@ -303,7 +303,7 @@ impl Queue {
         Ok(entry)
     }
 
-    /// Finished orders, newest first, without `yaml_content` (DESIGN.md §5).
+    /// Finished orders, newest first, without `yaml_content` (docs/design.md §5).
     pub async fn list_log(&self, f: &LogFilter) -> Result<Page<LogEntry>, QueueError> {
         let after = f.cursor.as_deref().map(cursor::decode).transpose()?;
         let rows: Vec<LogRow> = sqlx::query_as(sql::LIST_LOG)
@@ -352,7 +352,7 @@ impl Queue {
     }
 }
 
-/// Moves an active order to the log in the caller's transaction (DESIGN.md §2). Any live claim row
+/// Moves an active order to the log in the caller's transaction (docs/design.md §2). Any live claim row
 /// goes with it (cascade). `last_error` overrides the order's when the order fails now.
 /// The caller must hold the order's row lock.
 pub(crate) async fn finish(
@@ -378,7 +378,7 @@ pub(crate) async fn finish(
     Ok(row.into())
 }
 
-/// How long an `Idempotency-Key` is remembered after its order was created (DESIGN.md §5). A
+/// How long an `Idempotency-Key` is remembered after its order was created (docs/design.md §5). A
 /// client retrying a lost answer does so within seconds; a day covers a long outage.
 pub const IDEMPOTENCY_KEY_RETENTION: std::time::Duration =
     std::time::Duration::from_secs(24 * 3600);

@@ -1,4 +1,4 @@
-//! Output of running orders (DESIGN.md §9): the chunks the claim holder sends, stored once per
+//! Output of running orders (docs/design.md §9): the chunks the claim holder sends, stored once per
 //! `(order, claim, seq)`, kept within a per-order cap, and read back line by line with a cursor.
 //!
 //! Storage is a row per chunk (`work_order_output`, its lines as parallel arrays) plus a row per
@@ -18,9 +18,9 @@ use uuid::Uuid;
 use super::{Queue, QueueError, sql};
 use crate::wire::OutputChunk;
 
-/// Default per-order cap on stored output, in bytes of line text (DESIGN.md §9: 16 MiB).
+/// Default per-order cap on stored output, in bytes of line text (docs/design.md §9: 16 MiB).
 pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 16 * 1024 * 1024;
-/// Largest chunk body accepted, in bytes as sent (DESIGN.md §9: 1 MiB; `413` above).
+/// Largest chunk body accepted, in bytes as sent (docs/design.md §9: 1 MiB; `413` above).
 pub const MAX_CHUNK_BYTES: usize = 1024 * 1024;
 /// Longest `stream` name, in characters (a Kubernetes pod name and container name fit).
 pub const MAX_STREAM_CHARS: usize = 253;
@@ -36,7 +36,7 @@ pub fn cursor(chunk: i64, index: u32) -> i64 {
     (chunk << INDEX_BITS) | i64::from(index)
 }
 
-/// One stored line as read back (DESIGN.md §9). Marker lines (`marker` set) are written by the
+/// One stored line as read back (docs/design.md §9). Marker lines (`marker` set) are written by the
 /// server: `gap` for output the agent could not deliver, `dropped` for older output removed by
 /// the per-order cap; the text says how many bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -103,7 +103,7 @@ pub struct Appended {
     pub dropped_by_cap: i64,
 }
 
-/// Checks a chunk as received and makes it storable (DESIGN.md §9): `seq` and `dropped_bytes`
+/// Checks a chunk as received and makes it storable (docs/design.md §9): `seq` and `dropped_bytes`
 /// not negative, at most [`MAX_CHUNK_LINES`] lines, each `stream` 1–[`MAX_STREAM_CHARS`]
 /// characters. U+0000 in a stream or text is replaced by U+FFFD (PostgreSQL cannot store it;
 /// never refused). Errors: `400 invalid_field` naming the field.
@@ -241,7 +241,7 @@ impl ChunkRow {
 const CHUNKS_PER_READ: i64 = 4;
 
 impl Queue {
-    /// Stores one chunk of the claim's output (DESIGN.md §9), one transaction: fenced by the live
+    /// Stores one chunk of the claim's output (docs/design.md §9), one transaction: fenced by the live
     /// claim (`409` as for complete otherwise, `404` unknown order), stored once per `seq` (a
     /// resend is answered as the first time, live claim or not), older chunks dropped past
     /// `cap_bytes`, followers woken by `NOTIFY pullman_output`.

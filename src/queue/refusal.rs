@@ -1,5 +1,5 @@
-//! Why a heartbeat or complete was refused (DESIGN.md §5): the `code` of the `409`; and the
-//! replay of a complete whose first answer was lost (DESIGN.md §5 "Retry safety").
+//! Why a heartbeat or complete was refused (docs/design.md §5): the `code` of the `409`; and the
+//! replay of a complete whose first answer was lost (docs/design.md §5 "Retry safety").
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -16,7 +16,7 @@ enum EndedClaim {
 }
 
 impl Queue {
-    /// A complete that found no live claim of this agent (DESIGN.md §5 "Retry safety"): when the
+    /// A complete that found no live claim of this agent (docs/design.md §5 "Retry safety"): when the
     /// agent's own earlier complete of this claim ended it with the same outcome, the same answer
     /// again (the log entry, or the `202` with its `next_retry_after`), so an agent whose first
     /// answer was lost can tell success from loss. The same claim ended with a different outcome
@@ -107,7 +107,7 @@ impl Queue {
         Ok(entry.map(|e| EndedClaim::Finished(Box::new(e.into()))))
     }
 
-    /// Says why a heartbeat or complete was refused (DESIGN.md §5): `cancelled` when the order was
+    /// Says why a heartbeat or complete was refused (docs/design.md §5): `cancelled` when the order was
     /// cancelled under this agent's claim, `reclaimed` when this agent's claim was released (reaper,
     /// expired lease, retirement) or superseded, `not_claim_holder` otherwise; `404` unknown order.
     pub(super) async fn explain_refusal(

@@ -1,4 +1,4 @@
-//! The agent registry (DESIGN.md §5): registration, listing with derived health, token rotation,
+//! The agent registry (docs/design.md §5): registration, listing with derived health, token rotation,
 //! retirement, and the storage of agent tokens (their checking and caching is `crate::auth`'s).
 //! Not to be confused with `crate::pull` (the pull loop agents run) or `crate::api::agents` (the routes).
 
@@ -78,7 +78,7 @@ fn bind_agent<'q>(
 }
 
 impl Queue {
-    /// Registers an agent and mints its first token (DESIGN.md §5 `POST /agents`). With `id`
+    /// Registers an agent and mints its first token (docs/design.md §5 `POST /agents`). With `id`
     /// given (an Executor's uid) the agent gets that id. A live agent with the same name is a
     /// `409 name_taken`.
     pub async fn register_agent(
@@ -146,7 +146,7 @@ impl Queue {
         })
     }
 
-    /// Agents in registration order (DESIGN.md §5 `GET /agents`).
+    /// Agents in registration order (docs/design.md §5 `GET /agents`).
     pub async fn list_agents(
         &self,
         limit: i64,
@@ -163,7 +163,7 @@ impl Queue {
         Ok(cursor::page(items, limit, |a| (a.created_at, a.id)))
     }
 
-    /// Revokes every live token of the agent and mints a new one (DESIGN.md §5
+    /// Revokes every live token of the agent and mints a new one (docs/design.md §5
     /// `POST /agents/{id}/token`). `404` unknown, `409 agent_retired`.
     pub async fn rotate_agent_token(&self, id: Uuid) -> Result<AgentWithToken, QueueError> {
         let minted = token::mint_agent_token();
@@ -200,7 +200,7 @@ impl Queue {
         })
     }
 
-    /// Retires an agent (DESIGN.md §5 `DELETE /agents/{id}`): tokens revoked, its claims returned
+    /// Retires an agent (docs/design.md §5 `DELETE /agents/{id}`): tokens revoked, its claims returned
     /// to `PENDING` (not counted as reclaims). Retiring a retired agent changes nothing.
     pub async fn retire_agent(&self, id: Uuid) -> Result<Agent, QueueError> {
         let mut tx = self.pool.begin().await?;
@@ -229,7 +229,7 @@ impl Queue {
     }
 
     /// The stored hash of agent token `token_id` and its agent, when the token is live (not
-    /// revoked) and its agent not retired (DESIGN.md §5). Storage only: `crate::auth` compares
+    /// revoked) and its agent not retired (docs/design.md §5). Storage only: `crate::auth` compares
     /// the secret and caches the answer.
     pub async fn live_agent_token(
         &self,

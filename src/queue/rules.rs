@@ -1,4 +1,4 @@
-//! The queue's rules as pure functions (DESIGN.md §2–§5), kept apart from SQL so they can be tested
+//! The queue's rules as pure functions (docs/design.md §2–§5), kept apart from SQL so they can be tested
 //! directly and reused by the executor: retries, the watch budget, agent health. Eligibility and
 //! claim liveness, which SQL repeats, live in `queue::eligibility`.
 
@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 
 use super::model::AgentHealth;
 
-/// Longest backoff before a retry, in seconds: 24 h (DESIGN.md §2).
+/// Longest backoff before a retry, in seconds: 24 h (docs/design.md §2).
 pub const MAX_BACKOFF_SECONDS: u64 = 86_400;
 
-/// What happens to an order after its k-th failed attempt (DESIGN.md §2).
+/// What happens to an order after its k-th failed attempt (docs/design.md §2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureDecision {
     /// Becomes `RETRY_PENDING` with `retry_count = retry_count`, claimable after `delay_seconds`.
@@ -37,7 +37,7 @@ pub fn retry_delay_seconds(backoff_seconds: u32, k: u32) -> u64 {
         .min(MAX_BACKOFF_SECONDS)
 }
 
-/// Decides the fate of a failed attempt (DESIGN.md §2): the k-th failure (k = `retry_count` + 1)
+/// Decides the fate of a failed attempt (docs/design.md §2): the k-th failure (k = `retry_count` + 1)
 /// retries when it is retryable and k ≤ `max_retries`; otherwise the order fails.
 pub fn decide_failure(
     retry_count: i32,
@@ -59,18 +59,18 @@ pub fn decide_failure(
     }
 }
 
-/// The executor's watch budget for a claim (DESIGN.md §4): `claim_timeout − max(10 %, 60 s)`.
+/// The executor's watch budget for a claim (docs/design.md §4): `claim_timeout − max(10 %, 60 s)`.
 /// Zero when the timeout is shorter than the hold-back.
 pub fn watch_budget(claim_timeout_seconds: u32) -> Duration {
     let hold_back = (u64::from(claim_timeout_seconds) / 10).max(60);
     Duration::from_secs(u64::from(claim_timeout_seconds).saturating_sub(hold_back))
 }
 
-/// Smallest watch budget an order that needs watching may have (DESIGN.md §4).
+/// Smallest watch budget an order that needs watching may have (docs/design.md §4).
 pub const MIN_WATCH_BUDGET: Duration = Duration::from_secs(60);
 
 /// Seconds without contact after which an agent is `stale`: 3 × its lease, or 5 minutes for an
-/// agent that claims without a lease (DESIGN.md §5).
+/// agent that claims without a lease (docs/design.md §5).
 pub fn stale_after_seconds(lease_seconds: Option<i32>) -> i64 {
     match lease_seconds {
         Some(lease) if lease > 0 => 3 * i64::from(lease),
@@ -78,7 +78,7 @@ pub fn stale_after_seconds(lease_seconds: Option<i32>) -> i64 {
     }
 }
 
-/// Derived health (DESIGN.md §5): `retired`, `never_seen`, `stale` or `active`.
+/// Derived health (docs/design.md §5): `retired`, `never_seen`, `stale` or `active`.
 pub fn agent_health(
     retired: bool,
     last_seen_at: Option<DateTime<Utc>>,

@@ -1,4 +1,4 @@
-//! Text as the queue stores it (DESIGN.md §5 "Retry safety"). PostgreSQL `text` and `jsonb`
+//! Text as the queue stores it (docs/design.md §5 "Retry safety"). PostgreSQL `text` and `jsonb`
 //! cannot hold U+0000, and real input carries it (container logs, binary garbage in a name): a
 //! `500` there would leave a finished order claimed until the reaper hands it out again, so the
 //! work would run twice. Every text that reaches the database passes through here first:
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 pub const CUT_MARKER: &str = "\n[... cut by Pullman: longer than the limit]";
 
 /// Longest result `message` (and the `last_error` taken from it) that is stored, in bytes.
-/// Longer messages are cut (DESIGN.md §5), never refused: refusing a complete would leave the
+/// Longer messages are cut (docs/design.md §5), never refused: refusing a complete would leave the
 /// order claimed.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 

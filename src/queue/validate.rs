@@ -1,4 +1,4 @@
-//! Validation of create bodies (DESIGN.md §5): every problem is reported against the field that
+//! Validation of create bodies (docs/design.md §5): every problem is reported against the field that
 //! holds it, before anything is written.
 
 use std::collections::BTreeMap;
@@ -9,7 +9,7 @@ use super::rules::{MIN_WATCH_BUDGET, watch_budget};
 use super::text::{strip_nul, strip_nul_all, strip_nul_map};
 use crate::manifest;
 
-/// Largest `yaml_content`, in bytes (DESIGN.md §5): 1 MiB. Larger bodies get `413`.
+/// Largest `yaml_content`, in bytes (docs/design.md §5): 1 MiB. Larger bodies get `413`.
 pub const MAX_YAML_BYTES: usize = 1024 * 1024;
 /// Longest tenant, label, agent name in targeting, or annotation key/value accepted, in
 /// characters (as JSON Schema's `maxLength` counts them, so the OpenAPI bound is the server's).
@@ -166,7 +166,7 @@ fn check_targeting(t: &Targeting) -> Result<(), QueueError> {
     check_annotations("targeting.annotations", &t.annotations)
 }
 
-/// Parses a `work_type`; the error is DESIGN.md §4's `Unknown work type: <value>`.
+/// Parses a `work_type`; the error is docs/design.md §4's `Unknown work type: <value>`.
 pub fn parse_work_type(field: &str, value: &str) -> Result<WorkType, QueueError> {
     WorkType::parse(value).ok_or_else(|| QueueError::UnknownWorkType {
         field: field.to_string(),
@@ -174,7 +174,7 @@ pub fn parse_work_type(field: &str, value: &str) -> Result<WorkType, QueueError>
     })
 }
 
-/// The work type a request named, or DESIGN.md §4's `Unknown work type: <value>` against `field`.
+/// The work type a request named, or docs/design.md §4's `Unknown work type: <value>` against `field`.
 fn known_work_type(field: &str, requested: &RequestedWorkType) -> Result<WorkType, QueueError> {
     match requested {
         RequestedWorkType::Known(t) => Ok(*t),
@@ -185,7 +185,7 @@ fn known_work_type(field: &str, requested: &RequestedWorkType) -> Result<WorkTyp
     }
 }
 
-/// Validates a create body (DESIGN.md §5): bounds, targeting, YAML shape, and the watch budget of
+/// Validates a create body (docs/design.md §5): bounds, targeting, YAML shape, and the watch budget of
 /// orders that need watching (§4). Errors name the field. U+0000 is removed from every text
 /// first (see [`super::text`]), so what is validated is what is stored.
 ///
@@ -291,7 +291,7 @@ fn strip_nul_targeting(t: &mut Targeting) {
     strip_nul_map(&mut t.annotations);
 }
 
-/// Validates an agent registration (DESIGN.md §5). Errors name the field. U+0000 is removed
+/// Validates an agent registration (docs/design.md §5). Errors name the field. U+0000 is removed
 /// from every text first (see [`super::text`]).
 pub fn validate_agent(mut body: NewAgent) -> Result<AgentSpec, QueueError> {
     within_as_sent("name", &body.name, MAX_AGENT_NAME_CHARS)?;

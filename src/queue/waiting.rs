@@ -1,4 +1,4 @@
-//! Why an order waits (DESIGN.md §10), as a pure function of the order and the live agents, so
+//! Why an order waits (docs/design.md §10), as a pure function of the order and the live agents, so
 //! it can be tested without I/O; `queue::explain` reads the inputs and answers the API.
 //!
 //! Which agents may take the order is decided by the eligibility rule of `queue::eligibility`
@@ -24,10 +24,10 @@ use uuid::Uuid;
 use super::eligibility::{self, AgentProfile, OrderProfile};
 use super::model::{AgentHealth, OrderStatus};
 
-/// Most agent names an explanation lists (DESIGN.md §10).
+/// Most agent names an explanation lists (docs/design.md §10).
 pub const MATCHING_AGENTS_SHOWN: usize = 10;
 
-/// Why an unclaimed order waits (DESIGN.md §10). See the module docs for when each applies.
+/// Why an unclaimed order waits (docs/design.md §10). See the module docs for when each applies.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
 )]
@@ -81,12 +81,12 @@ pub struct AgentState {
 }
 
 impl AgentState {
-    /// In contact within its health window (DESIGN.md §5 `active`).
+    /// In contact within its health window (docs/design.md §5 `active`).
     pub fn connected(&self) -> bool {
         self.health == AgentHealth::Active
     }
 
-    /// Could claim one more order now (DESIGN.md §3 rule 4).
+    /// Could claim one more order now (docs/design.md §3 rule 4).
     pub fn has_room(&self) -> bool {
         !eligibility::at_capacity(self.max_concurrency, self.held)
     }
@@ -103,7 +103,7 @@ pub struct Verdict<'a> {
     pub takers: Vec<Uuid>,
 }
 
-/// The reason `order` waits (DESIGN.md §10), given its `status`, whether its retry is `due`
+/// The reason `order` waits (docs/design.md §10), given its `status`, whether its retry is `due`
 /// (as `sql/claim_candidate.sql` reads it) and every live agent. `None` for a claimed order,
 /// which does not wait.
 pub fn classify<'a>(
@@ -147,7 +147,7 @@ pub fn classify<'a>(
     })
 }
 
-/// Unclaimed orders of one reason (DESIGN.md §10 metrics).
+/// Unclaimed orders of one reason (docs/design.md §10 metrics).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ReasonCount {
     pub orders: i64,
@@ -155,7 +155,7 @@ pub struct ReasonCount {
     pub oldest_seconds: f64,
 }
 
-/// Why a work order waits (DESIGN.md §10): the body of `GET /api/v1/work-orders/{id}/explain`
+/// Why a work order waits (docs/design.md §10): the body of `GET /api/v1/work-orders/{id}/explain`
 /// and the `waiting` field of `GET /api/v1/work-orders/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Explanation {
@@ -258,7 +258,7 @@ pub fn explanation(
 
 /// Why an unclaimed order waits, in the words that change only when the cause does (an agent
 /// registered, retired, in or out of contact; the retry time): what the WorkOrder's
-/// `Schedulable` condition says (DESIGN.md §10). Unlike [`Explanation`] it leaves out the place in
+/// `Schedulable` condition says (docs/design.md §10). Unlike [`Explanation`] it leaves out the place in
 /// line and the time waited, which move on their own, and says `agents_busy` and `queued` in one
 /// sentence, since they trade places whenever a matching agent takes or finishes a claim; the
 /// reason itself stays exact.

@@ -1,4 +1,4 @@
-//! The reasons an order waits (DESIGN.md §10, `queue::waiting`) checked against what claims
+//! The reasons an order waits (docs/design.md §10, `queue::waiting`) checked against what claims
 //! actually do, on a real PostgreSQL (`crate::testing`).
 //!
 //! What a claim would do is asked by claiming by id inside a transaction that is then rolled

@@ -1,4 +1,4 @@
-//! Targeted wake-ups for long-polling claimers (DESIGN.md §5 claim-next `max_wait_seconds`).
+//! Targeted wake-ups for long-polling claimers (docs/design.md §5 claim-next `max_wait_seconds`).
 //!
 //! Waking every long-poll on every new order makes all of them race for it: with 64 waiters one
 //! insert cost 64 claim transactions and a p99 wake-up of 70 ms on two cores (issue #7). Instead
@@ -25,7 +25,7 @@ use super::eligibility::{self, AgentProfile, OrderProfile};
 use super::{ClaimRequest, Notifications, Queue, QueueError, Targeting, WorkOrder, WorkType};
 
 impl Queue {
-    /// Claim-next with long-poll (DESIGN.md §5 `max_wait_seconds`): claims the oldest eligible
+    /// Claim-next with long-poll (docs/design.md §5 `max_wait_seconds`): claims the oldest eligible
     /// order, or waits up to `wait` for one to become claimable and claims it. `None` when the
     /// wait passed with nothing claimed. The caller bounds `wait` (the API caps it at 30 s).
     pub async fn claim_next_waiting(
@@ -128,7 +128,7 @@ pub(crate) struct WakeFilter {
 
 impl WakeFilter {
     /// Whether this waiter may take the order of `notice` (the Rust side of
-    /// `queue::eligibility`, DESIGN.md §3 rules 1–3, narrowed to the claim's work types).
+    /// `queue::eligibility`, docs/design.md §3 rules 1–3, narrowed to the claim's work types).
     pub(crate) fn admits(&self, notice: &Notice) -> bool {
         eligibility::agent_may_see(
             &self.agent,

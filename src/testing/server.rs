@@ -55,7 +55,7 @@ impl TestServer {
         Self::start_on(fresh_pool(max_connections).await, max_long_polls).await
     }
 
-    /// A server over a fresh database with these output settings (DESIGN.md §9).
+    /// A server over a fresh database with these output settings (docs/design.md §9).
     pub async fn start_with_output(output: api::OutputSettings) -> Self {
         Self::start_on_with(fresh_pool(64).await, 1024, output).await
     }

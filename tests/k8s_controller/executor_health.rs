@@ -1,4 +1,4 @@
-//! Executor conditions as kstatus and Argo CD read them (DESIGN.md §6): Ready without and with a
+//! Executor conditions as kstatus and Argo CD read them (docs/design.md §6): Ready without and with a
 //! Deployment, Stalled on a Secret Pullman does not own, and `Connected` following a real
 //! executor's contact within seconds. Work run by that executor fails with sentences.
 

@@ -1,4 +1,4 @@
-//! Who owns an executor Deployment's `replicas` (DESIGN.md §6, issue #25): with
+//! Who owns an executor Deployment's `replicas` (docs/design.md §6, issue #25): with
 //! `spec.deployment.replicas` unset the controller applies none, so an autoscaler (KEDA's HPA,
 //! `kubectl scale`) keeps the count it set across reconciles; with it set, the controller keeps
 //! its own value (the contrast shows the check would see a fight).

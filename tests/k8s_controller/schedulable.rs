@@ -1,4 +1,4 @@
-//! The WorkOrder `Schedulable` condition (DESIGN.md §10) against a real kube-apiserver: why an
+//! The WorkOrder `Schedulable` condition (docs/design.md §10) against a real kube-apiserver: why an
 //! order waits, updated within 10 s when an agent is registered or retired (causes outside the
 //! order's row), one Event when it becomes unschedulable, and waiting read as progress by
 //! kstatus, Flux and Argo CD.

@@ -137,7 +137,7 @@ pub fn message(obj: &Value, type_: &str) -> String {
 
 /// Asserts what the object's conditions are and what kstatus, Argo CD and Flux's
 /// `healthCheckExprs` (which must agree with kstatus) make of them. A WorkOrder's `Schedulable`
-/// condition (DESIGN.md §10) is compared only when `rows` name it: it follows the agents, not
+/// condition (docs/design.md §10) is compared only when `rows` name it: it follows the agents, not
 /// the phase (tests/k8s_controller/schedulable.rs); the verdicts are always of the whole object.
 pub fn assert_health(
     obj: &Value,

@@ -1,4 +1,4 @@
-//! WorkOrder conditions as kubectl, kstatus and Argo CD read them (DESIGN.md §6), through every
+//! WorkOrder conditions as kubectl, kstatus and Argo CD read them (docs/design.md §6), through every
 //! phase, and `spec.ttlSecondsAfterFinished`.
 
 use std::time::{Duration, Instant};

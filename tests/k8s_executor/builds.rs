@@ -1,4 +1,4 @@
-//! Shipwright builds (DESIGN.md §4 `build`): the executor applies the Build, creates a BuildRun
+//! Shipwright builds (docs/design.md §4 `build`): the executor applies the Build, creates a BuildRun
 //! and reports its verdict. No Shipwright controller runs on the test control plane, so each test
 //! writes the BuildRun's status itself, as the controller would.
 

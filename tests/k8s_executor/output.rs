@@ -1,4 +1,4 @@
-//! The executor sends its pods' logs as the order's output (DESIGN.md §9). On kwok nodes the
+//! The executor sends its pods' logs as the order's output (docs/design.md §9). On kwok nodes the
 //! kubelet is fake and has no logs to give: the executor says so once per container, as one
 //! line, not per line and not in a loop, and the order still completes.
 

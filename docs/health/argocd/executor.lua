@@ -1,5 +1,5 @@
 -- Argo CD health check for pullman.dev/Executor (Lua 5.1, as Argo CD runs it in gopher-lua).
--- Reads the conditions of DESIGN.md §6 (see docs/health.md):
+-- Reads the conditions of docs/design.md §6 (see docs/health.md):
 --   Stalled=True -> Degraded    (invalid spec, agent name taken, token Secret not Pullman's, ...)
 --   Ready=True   -> Healthy     (agent registered, token written, Deployment available if any)
 --   otherwise    -> Progressing

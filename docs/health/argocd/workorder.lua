@@ -1,5 +1,5 @@
 -- Argo CD health check for pullman.dev/WorkOrder (Lua 5.1, as Argo CD runs it in gopher-lua).
--- Reads the conditions of DESIGN.md §6 (see docs/health.md):
+-- Reads the conditions of docs/design.md §6 (see docs/health.md):
 --   Ready=True                      -> Healthy     (the order succeeded)
 --   Stalled=True or Completed=True  -> Degraded    (failed, rejected or cancelled)
 --   anything else                   -> Progressing (not yet queued, pending, claimed, retrying)

@@ -1,4 +1,4 @@
-//! The holder's side of a claim (DESIGN.md §2, §5): heartbeat and complete. Fencing: both act
+//! The holder's side of a claim (docs/design.md §2, §5): heartbeat and complete. Fencing: both act
 //! only on the live claim of the asking agent (and of the given `claim_id`), and only while its
 //! lease and deadline hold; anything else is a `409` that changes nothing.
 //!
@@ -24,7 +24,7 @@ use crate::queue::{
 };
 
 impl Queue {
-    /// Extends the lease of the agent's live claim (DESIGN.md §2, §5). A lease never extends past
+    /// Extends the lease of the agent's live claim (docs/design.md §2, §5). A lease never extends past
     /// `claimed_at + claim_timeout_seconds`. `409` (`cancelled`, `reclaimed`,
     /// `not_claim_holder`) when the agent does not hold a live claim; `404` unknown order.
     pub async fn heartbeat(
@@ -52,7 +52,7 @@ impl Queue {
         }
     }
 
-    /// Reports the result of the agent's live claim (DESIGN.md §2, §5): success or a
+    /// Reports the result of the agent's live claim (docs/design.md §2, §5): success or a
     /// non-retryable / out-of-retries failure moves the order to the log; a retryable failure with
     /// retries left schedules `RETRY_PENDING` with exponential backoff. One transaction; a result
     /// from anyone but the live claim holder is `409` and changes nothing.
@@ -154,7 +154,7 @@ impl Queue {
         };
         tx.commit().await?;
         if matches!(result, CompletionResult::RetryScheduled { .. }) {
-            // Maintenance may be asleep past the retry's time: it looks again (DESIGN.md §7).
+            // Maintenance may be asleep past the retry's time: it looks again (docs/design.md §7).
             self.retry_scheduled.notify_one();
         }
         Ok(result)

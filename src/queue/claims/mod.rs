@@ -1,4 +1,4 @@
-//! The claim protocol (DESIGN.md §2, §3, §5): pending list, claim by id, claim-next here;
+//! The claim protocol (docs/design.md §2, §3, §5): pending list, claim by id, claim-next here;
 //! heartbeat and complete (both shapes) in `holder`.
 //! Statements: `src/queue/sql/` (`queue::sql`). Rules: `queue::eligibility`.
 
@@ -20,7 +20,7 @@ use super::{
     cursor,
 };
 
-/// Who claims, and with what lease (seconds; `None` = no lease, DESIGN.md §2).
+/// Who claims, and with what lease (seconds; `None` = no lease, docs/design.md §2).
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimRequest {
     pub agent_id: Uuid,
@@ -150,7 +150,7 @@ async fn held_claims(exec: impl sqlx::PgExecutor<'_>, agent_id: Uuid) -> Result<
 }
 
 impl Queue {
-    /// What `agent_id` may claim now, oldest first, without `yaml_content` (DESIGN.md §5
+    /// What `agent_id` may claim now, oldest first, without `yaml_content` (docs/design.md §5
     /// `GET /agents/{id}/work-orders/pending`; `sql/pending_for_agent.sql`). Side-effect free.
     /// Empty for a retired agent or one at its `max_concurrency`, because claim would accept
     /// nothing then.
@@ -201,7 +201,7 @@ impl Queue {
             .into())
     }
 
-    /// Claims the oldest order eligible for the agent (DESIGN.md §3), at most once under any
+    /// Claims the oldest order eligible for the agent (docs/design.md §3), at most once under any
     /// concurrency (`FOR UPDATE SKIP LOCKED`). `work_types` narrows the agent's capabilities for
     /// this call. `None` when nothing is eligible or the agent is at `max_concurrency`.
     pub async fn claim_next(
@@ -269,7 +269,7 @@ impl Queue {
         Ok((row.map(Into::into), claimer))
     }
 
-    /// Claims one order by id (DESIGN.md §5 `POST /work-orders/{id}/claim`). `404` when unknown
+    /// Claims one order by id (docs/design.md §5 `POST /work-orders/{id}/claim`). `404` when unknown
     /// or not visible to the agent; `409` when visible but not claimable now (claimed, backing
     /// off, agent at `max_concurrency`). Eligibility is decided by the Rust side of
     /// `queue::eligibility` on the locked order (`sql/claim_candidate.sql`), so the answer can

@@ -1,4 +1,4 @@
--- attempts: every claim of an order, oldest first (DESIGN.md §5 GET /work-orders/{id}/attempts):
+-- attempts: every claim of an order, oldest first (docs/design.md §5 GET /work-orders/{id}/attempts):
 -- ended attempts (work_order_attempts), the live claim, and the claim that finished the order
 -- (the log entry's own claim columns). One statement, so one snapshot: a claim ending meanwhile
 -- is not seen twice.

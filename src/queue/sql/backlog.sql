@@ -1,5 +1,5 @@
 -- backlog: how many unclaimed orders an agent, or an agent profile not yet registered, may take
--- now, and the longest wait among them (DESIGN.md §10 GET /agents/{id}/backlog): eligible and due,
+-- now, and the longest wait among them (docs/design.md §10 GET /agents/{id}/backlog): eligible and due,
 -- whether or not the agent has room. The agent relation a is built from the parameters, so one
 -- statement answers both; the eligibility conjuncts walk the work_orders_claimable index.
 -- $1 agent id (uuid; a fresh one for a profile, which no order targets)

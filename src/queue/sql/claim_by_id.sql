@@ -1,4 +1,4 @@
--- claim_by_id: claims one order (DESIGN.md §5 POST /work-orders/{id}/claim), inside the
+-- claim_by_id: claims one order (docs/design.md §5 POST /work-orders/{id}/claim), inside the
 -- transaction in which lock_claimer.sql locked the agent and claim_candidate.sql locked the
 -- order and the Rust side of eligibility (queue::eligibility) admitted it.
 -- $1 agent id (uuid)

@@ -1,4 +1,4 @@
--- claim_next: claims the oldest order eligible for an agent (DESIGN.md §3) in one statement, one
+-- claim_next: claims the oldest order eligible for an agent (docs/design.md §3) in one statement, one
 -- round trip and one commit (issue #7), for an agent without max_concurrency; a capped agent's
 -- claim is the transaction of claim_next_capped.sql (see queue::claims). Records the agent's
 -- contact at most once a second (or when its lease changes).

@@ -1,4 +1,4 @@
--- claim_next_capped: claims the oldest order eligible for an agent (DESIGN.md §3), inside the
+-- claim_next_capped: claims the oldest order eligible for an agent (docs/design.md §3), inside the
 -- transaction of an agent with max_concurrency, after lock_claimer.sql locked its row and
 -- count_held_claims.sql found it under its cap (a later statement than the lock, so it sees
 -- claims committed while the lock was awaited).

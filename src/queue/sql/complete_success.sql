@@ -1,6 +1,6 @@
 -- complete_success: a successful complete in one statement, one round trip and one commit
 -- (issue #7): ends the agent's live claim and moves the order to the log as succeeded
--- (DESIGN.md §2). Lock order agent → order → claim (queue docs): each CTE that locks later reads
+-- (docs/design.md §2). Lock order agent → order → claim (queue docs): each CTE that locks later reads
 -- the earlier one through a sub-query, so the earlier one has run first. The agent row is
 -- locked FOR NO KEY UPDATE rather than rewritten; its contact is recorded at most once a second
 -- (as record_contact.sql).

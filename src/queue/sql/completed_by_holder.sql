@@ -1,5 +1,5 @@
 -- completed_by_holder: the log entry of an order finished by the agent's own complete of claim
--- $3, without yaml_content (DESIGN.md §5 "Retry safety": a repeated complete gets it again).
+-- $3, without yaml_content (docs/design.md §5 "Retry safety": a repeated complete gets it again).
 -- $1 order id (uuid)
 -- $2 agent id (uuid)
 -- $3 claim id (uuid)

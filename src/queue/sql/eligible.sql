@@ -1,4 +1,4 @@
--- eligible: DESIGN.md §3 as SQL, a condition on order w and the one-row agent relation a
+-- eligible: docs/design.md §3 as SQL, a condition on order w and the one-row agent relation a
 -- (id, name, labels, annotation_pairs, work_types, tenant, retired_at, requested_types). Repeated
 -- verbatim in pending_for_agent.sql, claim_next.sql, claim_next_capped.sql, queue_position.sql
 -- and backlog.sql; its Rust side and the tests that keep them together are in

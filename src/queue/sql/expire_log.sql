@@ -1,5 +1,5 @@
--- expire_log: deletes one batch of log entries past their retention (DESIGN.md §7), oldest
--- first, with their attempts and their output (DESIGN.md §9).
+-- expire_log: deletes one batch of log entries past their retention (docs/design.md §7), oldest
+-- first, with their attempts and their output (docs/design.md §9).
 -- $1 retention (float8 seconds)
 -- $2 batch size (bigint)
 WITH expired AS (

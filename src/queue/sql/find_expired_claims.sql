@@ -1,4 +1,4 @@
--- find_expired_claims: claims the reaper releases (DESIGN.md §2): past their deadline or their
+-- find_expired_claims: claims the reaper releases (docs/design.md §2): past their deadline or their
 -- lease, i.e. not live. Takes the orders and claims with SKIP LOCKED, so replicas never wait on
 -- each other or count twice.
 -- $1 batch size (bigint)

@@ -1,4 +1,4 @@
--- finish_order: moves an active order to the log (DESIGN.md §2: a finished order leaves
+-- finish_order: moves an active order to the log (docs/design.md §2: a finished order leaves
 -- work_orders in the transaction that finishes it); any live claim row goes with it (cascade).
 -- The caller holds the order's row lock. Used by a failed complete, cancel and the reaper; a
 -- successful complete is complete_success.sql.

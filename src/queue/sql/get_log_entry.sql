@@ -1,4 +1,4 @@
--- get_log_entry: one finished order with its yaml_content (DESIGN.md §5
+-- get_log_entry: one finished order with its yaml_content (docs/design.md §5
 -- GET /work-order-log/{id}).
 -- $1 order id (uuid)
 SELECT id, work_type, yaml_content, outcome, message, max_retries, backoff_seconds,

@@ -1,4 +1,4 @@
--- get_order: one active order with its live claim and yaml_content (DESIGN.md §5
+-- get_order: one active order with its live claim and yaml_content (docs/design.md §5
 -- GET /work-orders/{id}).
 -- $1 order id (uuid)
 SELECT w.id, w.work_type, w.yaml_content, w.status, w.max_retries, w.backoff_seconds,

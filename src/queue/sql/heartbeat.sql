@@ -1,4 +1,4 @@
--- heartbeat: extends the lease of the agent's live claim (DESIGN.md §2, §5), never past the
+-- heartbeat: extends the lease of the agent's live claim (docs/design.md §2, §5), never past the
 -- claim's deadline (claimed_at + claim_timeout_seconds). Runs after record_contact.sql in one
 -- transaction.
 -- $1 order id (uuid)

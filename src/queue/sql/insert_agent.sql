@@ -1,4 +1,4 @@
--- insert_agent: registers an agent (DESIGN.md §5 POST /agents). A live agent of the same name
+-- insert_agent: registers an agent (docs/design.md §5 POST /agents). A live agent of the same name
 -- violates agents_live_name.
 -- $1 id (uuid), $2 name (text), $3 labels (text[]), $4 annotations (jsonb),
 -- $5 the annotations as key=value pairs (text[], queue::eligibility::annotation_pairs),

@@ -1,4 +1,4 @@
--- insert_idempotency_key: claims an Idempotency-Key for a create (DESIGN.md §5 "Retry safety");
+-- insert_idempotency_key: claims an Idempotency-Key for a create (docs/design.md §5 "Retry safety");
 -- a concurrent create with the same key waits on this row.
 -- $1 key (text)
 -- $2 SHA-256 of the request (bytea)

@@ -1,4 +1,4 @@
--- insert_order: a new PENDING order (DESIGN.md §2), returned as written (no claim). Inserts
+-- insert_order: a new PENDING order (docs/design.md §2), returned as written (no claim). Inserts
 -- nothing, and returns no row, when the id is active already or finished (in the log).
 -- $1 id (uuid)
 -- $2 work type (text)

@@ -1,4 +1,4 @@
--- list_agents: agents in registration order, one page (DESIGN.md §5 GET /agents).
+-- list_agents: agents in registration order, one page (docs/design.md §5 GET /agents).
 -- $1 cursor: created_at of the previous page's last row (timestamptz, NULL = first page)
 -- $2 cursor: id of the previous page's last row (uuid)
 -- $3 page size (bigint)

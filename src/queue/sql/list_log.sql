@@ -1,4 +1,4 @@
--- list_log: finished orders, newest first, one page, without yaml_content (DESIGN.md §5
+-- list_log: finished orders, newest first, one page, without yaml_content (docs/design.md §5
 -- GET /work-order-log). Every filter is optional (NULL = any).
 -- $1 work type (text)
 -- $2 succeeded (bool: true = succeeded, false = failed or cancelled)

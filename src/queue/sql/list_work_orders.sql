@@ -1,4 +1,4 @@
--- list_work_orders: active orders, oldest first, one page, without yaml_content (DESIGN.md §5
+-- list_work_orders: active orders, oldest first, one page, without yaml_content (docs/design.md §5
 -- GET /work-orders). Every filter is optional (NULL = any).
 -- $1 status (text)
 -- $2 work type (text)

@@ -1,4 +1,4 @@
--- live_claim: DESIGN.md §2 claim liveness as SQL, a condition on claim row c: its deadline and
+-- live_claim: docs/design.md §2 claim liveness as SQL, a condition on claim row c: its deadline and
 -- its lease, if any, lie ahead. Repeated verbatim in heartbeat.sql, complete_success.sql,
 -- end_live_claim.sql and (negated) find_expired_claims.sql; its Rust side is
 -- queue::eligibility::claim_is_live.

@@ -26,7 +26,7 @@ pub(in crate::queue) fn squash(sql: &str) -> String {
         .join(" ")
 }
 
-// Claiming (DESIGN.md §3, §5; `queue::claims`).
+// Claiming (docs/design.md §3, §5; `queue::claims`).
 
 /// `pending_for_agent.sql`.
 pub(in crate::queue) const PENDING_FOR_AGENT: &str = include_str!("pending_for_agent.sql");
@@ -52,7 +52,7 @@ pub(in crate::queue) const CLAIM_CANDIDATE: &str = include_str!("claim_candidate
 /// `claim_by_id.sql`.
 pub(in crate::queue) const CLAIM_BY_ID: &str = include_str!("claim_by_id.sql");
 
-// Holding a claim: heartbeat and complete (DESIGN.md §2, §5; `queue::claims::holder`).
+// Holding a claim: heartbeat and complete (docs/design.md §2, §5; `queue::claims::holder`).
 
 /// `record_contact.sql`.
 pub(in crate::queue) const RECORD_CONTACT: &str = include_str!("record_contact.sql");
@@ -169,7 +169,7 @@ pub(in crate::queue) const GET_AGENT: &str = include_str!("get_agent.sql");
 /// `list_agents.sql`.
 pub(in crate::queue) const LIST_AGENTS: &str = include_str!("list_agents.sql");
 
-// Maintenance (DESIGN.md §2, §7; `queue::maintenance`).
+// Maintenance (docs/design.md §2, §7; `queue::maintenance`).
 
 /// `find_expired_claims.sql`.
 pub(in crate::queue) const FIND_EXPIRED_CLAIMS: &str = include_str!("find_expired_claims.sql");
@@ -200,7 +200,7 @@ pub(in crate::queue) const OLDEST_CLAIMABLE_AGE: &str = include_str!("oldest_cla
 /// `agent_contacts.sql`.
 pub(in crate::queue) const AGENT_CONTACTS: &str = include_str!("agent_contacts.sql");
 
-// Why an order waits, and backlogs (DESIGN.md §10; `queue::explain`, `queue::backlog`).
+// Why an order waits, and backlogs (docs/design.md §10; `queue::explain`, `queue::backlog`).
 
 /// `waiting_order.sql`.
 pub(in crate::queue) const WAITING_ORDER: &str = include_str!("waiting_order.sql");
@@ -220,7 +220,7 @@ pub(in crate::queue) const WAITING_BY_PROFILE: &str = include_str!("waiting_by_p
 /// `waiting_orders.sql`.
 pub(in crate::queue) const WAITING_ORDERS: &str = include_str!("waiting_orders.sql");
 
-// Output of running orders (DESIGN.md §9; `queue::output`).
+// Output of running orders (docs/design.md §9; `queue::output`).
 
 /// `output_fence.sql`.
 pub(in crate::queue) const OUTPUT_FENCE: &str = include_str!("output_fence.sql");

@@ -1,6 +1,6 @@
 -- oldest_claimable_age: age in seconds of the oldest claimable order (pullman_queue_lag_seconds):
 -- a PENDING order counts from created_at, a due RETRY_PENDING one from next_retry_after
--- (DESIGN.md §3 rule 5). NULL when nothing is claimable. Each half walks an index of claimable
+-- (docs/design.md §3 rule 5). NULL when nothing is claimable. Each half walks an index of claimable
 -- rows (work_orders_claimable, work_orders_retry_due) and stops at its first row.
 SELECT EXTRACT(EPOCH FROM (now() - min(since)))::float8
 FROM ((SELECT created_at AS since FROM work_orders WHERE status = 'PENDING'

@@ -1,4 +1,4 @@
--- output_fence: admits one output chunk (DESIGN.md §9): the agent must hold the live claim named
+-- output_fence: admits one output chunk (docs/design.md §9): the agent must hold the live claim named
 -- (as heartbeat.sql fences). Locks that claim row FOR KEY SHARE, so a complete that ends it waits
 -- until this chunk is committed (a follower that sees the order finished then finds every chunk),
 -- and then the order's output totals row, the per-order lock every output writer takes first:

@@ -1,4 +1,4 @@
--- output_insert: stores one chunk once (DESIGN.md §9), adds its bytes to the order's totals and
+-- output_insert: stores one chunk once (docs/design.md §9), adds its bytes to the order's totals and
 -- wakes the order's followers (NOTIFY pullman_output, payload: the order id). Runs after
 -- output_fence.sql in one transaction.
 -- $1 order id (uuid)

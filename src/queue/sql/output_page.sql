@@ -1,4 +1,4 @@
--- output_page: an order's chunks from a chunk id on, oldest first (DESIGN.md §9).
+-- output_page: an order's chunks from a chunk id on, oldest first (docs/design.md §9).
 -- $1 order id (uuid)
 -- $2 first chunk id (bigint)
 -- $3 attempt (integer, NULL = every attempt)

@@ -1,5 +1,5 @@
 -- output_reader_holds: whether an agent holds the live claim on an order (an agent may read the
--- output of the order it works on, to resume after a restart; DESIGN.md §9).
+-- output of the order it works on, to resume after a restart; docs/design.md §9).
 -- $1 order id (uuid)
 -- $2 agent id (uuid)
 SELECT EXISTS (

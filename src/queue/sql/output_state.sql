@@ -1,4 +1,4 @@
--- output_state: what a reader of an order's output needs besides its lines (DESIGN.md §9), in one
+-- output_state: what a reader of an order's output needs besides its lines (docs/design.md §9), in one
 -- snapshot: whether the order is active or finished (neither: unknown), the bytes the cap
 -- dropped, and the first chunk still stored.
 -- $1 order id (uuid)

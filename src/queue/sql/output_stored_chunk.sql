@@ -1,5 +1,5 @@
 -- output_stored_chunk: the line count of a chunk stored before (a resent seq is answered as the
--- first time, DESIGN.md §9).
+-- first time, docs/design.md §9).
 -- $1 order id (uuid)
 -- $2 claim id (uuid)
 -- $3 seq (bigint)

@@ -1,5 +1,5 @@
 -- output_tail: the newest chunks of an order that hold its last N lines (gap markers count as
--- lines), oldest first (DESIGN.md §9 `tail`).
+-- lines), oldest first (docs/design.md §9 `tail`).
 -- $1 order id (uuid)
 -- $2 attempt (integer, NULL = every attempt)
 -- $3 N (bigint)

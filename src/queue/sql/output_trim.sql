@@ -1,4 +1,4 @@
--- output_trim: keeps an order's output within its cap (DESIGN.md §9): deletes its oldest chunks
+-- output_trim: keeps an order's output within its cap (docs/design.md §9): deletes its oldest chunks
 -- until the newest ones left hold at most the cap, and counts what went as dropped (readers see
 -- a marker there). Runs in the writer's transaction, under the totals row lock.
 -- $1 order id (uuid)

@@ -1,5 +1,5 @@
 -- pending_for_agent: what an agent may claim now, oldest first, one page, without yaml_content
--- (DESIGN.md §5 GET /agents/{id}/work-orders/pending). Side-effect free. The caller answers an
+-- (docs/design.md §5 GET /agents/{id}/work-orders/pending). Side-effect free. The caller answers an
 -- empty page for an agent at max_concurrency without running it.
 -- $1 agent id (uuid)
 -- $2 requested work types (text[], empty = any)

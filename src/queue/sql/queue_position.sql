@@ -1,4 +1,4 @@
--- queue_position: how many orders go before a queued one (DESIGN.md §10 `queued`): orders
+-- queue_position: how many orders go before a queued one (docs/design.md §10 `queued`): orders
 -- earlier in hand-out order (created_at, id) that are eligible now for at least one of the agents
 -- that could take it (queue::waiting::Verdict::takers). The agent relation a of the eligibility
 -- rule is built per agent inside a LATERAL sub-query, so each agent's orders are found with one

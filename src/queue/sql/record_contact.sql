@@ -1,4 +1,4 @@
--- record_contact: records contact with an agent (last_seen_at, DESIGN.md §5 agent health) when
+-- record_contact: records contact with an agent (last_seen_at, docs/design.md §5 agent health) when
 -- it is due: at most once a second. Each record rewrites the agent's row; done on every claim
 -- and completion, the 16-row agents heap grew to 1.3 MiB in a 10-minute soak (bench/README.md),
 -- and health thresholds are minutes, so a second is fine-grained enough. When it is due the

@@ -1,5 +1,5 @@
 -- retry_scheduled_by_holder: when the agent's own complete of claim $3 scheduled a retry and the
--- order has not been claimed since, the retry time that complete answered (DESIGN.md §5 "Retry
+-- order has not been claimed since, the retry time that complete answered (docs/design.md §5 "Retry
 -- safety"). Active again after a retry means: the claim is the order's last, no claim is live,
 -- the reaper did not release it (no reclaimed/released attempt), and the retry time is set (a
 -- claim clears it).

@@ -1,4 +1,4 @@
--- schedule_retry: a failed attempt with retries left (DESIGN.md §2): the order becomes
+-- schedule_retry: a failed attempt with retries left (docs/design.md §2): the order becomes
 -- RETRY_PENDING until now + the backoff, and the ended claim is kept as an attempt. Runs after
 -- end_live_claim.sql in its transaction.
 -- $1 order id (uuid)

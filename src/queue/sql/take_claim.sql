@@ -4,7 +4,7 @@
 -- queue::claims tests fail when a copy drifts.
 -- $1 agent id (uuid), $2 the new claim id (uuid), $3 lease seconds (int, NULL = no lease)
 -- The claim lasts claim_timeout_seconds from now (its deadline); the lease, when given, ends
--- at the earlier of now + lease and the deadline (DESIGN.md §2).
+-- at the earlier of now + lease and the deadline (docs/design.md §2).
 claim AS (
   INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, deadline,
                                  lease_seconds, lease_expires_at)

@@ -1,4 +1,4 @@
--- waiting_agents: every live agent with what DESIGN.md §10's reasons need (queue::waiting): its
+-- waiting_agents: every live agent with what docs/design.md §10's reasons need (queue::waiting): its
 -- side of eligibility, its contact (queue::rules::agent_health, at the database's now()) and how
 -- many claims it holds (max_concurrency).
 SELECT a.id, a.name, a.labels, a.annotations, a.work_types, a.tenant, a.max_concurrency,

@@ -1,5 +1,5 @@
 -- waiting_by_profile: unclaimed orders grouped by their side of eligibility, for the
--- pullman_work_orders_waiting{reason} gauges (DESIGN.md §10; queue::explain). Orders that share a
+-- pullman_work_orders_waiting{reason} gauges (docs/design.md §10; queue::explain). Orders that share a
 -- work type, tenant, targeting, status and due-ness share a reason, so the reasons are decided per
 -- group (usually a handful), not per order. `due` as claim_candidate.sql reads it; the age as
 -- waiting_order.sql counts it (since updated_at).

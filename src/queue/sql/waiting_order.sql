@@ -1,4 +1,4 @@
--- waiting_order: an unclaimed order's side of DESIGN.md §10 (why it waits), or no row when the
+-- waiting_order: an unclaimed order's side of docs/design.md §10 (why it waits), or no row when the
 -- order is claimed or not active.
 -- $1 order id (uuid)
 -- Returns the order's side of eligibility, whether its retry is due (as claim_candidate.sql reads

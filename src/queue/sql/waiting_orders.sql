@@ -1,5 +1,5 @@
 -- waiting_orders: of the given orders, the unclaimed ones grouped by their side of eligibility,
--- for the WorkOrder `Schedulable` condition (DESIGN.md §10; controller::schedulable). One statement
+-- for the WorkOrder `Schedulable` condition (docs/design.md §10; controller::schedulable). One statement
 -- per refresh for every WorkOrder a controller watches: by primary key, so its cost follows the
 -- orders asked about, not the whole queue. Groups as waiting_by_profile.sql; `due` as
 -- claim_candidate.sql reads it. Each group carries its orders' ids, retry counts and retry times.
