@@ -29,7 +29,7 @@ async fn own_backlog_is_the_backlog_of_the_tokens_agent() {
     let (st, v) = s.call(Method::GET, own, Some(ADMIN_TOKEN), None).await;
     assert_eq!(
         (st, v["error"]["code"].clone()),
-        (400, json!("invalid_path")),
+        (403, json!("forbidden")),
         "{v}"
     );
     let (st, v) = s.call(Method::GET, own, None, None).await;

@@ -38,11 +38,12 @@ pub async fn agent(
 /// The caller's own backlog, as `GET /api/v1/agents/{id}/backlog` with the id its token belongs
 /// to (docs/design.md §10). For scalers that hold an agent's token but cannot know its id when they are
 /// configured: a chart-declared Executor's agent id is its `metadata.uid`, assigned at creation.
-/// Only an agent token names an agent: the admin token gets `400 invalid_path`.
+/// Only an agent token names an agent: the admin token gets `403 forbidden` (it may read any
+/// agent's backlog by id, or a profile's).
 #[utoipa::path(get, path = "/api/v1/agents/me/backlog", tag = "agents",
     operation_id = "get_own_backlog",
     responses((status = 200, description = "The backlog of the agent the token belongs to", body = Backlog),
-        (status = 400, description = "The admin token, which is no agent (`invalid_path`)", body = ErrorBody),
+        (status = 403, description = "The admin token, which is no agent (`forbidden`)", body = ErrorBody),
         (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn own(
@@ -50,8 +51,9 @@ pub async fn own(
     Caller(caller): Caller,
 ) -> Result<Json<Backlog>, ApiError> {
     let Principal::Agent(id) = caller else {
-        return Err(ApiError::bad_request(
-            "invalid_path",
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
             "`me` is the agent an agent token belongs to; the admin token is no agent: ask \
              /api/v1/agents/{id}/backlog or /api/v1/backlog",
         ));
