@@ -29,6 +29,22 @@ pub const EVENT_QUEUE: usize = 1024;
 /// Events recorded at once (each is one request to the API server).
 pub const EVENT_WORKERS: usize = 4;
 
+/// Longest Event note, in bytes: the API server refuses a longer one (events.k8s.io/v1 `note`),
+/// and the Event would be lost.
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// `note` cut at a character boundary to at most [`MAX_NOTE_BYTES`].
+fn cut(mut note: String) -> String {
+    if note.len() > MAX_NOTE_BYTES {
+        let mut end = MAX_NOTE_BYTES;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+    }
+    note
+}
+
 /// Hands Events to the tasks that record them; cheap to clone. The tasks end once every clone
 /// is dropped and the queue is drained.
 #[derive(Clone)]
@@ -56,14 +72,29 @@ impl Events {
         Events { queue }
     }
 
-    /// Queues `event` about `regarding`; never waits. Dropped (and counted) when the queue is
-    /// full.
-    pub fn record(&self, event: Event, regarding: ObjectReference) {
+    /// Queues `event` about `regarding`; never waits. Its note is cut to what the API server
+    /// takes ([`MAX_NOTE_BYTES`]). Dropped (and counted) when the queue is full.
+    pub fn record(&self, mut event: Event, regarding: ObjectReference) {
+        event.note = event.note.map(cut);
         if let Err(mpsc::error::TrySendError::Full((event, _))) =
             self.queue.try_send((event, regarding))
         {
             crate::telemetry::controller_metrics().events_dropped.inc();
             tracing::debug!(reason = %event.reason, "event queue full; event dropped");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_notes_are_cut_to_what_the_api_server_takes() {
+        let note = cut(format!("a{}", "é".repeat(5000)));
+        // 1 byte, then two-byte characters: 1023 bytes is the last boundary within the limit.
+        assert_eq!(note.len(), MAX_NOTE_BYTES - 1);
+        assert!(note.ends_with('é'));
+        assert_eq!(cut("short".into()), "short");
     }
 }

@@ -19,22 +19,6 @@ use kube::runtime::events::{Event as KubeEvent, EventType};
 use super::status;
 use crate::crd::{WorkOrderPhase, WorkOrderStatus};
 
-/// Longest Event note, in bytes: the API server refuses a longer one (events.k8s.io/v1
-/// `note`), and the Event would be lost.
-const MAX_NOTE_BYTES: usize = 1024;
-
-/// `text` cut at a character boundary to at most [`MAX_NOTE_BYTES`].
-fn cut(mut text: String) -> String {
-    if text.len() > MAX_NOTE_BYTES {
-        let mut end = MAX_NOTE_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
-}
-
 /// The Event for the change from `prev` to `new`, or `None` when the phase did not change.
 pub fn phase_event(prev: Option<&WorkOrderStatus>, new: &WorkOrderStatus) -> Option<KubeEvent> {
     let old_phase = prev.and_then(|p| p.phase);
@@ -83,7 +67,7 @@ pub fn phase_event(prev: Option<&WorkOrderStatus>, new: &WorkOrderStatus) -> Opt
     Some(KubeEvent {
         type_,
         reason: reason.into(),
-        note: Some(cut(note)),
+        note: Some(note),
         action: "Reconcile".into(),
         secondary: None,
     })
@@ -199,16 +183,5 @@ mod tests {
             row("Warning", "Rejected", "the message")
         );
         assert_eq!(event(None, &at(None)), None, "not yet queued");
-    }
-
-    #[test]
-    fn long_notes_are_cut_to_what_the_api_server_takes() {
-        let mut s = at(Some(Failed));
-        s.message = Some(format!("a{}", "é".repeat(5000)));
-        let note = phase_event(None, &s).unwrap().note.unwrap();
-        // 1 byte, then two-byte characters: 1023 bytes is the last boundary within the limit.
-        assert_eq!(note.len(), MAX_NOTE_BYTES - 1);
-        assert!(note.ends_with('é'));
-        assert_eq!(cut("short".into()), "short");
     }
 }
