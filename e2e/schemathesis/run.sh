@@ -38,34 +38,17 @@ if [ "$("$venv/bin/pip" show openapi-spec-validator 2>/dev/null | sed -n 's/^Ver
 fi
 
 work="$(mktemp -d /tmp/pullman-schemathesis.XXXXXX)"
-# As root, serve runs the embedded PostgreSQL as the `postgres` user, which must reach the data dir.
-chmod 0755 "$work"
-serve_pid=""
+# shellcheck source=../lib/serve.sh
+. "$root/e2e/lib/serve.sh"
 cleanup() {
-  if [ -n "$serve_pid" ] && kill -0 "$serve_pid" 2>/dev/null; then
-    kill -TERM "$serve_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$serve_pid" 2>/dev/null || true
-  fi
+  serve_stop
   rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-base="http://127.0.0.1:$port"
 export PULLMAN_ADMIN_TOKEN="st-admin-$(python3 -c 'import secrets; print(secrets.token_hex(24))')"
-
-echo "==> pullman serve on $base (data in $work/data, log in $work/serve.log)"
-"$bin" serve --controller off --data-dir "$work/data" --listen "127.0.0.1:$port" \
-  --maintenance-interval-seconds 1 >"$work/serve.log" 2>&1 &
-serve_pid=$!
-for _ in $(seq 120); do
-  curl -sf "$base/readyz" >/dev/null 2>&1 && break
-  kill -0 "$serve_pid" 2>/dev/null || { cat "$work/serve.log" >&2; echo "serve exited" >&2; exit 1; }
-  sleep 0.5
-done
-curl -sf "$base/readyz" >/dev/null || { tail -50 "$work/serve.log" >&2; echo "serve not ready" >&2; exit 1; }
+serve_start "$bin" "$work" --maintenance-interval-seconds 1
 
 echo "==> registering the agent schemathesis claims as"
 agent_json="$(curl -sf -X POST "$base/api/v1/agents" -H "Authorization: Bearer $PULLMAN_ADMIN_TOKEN" \
