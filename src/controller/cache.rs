@@ -150,7 +150,8 @@ impl UidIndex {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn observe(&self, event: &watcher::Event<WorkOrderResource>) {
+    /// Follows one watch event (done by [`watch`]'s stream; open to the controller's tests).
+    pub(in crate::controller) fn observe(&self, event: &watcher::Event<WorkOrderResource>) {
         let mut state = self.lock();
         match event {
             watcher::Event::Apply(wo) => {
@@ -219,11 +220,12 @@ pub fn watch(
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::controller) mod tests {
     use super::*;
     use crate::crd::{CrdWorkType, WorkOrderResourceSpec, WorkOrderTargeting};
 
-    fn resource(name: &str, uid: Uuid) -> WorkOrderResource {
+    /// A WorkOrder in namespace `ns` with a 900 KiB payload.
+    pub(in crate::controller) fn resource(name: &str, uid: Uuid) -> WorkOrderResource {
         let mut wo = WorkOrderResource::new(
             name,
             WorkOrderResourceSpec {

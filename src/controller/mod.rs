@@ -2,6 +2,7 @@
 //! Kubernetes API is reachable; with leader election on a `coordination.k8s.io` Lease, every
 //! replica serves the API while exactly one reconciles.
 
+mod burst;
 mod cache;
 pub mod contact;
 pub mod events;
@@ -11,7 +12,6 @@ pub mod schedulable;
 pub mod status;
 pub mod transition;
 mod workorders;
-mod written;
 
 pub use events::Events;
 pub use workorders::RECONCILE_CONCURRENCY;

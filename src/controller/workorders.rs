@@ -1,7 +1,6 @@
 //! WorkOrder reconciler (docs/design.md §6): creates the queue row (id = `metadata.uid`, idempotent),
 //! mirrors the row into `status`, cancels the order when the resource is deleted.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,29 +9,24 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::finalizer::{Event, finalizer};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::written::Written;
+use super::burst::{Burst, queue_changes};
 use super::{
     CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, finalized, schedulable,
     scoped, status, transition,
 };
 use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus};
 use crate::queue::validate::validate_work_order_off_thread;
-use crate::queue::{Lookup, Notifications, OrderStatus, QueueError};
+use crate::queue::{Lookup, Notifications, QueueError};
 
-/// Most WorkOrder reconciles at once. Each one makes at most a queue lookup, a read of the
-/// object, a status patch and an Event, one after the other, so this bounds the controller's
-/// in-flight writes to the API server under a burst (a thousand orders finishing at once);
-/// requests for an object already waiting are coalesced by the scheduler, so a burst costs one
-/// reconcile per object, not one per queue change (#16). Throughput is this over the time of one
-/// reconcile: with the API server answering in 200–400 ms (the loaded test control plane,
-/// bench/README.md) 16 capped the controller near 10 new orders/s, hence 64.
+/// Most WorkOrder reconciles at once. A reconcile is a few requests one after the other (a
+/// queue lookup, perhaps a read of the object, a status patch, an Event), so this bounds the
+/// controller's in-flight writes to the API server, and the controller's throughput is this over
+/// the time of one reconcile (chosen with `cargo bench --bench k8s_scale`, bench/README.md).
 pub const RECONCILE_CONCURRENCY: u16 = 64;
 
 pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: CancellationToken) {
@@ -57,8 +51,7 @@ pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: C
             error_policy,
             Arc::new(Reconciler {
                 ctx,
-                payloads,
-                written: Written::default(),
+                burst: Burst::new(payloads),
             }),
         )
         .for_each(|result| async move {
@@ -69,96 +62,11 @@ pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: C
         .await;
 }
 
-/// Queue changes that arrive within this long of the first are requested as one reconcile per
-/// WorkOrder: an order claimed and finished within it (a ConfigMap order takes milliseconds) gets
-/// one status write and one Event instead of two of each, which under a burst is a fifth of the
-/// controller's requests to the API server (issue #16). It is also the most a queue change
-/// waits before its reconcile is requested.
-pub const CHANGE_WINDOW: Duration = Duration::from_millis(100);
-
-/// How long to hold back the status of a claim younger than [`CHANGE_WINDOW`], if at all: the
-/// order is likely to finish within it, and then one status write and one Event say both. The
-/// queue-change window alone folds them only when the claim's notification starts the
-/// reconcile; a reconcile started otherwise (the watch event of the controller's own `Pending`
-/// write, typically) would see the claim a few milliseconds old and write it on its own. At 30
-/// orders/s that was 0.7 status writes and 0.7 Events per order (issue #16). Never on the first
-/// reconcile (`prev` is `None`: a status then, docs/design.md §6). `claimed_at` is the database's
-/// clock and `now` this process's: only an age in `[0, window)` on this clock holds, so all holds
-/// of one claim end within one window of this clock; a claim that looks younger than zero (the
-/// database's clock ahead) is written at once, as before the hold.
-fn claim_settling(
-    found: &Lookup,
-    prev: Option<&WorkOrderStatus>,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Option<Duration> {
-    let Lookup::Active(order) = found else {
-        return None;
-    };
-    let claimed_at = order
-        .claimed_at
-        .filter(|_| order.status == OrderStatus::Claimed)?;
-    if prev?.phase == Some(WorkOrderPhase::Claimed) {
-        return None;
-    }
-    let age = (now - claimed_at).to_std().ok()?;
-    CHANGE_WINDOW
-        .checked_sub(age)
-        .filter(|left| !left.is_zero())
-}
-
-/// The WorkOrders to reconcile for queue changes (LISTEN/NOTIFY), gathered over
-/// [`CHANGE_WINDOW`]: each changed id mapped to its resource through the uid index (O(1)), each
-/// resource once per window; a lost notification stream (`None`, or this receiver lagging)
-/// resyncs everything in the cache.
-fn queue_changes(
-    rx: broadcast::Receiver<Option<Uuid>>,
-    store: Store<WorkOrderResource>,
-    index: cache::UidIndex,
-) -> impl futures::Stream<Item = ObjectRef<WorkOrderResource>> {
-    futures::stream::unfold(rx, move |mut rx| {
-        let store = store.clone();
-        let index = index.clone();
-        async move {
-            let mut ids: HashSet<Uuid> = HashSet::new();
-            let mut everything = false;
-            let mut next = rx.recv().await;
-            let window_ends = tokio::time::Instant::now() + CHANGE_WINDOW;
-            loop {
-                match next {
-                    Ok(Some(id)) => {
-                        ids.insert(id);
-                    }
-                    Ok(None) | Err(RecvError::Lagged(_)) => everything = true,
-                    Err(RecvError::Closed) if ids.is_empty() && !everything => return None,
-                    Err(RecvError::Closed) => break,
-                }
-                match tokio::time::timeout_at(window_ends, rx.recv()).await {
-                    Ok(received) => next = received,
-                    Err(_) => break,
-                }
-            }
-            let refs: Vec<ObjectRef<WorkOrderResource>> = if everything {
-                store
-                    .state()
-                    .iter()
-                    .map(|o| ObjectRef::from_obj(o.as_ref()))
-                    .collect()
-            } else {
-                ids.into_iter().filter_map(|id| index.get(id)).collect()
-            };
-            Some((futures::stream::iter(refs), rx))
-        }
-    })
-    .flatten()
-}
-
 /// What every WorkOrder reconcile of one watch shares.
 struct Reconciler {
     ctx: Arc<Context>,
-    /// Payloads of WorkOrders waiting to be queued, set aside by the watch.
-    payloads: cache::Payloads,
-    /// Statuses written that the cache may not show yet.
-    written: Written,
+    /// What keeps a burst cheap; correct to ignore, so the reconcile reads without it.
+    burst: Burst,
 }
 
 fn error_policy(wo: Arc<WorkOrderResource>, error: &Error, _r: Arc<Reconciler>) -> Action {
@@ -190,18 +98,14 @@ fn uid_of(wo: &WorkOrderResource) -> Result<Uuid, Error> {
 async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Error> {
     let ctx = &*r.ctx;
     let id = uid_of(&wo)?;
-    let name = wo.name_any();
-    // The status last written when the cache lags behind it (`written`): compared against the
-    // cached one, it would be written again, with a second Event.
-    let prev = r.written.previous(id, wo.status.as_ref());
+    let prev = r.burst.previous(id, wo.status.as_ref());
     let prev = prev.as_ref();
     let now = status::now();
-    let generation = wo.metadata.generation;
     let found = match ctx.queue.lookup(id, false).await {
         Ok(found) => found,
         Err(e) => return Err(first_status_then(e.into(), &wo, prev, ctx, &now).await),
     };
-    if let Some(hold) = claim_settling(&found, prev, chrono::Utc::now()) {
+    if let Some(hold) = r.burst.hold(&found, prev, chrono::Utc::now()) {
         return Ok(Action::requeue(hold));
     }
     let row = match found {
@@ -213,41 +117,60 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
         },
         found => Ok(found),
     };
-    let new_status = match &row {
+    let wait = match &row {
+        Ok(row) => waiting_reason(id, row, ctx).await,
+        Err(_) => None,
+    };
+    let new_status = status_of(&wo, &row, wait.as_ref(), prev, &now);
+    if prev != Some(&new_status) {
+        write_status(&wo, prev, &new_status, ctx).await?;
+        r.burst.wrote(id, new_status.clone());
+    }
+    let wake_after = next_wake(&wo, &new_status, ctx, &now).await?;
+    let wake_after = r.burst.wake(id, wo.status.as_ref(), wake_after);
+    Ok(wake_after.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The status of `wo` (pure): its queue row's (`Ok`), with why it waits if it does (`wait`), or
+/// `Rejected` with the reason its spec was refused (`Err`). `prev` keeps transition times and
+/// Events of conditions that did not change (docs/design.md §6).
+fn status_of(
+    wo: &WorkOrderResource,
+    row: &Result<Lookup, String>,
+    wait: Option<&crate::queue::waiting::Wait>,
+    prev: Option<&WorkOrderStatus>,
+    now: &Time,
+) -> WorkOrderStatus {
+    let name = wo.name_any();
+    let generation = wo.metadata.generation;
+    match row {
         Ok(row) => {
-            let wait = waiting_reason(id, row, ctx).await;
-            let mut s = status::from_queue(&name, row, prev, generation, &now);
+            let mut s = status::from_queue(&name, row, prev, generation, now);
             s.conditions.extend(schedulable::condition_of(
-                &name,
-                row,
-                wait.as_ref(),
-                prev,
-                generation,
-                &now,
+                &name, row, wait, prev, generation, now,
             ));
             s
         }
-        Err(why) => status::rejected(&name, why, prev, generation, &now),
-    };
-    if prev != Some(&new_status) {
-        // The status first: it is what `kubectl wait` and GitOps tools read; the Events follow.
-        patch_status(&wo, &new_status, ctx).await?;
-        let events = transition::phase_event(prev, &new_status)
-            .into_iter()
-            .chain(schedulable::unschedulable_event(prev, &new_status));
-        for event in events {
-            ctx.events.record(event, wo.object_ref(&()));
-        }
-        r.written.record(id, new_status.clone());
+        Err(why) => status::rejected(&name, why, prev, generation, now),
     }
-    let wake_after = next_wake(&wo, &new_status, ctx, &now).await?;
-    // Took its own write over the cache: look again once that stops, in case the cache's
-    // differing status is someone else's newer one.
-    let wake_after = match (wake_after, r.written.recheck_in(id, wo.status.as_ref())) {
-        (Some(after), Some(recheck)) => Some(after.min(recheck)),
-        (after, recheck) => after.or(recheck),
-    };
-    Ok(wake_after.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Writes `new` as the status of `wo`, then the Events of its change from `prev`: the status
+/// first, as it is what `kubectl wait` and GitOps tools read.
+async fn write_status(
+    wo: &WorkOrderResource,
+    prev: Option<&WorkOrderStatus>,
+    new: &WorkOrderStatus,
+    ctx: &Context,
+) -> Result<(), Error> {
+    patch_status(wo, new, ctx).await?;
+    let events = transition::phase_event(prev, new)
+        .into_iter()
+        .chain(schedulable::unschedulable_event(prev, new));
+    for event in events {
+        ctx.events.record(event, wo.object_ref(&()));
+    }
+    Ok(())
 }
 
 /// What queueing a WorkOrder that has no queue row came to.
@@ -265,7 +188,7 @@ enum Queued {
 async fn queue_it(wo: &WorkOrderResource, id: Uuid, r: &Reconciler) -> Result<Queued, Error> {
     // The cache holds no payload (see `cache`): the one the watch set aside, or else the object
     // read once.
-    let spec = match r.payloads.take(id) {
+    let spec = match r.burst.payload(id) {
         Some(yaml_content) => WorkOrderResourceSpec {
             yaml_content,
             ..wo.spec.clone()
@@ -440,7 +363,7 @@ async fn delete_expired(wo: &WorkOrderResource, ctx: &Context) -> Result<(), Err
 async fn cleanup(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Error> {
     let ctx = &*r.ctx;
     let id = uid_of(&wo)?;
-    r.written.forget(id);
+    r.burst.forget(id);
     match ctx
         .queue
         .cancel_work_order(id, "the WorkOrder resource was deleted")
@@ -453,48 +376,4 @@ async fn cleanup(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, E
         Err(e) => return Err(e.into()),
     }
     Ok(Action::await_change())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn order(status: OrderStatus, claimed_ms_ago: Option<i64>) -> Lookup {
-        let mut o = status::tests::active(status);
-        o.claimed_at =
-            claimed_ms_ago.map(|ms| chrono::Utc::now() - chrono::Duration::milliseconds(ms));
-        Lookup::Active(Box::new(o))
-    }
-
-    fn phase(p: WorkOrderPhase) -> WorkOrderStatus {
-        WorkOrderStatus {
-            phase: Some(p),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_young_claim_waits_out_the_window_once_a_status_exists() {
-        let pending = phase(WorkOrderPhase::Pending);
-        let now = chrono::Utc::now();
-        let young = order(OrderStatus::Claimed, Some(10));
-        let hold = claim_settling(&young, Some(&pending), now).expect("held back");
-        assert!(hold > Duration::ZERO && hold <= CHANGE_WINDOW, "{hold:?}");
-        // The first reconcile writes a status whatever the queue says.
-        assert_eq!(claim_settling(&young, None, now), None);
-        // Claimed already written: nothing to fold.
-        let claimed = phase(WorkOrderPhase::Claimed);
-        assert_eq!(claim_settling(&young, Some(&claimed), now), None);
-        // Older than the window: written now.
-        let old = order(OrderStatus::Claimed, Some(250));
-        assert_eq!(claim_settling(&old, Some(&pending), now), None);
-        // A claimed_at ahead of this clock is not held at all: holding it would start the
-        // window anew on every reconcile until this clock caught up.
-        let ahead = order(OrderStatus::Claimed, Some(-5_000));
-        assert_eq!(claim_settling(&ahead, Some(&pending), now), None);
-        // Not a claim: nothing held.
-        let waiting = order(OrderStatus::Pending, None);
-        assert_eq!(claim_settling(&waiting, Some(&pending), now), None);
-        assert_eq!(claim_settling(&Lookup::Unknown, Some(&pending), now), None);
-    }
 }
