@@ -1,7 +1,14 @@
-//! Puts the git commit into `pullman --version` (issue #15): `PULLMAN_GIT_COMMIT` is the short
-//! hash of HEAD, or `unknown` outside a git checkout (a source tarball, a Docker build context
-//! without `.git`).
+//! Two things made at build time:
+//!
+//! - The git commit in `pullman --version` (issue #15): `PULLMAN_GIT_COMMIT` is the short hash of
+//!   HEAD, or `unknown` outside a git checkout (a source tarball, a Docker build context without
+//!   `.git`).
+//! - The queue's SQL statements with their shared fragments in place (`src/queue/sql/mod.rs`): a
+//!   line `-- @include <fragment>.sql` in a statement stands for that fragment's text (its head
+//!   comment left out), indented as the line is. Each rule is written once, in its fragment, and
+//!   the statements the server runs are whole: `$OUT_DIR/sql/<statement>.sql`.
 
+use std::path::Path;
 use std::process::Command;
 
 fn git(args: &[&str]) -> Option<String> {
@@ -14,6 +21,11 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
+    version();
+    expand_sql(Path::new("src/queue/sql"));
+}
+
+fn version() {
     let commit = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=PULLMAN_GIT_COMMIT={commit}");
     // In a worktree `.git` is a file; ask git where HEAD and the refs really live, so a commit or
@@ -32,4 +44,45 @@ fn main() {
         println!("cargo:rerun-if-changed={path}");
     }
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// Writes every `.sql` file of `dir` to `$OUT_DIR/sql/` with its `-- @include` lines expanded.
+/// Panics (failing the build, naming the file) on a missing fragment or a fragment that itself
+/// includes one.
+fn expand_sql(dir: &Path) {
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("sql");
+    std::fs::create_dir_all(&out).expect("create $OUT_DIR/sql");
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
+    };
+    for entry in std::fs::read_dir(dir).expect("read src/queue/sql") {
+        let name = entry.expect("read src/queue/sql").file_name();
+        let name = name.to_string_lossy();
+        if !name.ends_with(".sql") {
+            continue;
+        }
+        let mut expanded = String::new();
+        for line in read(&name).lines() {
+            let Some(fragment) = line.trim_start().strip_prefix("-- @include ") else {
+                expanded.push_str(line);
+                expanded.push('\n');
+                continue;
+            };
+            let indent = &line[..line.len() - line.trim_start().len()];
+            let text = read(fragment.trim());
+            let body = text.lines().skip_while(|l| l.starts_with("--"));
+            for fragment_line in body {
+                assert!(
+                    !fragment_line.contains("-- @include"),
+                    "{fragment}: a fragment includes no other"
+                );
+                expanded.push_str(indent);
+                expanded.push_str(fragment_line);
+                expanded.push('\n');
+            }
+        }
+        std::fs::write(out.join(&*name), expanded).expect("write $OUT_DIR/sql");
+    }
 }

@@ -1,6 +1,6 @@
 //! Queue depth for autoscalers (docs/design.md §10): what an agent, or an agent profile not yet
-//! registered, could take now. One statement (`sql/backlog.sql`) repeats the eligibility rule of
-//! `queue::eligibility` verbatim over the agent's side given as parameters.
+//! registered, could take now. One statement (`sql/backlog.sql`) applies the eligibility rule of
+//! `queue::eligibility` (it includes `sql/eligible.sql`) over the agent's side given as parameters.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

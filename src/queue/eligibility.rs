@@ -6,10 +6,10 @@
 //! [`at_capacity`] (the other half of 4) are the Rust side; [`ELIGIBLE_SQL`] is the SQL side, the
 //! `WHERE` of an order `w` for the agent of a one-row relation `a` (columns `id`, `name`,
 //! `labels`, `annotation_pairs`, `work_types`, `tenant`, `retired_at`, `requested_types`). The
-//! SQL predicate (`sql/eligible.sql`) is repeated verbatim in `sql/pending_for_agent.sql`,
-//! `sql/claim_next.sql`, `sql/claim_next_capped.sql`, `sql/queue_position.sql` and
-//! `sql/backlog.sql` (a statement is one literal, so it cannot import it);
-//! `tests::every_statement_repeats_the_rules_verbatim` fails when a copy drifts, and the property
+//! SQL predicate (`sql/eligible.sql`) is included (`-- @include eligible.sql`, expanded by
+//! `build.rs`) by `sql/pending_for_agent.sql`, `sql/claim_next.sql`,
+//! `sql/claim_next_capped.sql`, `sql/queue_position.sql` and `sql/backlog.sql`;
+//! `tests::every_statement_that_needs_a_rule_includes_it` fails when one leaves it out, and the property
 //! test `eligibility_agreement` (`queue::eligibility_agreement`, run with feature `testing`: it
 //! needs PostgreSQL) runs generated agents and orders through
 //! the pending list, claim by id, claim-next and the wake filter against PostgreSQL and fails
@@ -20,8 +20,8 @@
 //! **Claim liveness** (docs/design.md §2): a claim holds while its deadline
 //! (`claimed_at + claim_timeout_seconds`) and its lease, if any, lie in the future.
 //! [`claim_is_live`] and [`LIVE_CLAIM_SQL`] (`sql/live_claim.sql`, over a claim row `c`); the
-//! heartbeat, both completes and (negated) the reaper repeat the SQL, checked verbatim the same
-//! way, and the property test `claim_liveness_agreement` (same module, same feature) runs both
+//! heartbeat, both completes, the output fence and (negated) the reaper include the SQL,
+//! checked the same way, and the property test `claim_liveness_agreement` (same module, same feature) runs both
 //! sides over generated deadlines and leases around PostgreSQL's `now()`.
 //!
 //! Rule 5's "a due retry" is also read by `sql/claim_candidate.sql` (claim by id, as `due`),
@@ -130,7 +130,7 @@ mod tests {
     use super::*;
     use crate::queue::sql::{self, squash};
 
-    /// Statements that must repeat [`ELIGIBLE_SQL`] and [`LIVE_CLAIM_SQL`] (by file name).
+    /// Statements that must apply [`ELIGIBLE_SQL`] (by file name).
     const ELIGIBLE_IN: &[(&str, &str)] = &[
         ("pending_for_agent", sql::PENDING_FOR_AGENT),
         ("claim_next", sql::CLAIM_NEXT),
@@ -139,7 +139,7 @@ mod tests {
         ("backlog", sql::BACKLOG),
     ];
 
-    /// Statements that must repeat [`LIVE_CLAIM_SQL`] (the reaper as `NOT (…)`).
+    /// Statements that must apply [`LIVE_CLAIM_SQL`] (the reaper as `NOT (…)`).
     const LIVE_CLAIM_IN: &[(&str, &str)] = &[
         ("heartbeat", sql::HEARTBEAT),
         ("complete_success", sql::COMPLETE_SUCCESS),
@@ -150,19 +150,19 @@ mod tests {
     ];
 
     #[test]
-    fn every_statement_repeats_the_rules_verbatim() {
+    fn every_statement_that_needs_a_rule_includes_it() {
         let rule = squash(ELIGIBLE_SQL);
         for (name, sql) in ELIGIBLE_IN {
             assert!(
                 squash(sql).contains(&rule),
-                "sql/{name}.sql does not repeat sql/eligible.sql verbatim"
+                "sql/{name}.sql does not include sql/eligible.sql"
             );
         }
         let rule = squash(LIVE_CLAIM_SQL);
         for (name, sql) in LIVE_CLAIM_IN {
             assert!(
                 squash(sql).contains(&rule),
-                "sql/{name}.sql does not repeat sql/live_claim.sql verbatim"
+                "sql/{name}.sql does not include sql/live_claim.sql"
             );
         }
     }

@@ -390,11 +390,11 @@ mod tests {
             let statement = squash(statement);
             assert!(
                 statement.contains(&squash(TAKE_CLAIM_SQL)),
-                "sql/{name}.sql does not repeat sql/take_claim.sql verbatim"
+                "sql/{name}.sql does not include sql/take_claim.sql"
             );
             assert!(
                 statement.contains(&squash(CLAIMED_ORDER_SQL)),
-                "sql/{name}.sql does not repeat sql/claimed_order.sql verbatim"
+                "sql/{name}.sql does not include sql/claimed_order.sql"
             );
         }
     }

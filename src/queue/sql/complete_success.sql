@@ -21,8 +21,8 @@ claim AS (
   DELETE FROM work_order_claims c
   WHERE c.work_order_id = (SELECT id FROM held) AND c.agent_id = $2
     AND ($3::uuid IS NULL OR c.claim_id = $3)
-    -- live claim (queue::eligibility::LIVE_CLAIM_SQL, verbatim)
-    AND c.deadline > now() AND (c.lease_expires_at IS NULL OR c.lease_expires_at > now())
+    AND
+    -- @include live_claim.sql
   RETURNING c.agent_id, c.claim_id, c.claimed_at
 ),
 w AS (DELETE FROM work_orders WHERE id = $1 AND EXISTS (SELECT 1 FROM claim) RETURNING *)

@@ -1,7 +1,7 @@
 -- eligible: docs/design.md §3 as SQL, a condition on order w and the one-row agent relation a
--- (id, name, labels, annotation_pairs, work_types, tenant, retired_at, requested_types). Repeated
--- verbatim in pending_for_agent.sql, claim_next.sql, claim_next_capped.sql, queue_position.sql
--- and backlog.sql; its Rust side and the tests that keep them together are in
+-- (id, name, labels, annotation_pairs, work_types, tenant, retired_at, requested_types). Included
+-- (`-- @include eligible.sql`, build.rs) by pending_for_agent.sql, claim_next.sql,
+-- claim_next_capped.sql, queue_position.sql and backlog.sql; its Rust side and the tests that keep them together are in
 -- queue::eligibility. The first conjunct repeats the partial index predicate of
 -- work_orders_claimable, so the planner walks that index. Each targeting disjunct uses `@>` or
 -- `&&` (`name = ANY (names)` would mean the same) so that the work_orders_target_* GIN indexes

@@ -6,6 +6,6 @@
 -- Returns the ended claim's id and claimed_at, or no row when the agent holds no live claim.
 DELETE FROM work_order_claims c
 WHERE c.work_order_id = $1 AND c.agent_id = $2 AND ($3::uuid IS NULL OR c.claim_id = $3)
-  -- live claim (queue::eligibility::LIVE_CLAIM_SQL, verbatim)
-  AND c.deadline > now() AND (c.lease_expires_at IS NULL OR c.lease_expires_at > now())
+  AND
+  -- @include live_claim.sql
 RETURNING c.claim_id, c.claimed_at

@@ -5,8 +5,7 @@
 SELECT c.work_order_id, c.agent_id, c.claim_id, c.claimed_at, w.reclaim_count, w.max_reclaims
 FROM work_order_claims c JOIN work_orders w ON w.id = c.work_order_id
 WHERE NOT (
-  -- live claim (queue::eligibility::LIVE_CLAIM_SQL, verbatim)
-  c.deadline > now() AND (c.lease_expires_at IS NULL OR c.lease_expires_at > now())
+  -- @include live_claim.sql
 )
 LIMIT $1
 FOR UPDATE OF w, c SKIP LOCKED

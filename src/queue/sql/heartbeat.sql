@@ -10,6 +10,6 @@ UPDATE work_order_claims c
 SET lease_expires_at = CASE WHEN c.lease_seconds IS NULL THEN NULL
                             ELSE LEAST(now() + make_interval(secs => c.lease_seconds), c.deadline) END
 WHERE c.work_order_id = $1 AND c.agent_id = $2 AND ($3::uuid IS NULL OR c.claim_id = $3)
-  -- live claim (queue::eligibility::LIVE_CLAIM_SQL, verbatim)
-  AND c.deadline > now() AND (c.lease_expires_at IS NULL OR c.lease_expires_at > now())
+  AND
+  -- @include live_claim.sql
 RETURNING c.lease_expires_at, c.deadline

@@ -1,20 +1,28 @@
 //! Every SQL statement of the queue, one file each, named after its operation; its parameters
-//! are listed at its head. Read a statement whole in its `.sql` file; the constants here are the
-//! files' text (`include_str!`), nothing is assembled at run time.
+//! are listed at its head. Nothing is assembled at run time: the constants here are the
+//! statements' whole text, as `build.rs` wrote it to `$OUT_DIR/sql/` from these files.
 //!
-//! Rules that several statements repeat (eligibility, claim liveness) are written once in
-//! `queue::eligibility` and repeated verbatim in each statement that needs them; tests in that
-//! module fail when a copy drifts.
+//! A rule that several statements share (eligibility, claim liveness, taking a claim, the order
+//! a claim returns) is written once, in a fragment file, and a statement that needs it has the
+//! line `-- @include <fragment>.sql` in its place; `build.rs` puts the fragment's text there.
+//! Tests in `queue::eligibility` and `queue::claims` check that each statement that must apply a
+//! rule does.
+
+/// The text of statement file `$file` with its fragments in place (see the module docs).
+macro_rules! statement {
+    ($file:literal) => {
+        include_str!(concat!(env!("OUT_DIR"), "/sql/", $file))
+    };
+}
 
 /// Files that are fragments, not statements: `eligible.sql` and `live_claim.sql` (the rules'
 /// SQL sides, `queue::eligibility`), `take_claim.sql` and `claimed_order.sql` (the claim every
-/// claiming statement takes, `queue::claims`). Each is repeated verbatim where it is used, and
-/// its module's tests fail when a copy drifts.
+/// claiming statement takes, `queue::claims`).
 #[cfg(test)]
 const FRAGMENTS: &[&str] = &["eligible", "live_claim", "take_claim", "claimed_order"];
 
 /// `sql` without its comments and with each run of whitespace made one space: the form in which
-/// the tests compare a fragment with its copies, so layout and comments may differ.
+/// the tests look for a fragment in a statement, so layout and comments may differ.
 #[cfg(test)]
 pub(in crate::queue) fn squash(sql: &str) -> String {
     sql.lines()
@@ -29,230 +37,227 @@ pub(in crate::queue) fn squash(sql: &str) -> String {
 // Claiming (docs/design.md §3, §5; `queue::claims`).
 
 /// `pending_for_agent.sql`.
-pub(in crate::queue) const PENDING_FOR_AGENT: &str = include_str!("pending_for_agent.sql");
+pub(in crate::queue) const PENDING_FOR_AGENT: &str = statement!("pending_for_agent.sql");
 
 /// `read_claimer.sql`.
-pub(in crate::queue) const READ_CLAIMER: &str = include_str!("read_claimer.sql");
+pub(in crate::queue) const READ_CLAIMER: &str = statement!("read_claimer.sql");
 
 /// `claim_next.sql`.
-pub(in crate::queue) const CLAIM_NEXT: &str = include_str!("claim_next.sql");
+pub(in crate::queue) const CLAIM_NEXT: &str = statement!("claim_next.sql");
 
 /// `lock_claimer.sql`.
-pub(in crate::queue) const LOCK_CLAIMER: &str = include_str!("lock_claimer.sql");
+pub(in crate::queue) const LOCK_CLAIMER: &str = statement!("lock_claimer.sql");
 
 /// `count_held_claims.sql`.
-pub(in crate::queue) const COUNT_HELD_CLAIMS: &str = include_str!("count_held_claims.sql");
+pub(in crate::queue) const COUNT_HELD_CLAIMS: &str = statement!("count_held_claims.sql");
 
 /// `claim_next_capped.sql`.
-pub(in crate::queue) const CLAIM_NEXT_CAPPED: &str = include_str!("claim_next_capped.sql");
+pub(in crate::queue) const CLAIM_NEXT_CAPPED: &str = statement!("claim_next_capped.sql");
 
 /// `claim_candidate.sql`.
-pub(in crate::queue) const CLAIM_CANDIDATE: &str = include_str!("claim_candidate.sql");
+pub(in crate::queue) const CLAIM_CANDIDATE: &str = statement!("claim_candidate.sql");
 
 /// `claim_by_id.sql`.
-pub(in crate::queue) const CLAIM_BY_ID: &str = include_str!("claim_by_id.sql");
+pub(in crate::queue) const CLAIM_BY_ID: &str = statement!("claim_by_id.sql");
 
 // Holding a claim: heartbeat and complete (docs/design.md §2, §5; `queue::claims::holder`).
 
 /// `record_contact.sql`.
-pub(in crate::queue) const RECORD_CONTACT: &str = include_str!("record_contact.sql");
+pub(in crate::queue) const RECORD_CONTACT: &str = statement!("record_contact.sql");
 
 /// `heartbeat.sql`.
-pub(in crate::queue) const HEARTBEAT: &str = include_str!("heartbeat.sql");
+pub(in crate::queue) const HEARTBEAT: &str = statement!("heartbeat.sql");
 
 /// `complete_success.sql`.
-pub(in crate::queue) const COMPLETE_SUCCESS: &str = include_str!("complete_success.sql");
+pub(in crate::queue) const COMPLETE_SUCCESS: &str = statement!("complete_success.sql");
 
 /// `lock_order_for_failure.sql`.
-pub(in crate::queue) const LOCK_ORDER_FOR_FAILURE: &str =
-    include_str!("lock_order_for_failure.sql");
+pub(in crate::queue) const LOCK_ORDER_FOR_FAILURE: &str = statement!("lock_order_for_failure.sql");
 
 /// `end_live_claim.sql`.
-pub(in crate::queue) const END_LIVE_CLAIM: &str = include_str!("end_live_claim.sql");
+pub(in crate::queue) const END_LIVE_CLAIM: &str = statement!("end_live_claim.sql");
 
 /// `schedule_retry.sql`.
-pub(in crate::queue) const SCHEDULE_RETRY: &str = include_str!("schedule_retry.sql");
+pub(in crate::queue) const SCHEDULE_RETRY: &str = statement!("schedule_retry.sql");
 
 // Refusals and replays of heartbeat and complete (`queue::refusal`).
 
 /// `refusal_active.sql`.
-pub(in crate::queue) const REFUSAL_ACTIVE: &str = include_str!("refusal_active.sql");
+pub(in crate::queue) const REFUSAL_ACTIVE: &str = statement!("refusal_active.sql");
 
 /// `refusal_finished.sql`.
-pub(in crate::queue) const REFUSAL_FINISHED: &str = include_str!("refusal_finished.sql");
+pub(in crate::queue) const REFUSAL_FINISHED: &str = statement!("refusal_finished.sql");
 
 /// `retry_scheduled_by_holder.sql`.
 pub(in crate::queue) const RETRY_SCHEDULED_BY_HOLDER: &str =
-    include_str!("retry_scheduled_by_holder.sql");
+    statement!("retry_scheduled_by_holder.sql");
 
 /// `completed_by_holder.sql`.
-pub(in crate::queue) const COMPLETED_BY_HOLDER: &str = include_str!("completed_by_holder.sql");
+pub(in crate::queue) const COMPLETED_BY_HOLDER: &str = statement!("completed_by_holder.sql");
 
 // Orders: create, read, list, cancel, finish (`queue::orders`).
 
 /// `insert_order.sql`.
-pub(in crate::queue) const INSERT_ORDER: &str = include_str!("insert_order.sql");
+pub(in crate::queue) const INSERT_ORDER: &str = statement!("insert_order.sql");
 
 /// `order_finished.sql`.
-pub(in crate::queue) const ORDER_FINISHED: &str = include_str!("order_finished.sql");
+pub(in crate::queue) const ORDER_FINISHED: &str = statement!("order_finished.sql");
 
 /// `insert_idempotency_key.sql`.
-pub(in crate::queue) const INSERT_IDEMPOTENCY_KEY: &str =
-    include_str!("insert_idempotency_key.sql");
+pub(in crate::queue) const INSERT_IDEMPOTENCY_KEY: &str = statement!("insert_idempotency_key.sql");
 
 /// `record_idempotent_response.sql`.
 pub(in crate::queue) const RECORD_IDEMPOTENT_RESPONSE: &str =
-    include_str!("record_idempotent_response.sql");
+    statement!("record_idempotent_response.sql");
 
 /// `idempotency_key.sql`.
-pub(in crate::queue) const IDEMPOTENCY_KEY: &str = include_str!("idempotency_key.sql");
+pub(in crate::queue) const IDEMPOTENCY_KEY: &str = statement!("idempotency_key.sql");
 
 /// `get_order.sql`.
-pub(in crate::queue) const GET_ORDER: &str = include_str!("get_order.sql");
+pub(in crate::queue) const GET_ORDER: &str = statement!("get_order.sql");
 
 /// `get_order_summary.sql`.
-pub(in crate::queue) const GET_ORDER_SUMMARY: &str = include_str!("get_order_summary.sql");
+pub(in crate::queue) const GET_ORDER_SUMMARY: &str = statement!("get_order_summary.sql");
 
 /// `list_work_orders.sql`.
-pub(in crate::queue) const LIST_WORK_ORDERS: &str = include_str!("list_work_orders.sql");
+pub(in crate::queue) const LIST_WORK_ORDERS: &str = statement!("list_work_orders.sql");
 
 /// `lock_order.sql`.
-pub(in crate::queue) const LOCK_ORDER: &str = include_str!("lock_order.sql");
+pub(in crate::queue) const LOCK_ORDER: &str = statement!("lock_order.sql");
 
 /// `cancel_claim.sql`.
-pub(in crate::queue) const CANCEL_CLAIM: &str = include_str!("cancel_claim.sql");
+pub(in crate::queue) const CANCEL_CLAIM: &str = statement!("cancel_claim.sql");
 
 /// `finish_order.sql`.
-pub(in crate::queue) const FINISH_ORDER: &str = include_str!("finish_order.sql");
+pub(in crate::queue) const FINISH_ORDER: &str = statement!("finish_order.sql");
 
 /// `get_log_entry.sql`.
-pub(in crate::queue) const GET_LOG_ENTRY: &str = include_str!("get_log_entry.sql");
+pub(in crate::queue) const GET_LOG_ENTRY: &str = statement!("get_log_entry.sql");
 
 /// `get_log_entry_summary.sql`.
-pub(in crate::queue) const GET_LOG_ENTRY_SUMMARY: &str = include_str!("get_log_entry_summary.sql");
+pub(in crate::queue) const GET_LOG_ENTRY_SUMMARY: &str = statement!("get_log_entry_summary.sql");
 
 /// `list_log.sql`.
-pub(in crate::queue) const LIST_LOG: &str = include_str!("list_log.sql");
+pub(in crate::queue) const LIST_LOG: &str = statement!("list_log.sql");
 
 /// `attempts.sql`.
-pub(in crate::queue) const ATTEMPTS: &str = include_str!("attempts.sql");
+pub(in crate::queue) const ATTEMPTS: &str = statement!("attempts.sql");
 
 // Agents (`queue::registry`).
 
 /// `insert_agent.sql`.
-pub(in crate::queue) const INSERT_AGENT: &str = include_str!("insert_agent.sql");
+pub(in crate::queue) const INSERT_AGENT: &str = statement!("insert_agent.sql");
 
 /// `update_agent.sql`.
-pub(in crate::queue) const UPDATE_AGENT: &str = include_str!("update_agent.sql");
+pub(in crate::queue) const UPDATE_AGENT: &str = statement!("update_agent.sql");
 
 /// `insert_agent_token.sql`.
-pub(in crate::queue) const INSERT_AGENT_TOKEN: &str = include_str!("insert_agent_token.sql");
+pub(in crate::queue) const INSERT_AGENT_TOKEN: &str = statement!("insert_agent_token.sql");
 
 /// `revoke_agent_tokens.sql`.
-pub(in crate::queue) const REVOKE_AGENT_TOKENS: &str = include_str!("revoke_agent_tokens.sql");
+pub(in crate::queue) const REVOKE_AGENT_TOKENS: &str = statement!("revoke_agent_tokens.sql");
 
 /// `live_agent_token.sql`.
-pub(in crate::queue) const LIVE_AGENT_TOKEN: &str = include_str!("live_agent_token.sql");
+pub(in crate::queue) const LIVE_AGENT_TOKEN: &str = statement!("live_agent_token.sql");
 
 /// `lock_agent.sql`.
-pub(in crate::queue) const LOCK_AGENT: &str = include_str!("lock_agent.sql");
+pub(in crate::queue) const LOCK_AGENT: &str = statement!("lock_agent.sql");
 
 /// `retire_agent.sql`.
-pub(in crate::queue) const RETIRE_AGENT: &str = include_str!("retire_agent.sql");
+pub(in crate::queue) const RETIRE_AGENT: &str = statement!("retire_agent.sql");
 
 /// `release_agent_claims.sql`.
-pub(in crate::queue) const RELEASE_AGENT_CLAIMS: &str = include_str!("release_agent_claims.sql");
+pub(in crate::queue) const RELEASE_AGENT_CLAIMS: &str = statement!("release_agent_claims.sql");
 
 /// `get_agent.sql`.
-pub(in crate::queue) const GET_AGENT: &str = include_str!("get_agent.sql");
+pub(in crate::queue) const GET_AGENT: &str = statement!("get_agent.sql");
 
 /// `list_agents.sql`.
-pub(in crate::queue) const LIST_AGENTS: &str = include_str!("list_agents.sql");
+pub(in crate::queue) const LIST_AGENTS: &str = statement!("list_agents.sql");
 
 // Maintenance (docs/design.md §2, §7; `queue::maintenance`).
 
 /// `find_expired_claims.sql`.
-pub(in crate::queue) const FIND_EXPIRED_CLAIMS: &str = include_str!("find_expired_claims.sql");
+pub(in crate::queue) const FIND_EXPIRED_CLAIMS: &str = statement!("find_expired_claims.sql");
 
 /// `release_expired_claims.sql`.
-pub(in crate::queue) const RELEASE_EXPIRED_CLAIMS: &str =
-    include_str!("release_expired_claims.sql");
+pub(in crate::queue) const RELEASE_EXPIRED_CLAIMS: &str = statement!("release_expired_claims.sql");
 
 /// `requeue_reclaimed.sql`.
-pub(in crate::queue) const REQUEUE_RECLAIMED: &str = include_str!("requeue_reclaimed.sql");
+pub(in crate::queue) const REQUEUE_RECLAIMED: &str = statement!("requeue_reclaimed.sql");
 
 /// `promote_due_retries.sql`.
-pub(in crate::queue) const PROMOTE_DUE_RETRIES: &str = include_str!("promote_due_retries.sql");
+pub(in crate::queue) const PROMOTE_DUE_RETRIES: &str = statement!("promote_due_retries.sql");
 
 /// `next_retry_due_in.sql`.
-pub(in crate::queue) const NEXT_RETRY_DUE_IN: &str = include_str!("next_retry_due_in.sql");
+pub(in crate::queue) const NEXT_RETRY_DUE_IN: &str = statement!("next_retry_due_in.sql");
 
 /// `expire_log.sql`.
-pub(in crate::queue) const EXPIRE_LOG: &str = include_str!("expire_log.sql");
+pub(in crate::queue) const EXPIRE_LOG: &str = statement!("expire_log.sql");
 
 /// `expire_idempotency_keys.sql`.
 pub(in crate::queue) const EXPIRE_IDEMPOTENCY_KEYS: &str =
-    include_str!("expire_idempotency_keys.sql");
+    statement!("expire_idempotency_keys.sql");
 
 /// `oldest_claimable_age.sql`.
-pub(in crate::queue) const OLDEST_CLAIMABLE_AGE: &str = include_str!("oldest_claimable_age.sql");
+pub(in crate::queue) const OLDEST_CLAIMABLE_AGE: &str = statement!("oldest_claimable_age.sql");
 
 /// `agent_contacts.sql`.
-pub(in crate::queue) const AGENT_CONTACTS: &str = include_str!("agent_contacts.sql");
+pub(in crate::queue) const AGENT_CONTACTS: &str = statement!("agent_contacts.sql");
 
 // Why an order waits, and backlogs (docs/design.md §10; `queue::explain`, `queue::backlog`).
 
 /// `waiting_order.sql`.
-pub(in crate::queue) const WAITING_ORDER: &str = include_str!("waiting_order.sql");
+pub(in crate::queue) const WAITING_ORDER: &str = statement!("waiting_order.sql");
 
 /// `waiting_agents.sql`.
-pub(in crate::queue) const WAITING_AGENTS: &str = include_str!("waiting_agents.sql");
+pub(in crate::queue) const WAITING_AGENTS: &str = statement!("waiting_agents.sql");
 
 /// `queue_position.sql`.
-pub(in crate::queue) const QUEUE_POSITION: &str = include_str!("queue_position.sql");
+pub(in crate::queue) const QUEUE_POSITION: &str = statement!("queue_position.sql");
 
 /// `backlog.sql`.
-pub(in crate::queue) const BACKLOG: &str = include_str!("backlog.sql");
+pub(in crate::queue) const BACKLOG: &str = statement!("backlog.sql");
 
 /// `waiting_by_profile.sql`.
-pub(in crate::queue) const WAITING_BY_PROFILE: &str = include_str!("waiting_by_profile.sql");
+pub(in crate::queue) const WAITING_BY_PROFILE: &str = statement!("waiting_by_profile.sql");
 
 /// `waiting_orders.sql`.
-pub(in crate::queue) const WAITING_ORDERS: &str = include_str!("waiting_orders.sql");
+pub(in crate::queue) const WAITING_ORDERS: &str = statement!("waiting_orders.sql");
 
 // Output of running orders (docs/design.md §9; `queue::output`).
 
 /// `output_fence.sql`.
-pub(in crate::queue) const OUTPUT_FENCE: &str = include_str!("output_fence.sql");
+pub(in crate::queue) const OUTPUT_FENCE: &str = statement!("output_fence.sql");
 
 /// `output_insert.sql`.
-pub(in crate::queue) const OUTPUT_INSERT: &str = include_str!("output_insert.sql");
+pub(in crate::queue) const OUTPUT_INSERT: &str = statement!("output_insert.sql");
 
 /// `output_stored_chunk.sql`.
-pub(in crate::queue) const OUTPUT_STORED_CHUNK: &str = include_str!("output_stored_chunk.sql");
+pub(in crate::queue) const OUTPUT_STORED_CHUNK: &str = statement!("output_stored_chunk.sql");
 
 /// `output_trim.sql`.
-pub(in crate::queue) const OUTPUT_TRIM: &str = include_str!("output_trim.sql");
+pub(in crate::queue) const OUTPUT_TRIM: &str = statement!("output_trim.sql");
 
 /// `output_state.sql`.
-pub(in crate::queue) const OUTPUT_STATE: &str = include_str!("output_state.sql");
+pub(in crate::queue) const OUTPUT_STATE: &str = statement!("output_state.sql");
 
 /// `output_page.sql`.
-pub(in crate::queue) const OUTPUT_PAGE: &str = include_str!("output_page.sql");
+pub(in crate::queue) const OUTPUT_PAGE: &str = statement!("output_page.sql");
 
 /// `output_tail.sql`.
-pub(in crate::queue) const OUTPUT_TAIL: &str = include_str!("output_tail.sql");
+pub(in crate::queue) const OUTPUT_TAIL: &str = statement!("output_tail.sql");
 
 /// `output_reader_holds.sql`.
-pub(in crate::queue) const OUTPUT_READER_HOLDS: &str = include_str!("output_reader_holds.sql");
+pub(in crate::queue) const OUTPUT_READER_HOLDS: &str = statement!("output_reader_holds.sql");
 
 // Health and readiness (`queue`).
 
 /// `count_by_status.sql`.
-pub(in crate::queue) const COUNT_BY_STATUS: &str = include_str!("count_by_status.sql");
+pub(in crate::queue) const COUNT_BY_STATUS: &str = statement!("count_by_status.sql");
 
 /// `applied_migrations.sql`.
-pub(in crate::queue) const APPLIED_MIGRATIONS: &str = include_str!("applied_migrations.sql");
+pub(in crate::queue) const APPLIED_MIGRATIONS: &str = statement!("applied_migrations.sql");
 
 #[cfg(test)]
 mod tests {

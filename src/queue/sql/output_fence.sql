@@ -11,8 +11,8 @@
 WITH live AS (
   SELECT c.work_order_id FROM work_order_claims c
   WHERE c.work_order_id = $1 AND c.agent_id = $2 AND c.claim_id = $3
-    -- live claim (queue::eligibility::LIVE_CLAIM_SQL, verbatim)
-    AND c.deadline > now() AND (c.lease_expires_at IS NULL OR c.lease_expires_at > now())
+    AND
+    -- @include live_claim.sql
   FOR KEY SHARE
 )
 INSERT INTO work_order_output_totals (work_order_id)

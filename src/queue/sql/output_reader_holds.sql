@@ -5,6 +5,6 @@
 SELECT EXISTS (
   SELECT 1 FROM work_order_claims c
   WHERE c.work_order_id = $1 AND c.agent_id = $2
-    -- live claim (queue::eligibility::LIVE_CLAIM_SQL, verbatim)
-    AND c.deadline > now() AND (c.lease_expires_at IS NULL OR c.lease_expires_at > now())
+    AND
+    -- @include live_claim.sql
 )

@@ -19,20 +19,7 @@ SELECT w.id, w.work_type, NULL::text AS yaml_content, w.status, w.max_retries,
        w.rerun_of, w.created_at, w.updated_at
 FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id
 WHERE
-  -- eligible (queue::eligibility::ELIGIBLE_SQL, verbatim)
-  w.status IN ('PENDING', 'RETRY_PENDING')
-  AND (w.status = 'PENDING' OR w.next_retry_after <= now())
-  AND (SELECT retired_at IS NULL FROM a)
-  AND (w.target_agent_ids @> ARRAY[(SELECT id FROM a)]
-       OR w.target_agent_names @> ARRAY[(SELECT name FROM a)]
-       OR w.target_labels && (SELECT labels FROM a)
-       OR w.target_annotation_pairs && (SELECT annotation_pairs FROM a))
-  AND (cardinality((SELECT work_types FROM a)) = 0
-       OR w.work_type = ANY ((SELECT work_types FROM a)::text[]))
-  AND (cardinality((SELECT requested_types FROM a)) = 0
-       OR w.work_type = ANY ((SELECT requested_types FROM a)::text[]))
-  AND ((SELECT tenant FROM a) IS NULL OR w.tenant = (SELECT tenant FROM a))
-  -- end eligible
+  -- @include eligible.sql
   AND ($3::timestamptz IS NULL OR (w.created_at, w.id) > ($3, $4))
 ORDER BY w.created_at, w.id
 LIMIT $5

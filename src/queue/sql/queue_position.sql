@@ -14,20 +14,7 @@ CROSS JOIN LATERAL (
   )
   SELECT w.id FROM work_orders w
   WHERE
-    -- eligible (queue::eligibility::ELIGIBLE_SQL, verbatim)
-    w.status IN ('PENDING', 'RETRY_PENDING')
-    AND (w.status = 'PENDING' OR w.next_retry_after <= now())
-    AND (SELECT retired_at IS NULL FROM a)
-    AND (w.target_agent_ids @> ARRAY[(SELECT id FROM a)]
-         OR w.target_agent_names @> ARRAY[(SELECT name FROM a)]
-         OR w.target_labels && (SELECT labels FROM a)
-         OR w.target_annotation_pairs && (SELECT annotation_pairs FROM a))
-    AND (cardinality((SELECT work_types FROM a)) = 0
-         OR w.work_type = ANY ((SELECT work_types FROM a)::text[]))
-    AND (cardinality((SELECT requested_types FROM a)) = 0
-         OR w.work_type = ANY ((SELECT requested_types FROM a)::text[]))
-    AND ((SELECT tenant FROM a) IS NULL OR w.tenant = (SELECT tenant FROM a))
-    -- end eligible
+    -- @include eligible.sql
     AND (w.created_at, w.id) < (SELECT o.created_at, o.id FROM work_orders o WHERE o.id = $1)
 ) ahead
 WHERE ag.id = ANY ($2::uuid[])

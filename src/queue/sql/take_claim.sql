@@ -1,7 +1,7 @@
 -- take_claim (a fragment, not a statement): records the claim on the order chosen by the
--- statement's `target` CTE and marks the order CLAIMED. Repeated verbatim in claim_next.sql,
--- claim_next_capped.sql and claim_by_id.sql, which number their parameters alike for it;
--- queue::claims tests fail when a copy drifts.
+-- statement's `target` CTE and marks the order CLAIMED. Included (`-- @include take_claim.sql`,
+-- build.rs) by claim_next.sql, claim_next_capped.sql and claim_by_id.sql, which number their
+-- parameters alike for it.
 -- $1 agent id (uuid), $2 the new claim id (uuid), $3 lease seconds (int, NULL = no lease)
 -- The claim lasts claim_timeout_seconds from now (its deadline); the lease, when given, ends
 -- at the earlier of now + lease and the deadline (docs/design.md §2).
