@@ -47,42 +47,49 @@ fn version() {
 }
 
 /// Writes every `.sql` file of `dir` to `$OUT_DIR/sql/` with its `-- @include` lines expanded.
-/// Panics (failing the build, naming the file) on a missing fragment or a fragment that itself
-/// includes one.
+/// Panics (failing the build, naming the file) on a missing fragment or an include cycle.
 fn expand_sql(dir: &Path) {
     println!("cargo:rerun-if-changed={}", dir.display());
     let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("sql");
     std::fs::create_dir_all(&out).expect("create $OUT_DIR/sql");
-    let read = |name: &str| {
-        std::fs::read_to_string(dir.join(name))
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
-    };
     for entry in std::fs::read_dir(dir).expect("read src/queue/sql") {
         let name = entry.expect("read src/queue/sql").file_name();
         let name = name.to_string_lossy();
-        if !name.ends_with(".sql") {
-            continue;
+        if name.ends_with(".sql") {
+            let mut expanded = String::new();
+            expand(dir, &read_sql(dir, &name), "", 0, &mut expanded);
+            std::fs::write(out.join(&*name), expanded).expect("write $OUT_DIR/sql");
         }
-        let mut expanded = String::new();
-        for line in read(&name).lines() {
-            let Some(fragment) = line.trim_start().strip_prefix("-- @include ") else {
-                expanded.push_str(line);
-                expanded.push('\n');
-                continue;
-            };
-            let indent = &line[..line.len() - line.trim_start().len()];
-            let text = read(fragment.trim());
-            let body = text.lines().skip_while(|l| l.starts_with("--"));
-            for fragment_line in body {
-                assert!(
-                    !fragment_line.contains("-- @include"),
-                    "{fragment}: a fragment includes no other"
-                );
-                expanded.push_str(indent);
-                expanded.push_str(fragment_line);
-                expanded.push('\n');
-            }
-        }
-        std::fs::write(out.join(&*name), expanded).expect("write $OUT_DIR/sql");
     }
+}
+
+/// Appends `text` to `out`, each line after `indent`, with each `-- @include <file>` line
+/// replaced by that fragment's lines after its head comment, indented as the include line is.
+fn expand(dir: &Path, text: &str, indent: &str, depth: usize, out: &mut String) {
+    assert!(
+        depth < 8,
+        "src/queue/sql: includes nest too deep (a cycle?)"
+    );
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if let Some(fragment) = trimmed.strip_prefix("-- @include ") {
+            let fragment_text = read_sql(dir, fragment.trim());
+            let body = fragment_text
+                .lines()
+                .skip_while(|l| l.starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let inner = format!("{indent}{}", &line[..line.len() - trimmed.len()]);
+            expand(dir, &body, &inner, depth + 1, out);
+        } else {
+            out.push_str(indent);
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+}
+
+fn read_sql(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
 }

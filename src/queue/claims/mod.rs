@@ -378,7 +378,9 @@ mod tests {
     /// The claim every claiming statement takes, and the order it returns (`sql/take_claim.sql`,
     /// `sql/claimed_order.sql`).
     const TAKE_CLAIM_SQL: &str = include_str!("../sql/take_claim.sql");
-    const CLAIMED_ORDER_SQL: &str = include_str!("../sql/claimed_order.sql");
+    /// Expanded by build.rs: it includes `sql/order_columns.sql`.
+    const CLAIMED_ORDER_SQL: &str =
+        include_str!(concat!(env!("OUT_DIR"), "/sql/claimed_order.sql"));
 
     #[test]
     fn every_claiming_statement_takes_the_claim_alike() {

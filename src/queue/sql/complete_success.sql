@@ -25,23 +25,10 @@ claim AS (
     -- @include live_claim.sql
   RETURNING c.agent_id, c.claim_id, c.claimed_at
 ),
-w AS (DELETE FROM work_orders WHERE id = $1 AND EXISTS (SELECT 1 FROM claim) RETURNING *)
-INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds,
-                            claim_timeout_seconds, max_reclaims, tenant, targeting, outcome,
-                            message, retry_count, reclaim_count, last_error, last_error_at,
-                            claimed_by, claim_id, claimed_at, source, ended_by, rerun_of,
-                            created_at, completed_at)
-SELECT w.id, w.work_type, w.yaml_content, w.max_retries, w.backoff_seconds,
-       w.claim_timeout_seconds, w.max_reclaims, w.tenant,
-       jsonb_build_object('agent_ids', to_jsonb(w.target_agent_ids),
-                          'agent_names', to_jsonb(w.target_agent_names),
-                          'labels', to_jsonb(w.target_labels),
-                          'annotations', w.target_annotations),
-       'succeeded', $4, w.retry_count, w.reclaim_count, w.last_error, w.last_error_at,
-       claim.agent_id, claim.claim_id, claim.claimed_at, w.source, 'agent', w.rerun_of,
-       w.created_at, now()
-FROM w CROSS JOIN claim
-RETURNING id, work_type, NULL::text AS yaml_content, outcome, message, max_retries,
-          backoff_seconds, claim_timeout_seconds, max_reclaims, tenant, targeting, retry_count,
-          reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, rerun_of,
-          created_at, completed_at
+w AS (DELETE FROM work_orders WHERE id = $1 AND EXISTS (SELECT 1 FROM claim) RETURNING *),
+ending AS (
+  SELECT 'succeeded'::text AS outcome, $4::text AS message, w.last_error, w.last_error_at,
+         claim.agent_id AS claimed_by, claim.claim_id, claim.claimed_at, 'agent'::text AS ended_by
+  FROM w CROSS JOIN claim
+)
+-- @include log_insert.sql

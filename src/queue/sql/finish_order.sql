@@ -10,24 +10,12 @@
 --     claim), claimed_at (timestamptz, NULL = none)
 -- $8 ended_by (text: agent, reaper, cancel), so a late heartbeat can be told why
 -- Returns the log entry without yaml_content.
-WITH w AS (DELETE FROM work_orders WHERE id = $1 RETURNING *)
-INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds,
-                            claim_timeout_seconds, max_reclaims, tenant, targeting, outcome,
-                            message, retry_count, reclaim_count, last_error, last_error_at,
-                            claimed_by, claim_id, claimed_at, source, ended_by, rerun_of,
-                            created_at, completed_at)
-SELECT w.id, w.work_type, w.yaml_content, w.max_retries, w.backoff_seconds,
-       w.claim_timeout_seconds, w.max_reclaims, w.tenant,
-       jsonb_build_object('agent_ids', to_jsonb(w.target_agent_ids),
-                          'agent_names', to_jsonb(w.target_agent_names),
-                          'labels', to_jsonb(w.target_labels),
-                          'annotations', w.target_annotations),
-       $2, $3, w.retry_count, w.reclaim_count, COALESCE($4, w.last_error),
-       CASE WHEN $4::text IS NULL THEN w.last_error_at ELSE now() END,
-       COALESCE($5, w.last_claimed_by), COALESCE($6, w.last_claim_id), $7, w.source, $8,
-       w.rerun_of, w.created_at, now()
-FROM w
-RETURNING id, work_type, NULL::text AS yaml_content, outcome, message, max_retries,
-          backoff_seconds, claim_timeout_seconds, max_reclaims, tenant, targeting, retry_count,
-          reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, rerun_of,
-          created_at, completed_at
+WITH w AS (DELETE FROM work_orders WHERE id = $1 RETURNING *),
+ending AS (
+  SELECT $2::text AS outcome, $3::text AS message, COALESCE($4, w.last_error) AS last_error,
+         CASE WHEN $4::text IS NULL THEN w.last_error_at ELSE now() END AS last_error_at,
+         COALESCE($5, w.last_claimed_by) AS claimed_by, COALESCE($6, w.last_claim_id) AS claim_id,
+         $7::timestamptz AS claimed_at, $8::text AS ended_by
+  FROM w
+)
+-- @include log_insert.sql

@@ -9,12 +9,8 @@
 -- $7 the agent holding its claim now (uuid)
 -- $8 created at or after (timestamptz)
 -- $9, $10 id range of an id prefix, low and high (uuid)
-SELECT w.id, w.work_type, NULL::text AS yaml_content, w.status, w.max_retries,
-       w.backoff_seconds, w.claim_timeout_seconds, w.max_reclaims, w.tenant, w.target_agent_ids,
-       w.target_agent_names, w.target_labels, w.target_annotations, w.retry_count,
-       w.reclaim_count, w.last_error, w.last_error_at, w.next_retry_after,
-       c.agent_id AS claimed_by, c.claimed_at, c.claim_id, c.lease_seconds, c.lease_expires_at,
-       w.rerun_of, w.created_at, w.updated_at
+SELECT NULL::text AS yaml_content,
+       -- @include order_columns.sql
 FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id
 WHERE ($1::text IS NULL OR w.status = $1)
   AND ($2::text IS NULL OR w.work_type = $2)

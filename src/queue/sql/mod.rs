@@ -2,8 +2,8 @@
 //! are listed at its head. Nothing is assembled at run time: the constants here are the
 //! statements' whole text, as `build.rs` wrote it to `$OUT_DIR/sql/` from these files.
 //!
-//! A rule that several statements share (eligibility, claim liveness, taking a claim, the order
-//! a claim returns) is written once, in a fragment file, and a statement that needs it has the
+//! A rule or a shape that several statements share (eligibility, claim liveness, taking a
+//! claim, the columns of an order, moving an order to the log) is written once, in a fragment file, and a statement that needs it has the
 //! line `-- @include <fragment>.sql` in its place; `build.rs` puts the fragment's text there.
 //! Tests in `queue::eligibility` and `queue::claims` check that each statement that must apply a
 //! rule does.
@@ -17,9 +17,17 @@ macro_rules! statement {
 
 /// Files that are fragments, not statements: `eligible.sql` and `live_claim.sql` (the rules'
 /// SQL sides, `queue::eligibility`), `take_claim.sql` and `claimed_order.sql` (the claim every
-/// claiming statement takes, `queue::claims`).
+/// claiming statement takes, `queue::claims`), `order_columns.sql` (an order as
+/// `queue::OrderRow` reads it) and `log_insert.sql` (an order moved to the log).
 #[cfg(test)]
-const FRAGMENTS: &[&str] = &["eligible", "live_claim", "take_claim", "claimed_order"];
+const FRAGMENTS: &[&str] = &[
+    "eligible",
+    "live_claim",
+    "take_claim",
+    "claimed_order",
+    "order_columns",
+    "log_insert",
+];
 
 /// `sql` without its comments and with each run of whitespace made one space: the form in which
 /// the tests look for a fragment in a statement, so layout and comments may differ.
@@ -334,6 +342,29 @@ mod tests {
         ("output_tail", OUTPUT_TAIL),
         ("output_reader_holds", OUTPUT_READER_HOLDS),
     ];
+
+    /// Every fragment serves some statement, and every include was expanded by `build.rs`.
+    #[test]
+    fn every_fragment_is_included_and_every_include_expanded() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/queue/sql");
+        let sources: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect();
+        for fragment in FRAGMENTS {
+            let include = format!("-- @include {fragment}.sql");
+            assert!(
+                sources.iter().any(|s| s.contains(&include)),
+                "sql/{fragment}.sql is included by no statement"
+            );
+        }
+        for (name, sql) in STATEMENTS {
+            assert!(
+                !sql.contains("@include"),
+                "{name}: an include left unexpanded"
+            );
+        }
+    }
 
     #[test]
     fn every_sql_file_is_a_named_statement() {
