@@ -7,11 +7,31 @@
 //! line `-- @include <fragment>.sql` in its place; `build.rs` puts the fragment's text there.
 //! Tests in `queue::eligibility` and `queue::claims` check that each statement that must apply a
 //! rule does.
+//!
+//! Why not sqlx's compile-time checked `query_file_as!` (issue #26 weighed it): its path must be
+//! a string literal in the source tree, so it cannot read the statements `build.rs` expanded and
+//! every fragment would be copied back into each statement; each build would need a database
+//! or `.sqlx/` offline data regenerated with sqlx-cli after every change to a statement or a
+//! migration; and its nullability inference marks columns of `LEFT JOIN`s and CTEs wrongly,
+//! which takes a `"name?"`/`"name!"` override on about a third of our columns. What it would
+//! check is checked here instead at test time against a real PostgreSQL: every statement is
+//! prepared and run by the queue's tests, and `tests` below hold each file to its name and its
+//! listed parameters.
 
-/// The text of statement file `$file` with its fragments in place (see the module docs).
-macro_rules! statement {
-    ($file:literal) => {
-        include_str!(concat!(env!("OUT_DIR"), "/sql/", $file))
+/// Declares each statement once: `NAME = "file";` makes the constant `NAME`, the text of
+/// `file.sql` with its fragments in place (see the module docs), and lists it in `STATEMENTS`
+/// for the tests, so a new statement is its file and one line here.
+macro_rules! statements {
+    ($($name:ident = $file:literal;)*) => {
+        $(
+            #[doc = concat!("`", $file, ".sql`.")]
+            pub(in crate::queue) const $name: &str =
+                include_str!(concat!(env!("OUT_DIR"), "/sql/", $file, ".sql"));
+        )*
+
+        /// Every statement, by file name (fragments are not statements).
+        #[cfg(test)]
+        const STATEMENTS: &[(&str, &str)] = &[$(($file, $name)),*];
     };
 }
 
@@ -42,306 +62,97 @@ pub(in crate::queue) fn squash(sql: &str) -> String {
         .join(" ")
 }
 
-// Claiming (docs/design.md §3, §5; `queue::claims`).
-
-/// `pending_for_agent.sql`.
-pub(in crate::queue) const PENDING_FOR_AGENT: &str = statement!("pending_for_agent.sql");
-
-/// `read_claimer.sql`.
-pub(in crate::queue) const READ_CLAIMER: &str = statement!("read_claimer.sql");
-
-/// `claim_next.sql`.
-pub(in crate::queue) const CLAIM_NEXT: &str = statement!("claim_next.sql");
-
-/// `lock_claimer.sql`.
-pub(in crate::queue) const LOCK_CLAIMER: &str = statement!("lock_claimer.sql");
-
-/// `count_held_claims.sql`.
-pub(in crate::queue) const COUNT_HELD_CLAIMS: &str = statement!("count_held_claims.sql");
-
-/// `claim_next_capped.sql`.
-pub(in crate::queue) const CLAIM_NEXT_CAPPED: &str = statement!("claim_next_capped.sql");
-
-/// `claim_candidate.sql`.
-pub(in crate::queue) const CLAIM_CANDIDATE: &str = statement!("claim_candidate.sql");
-
-/// `claim_by_id.sql`.
-pub(in crate::queue) const CLAIM_BY_ID: &str = statement!("claim_by_id.sql");
-
-// Holding a claim: heartbeat and complete (docs/design.md §2, §5; `queue::claims::holder`).
-
-/// `record_contact.sql`.
-pub(in crate::queue) const RECORD_CONTACT: &str = statement!("record_contact.sql");
-
-/// `heartbeat.sql`.
-pub(in crate::queue) const HEARTBEAT: &str = statement!("heartbeat.sql");
-
-/// `complete_success.sql`.
-pub(in crate::queue) const COMPLETE_SUCCESS: &str = statement!("complete_success.sql");
-
-/// `lock_order_for_failure.sql`.
-pub(in crate::queue) const LOCK_ORDER_FOR_FAILURE: &str = statement!("lock_order_for_failure.sql");
-
-/// `end_live_claim.sql`.
-pub(in crate::queue) const END_LIVE_CLAIM: &str = statement!("end_live_claim.sql");
-
-/// `schedule_retry.sql`.
-pub(in crate::queue) const SCHEDULE_RETRY: &str = statement!("schedule_retry.sql");
-
-// Refusals and replays of heartbeat and complete (`queue::refusal`).
-
-/// `refusal_active.sql`.
-pub(in crate::queue) const REFUSAL_ACTIVE: &str = statement!("refusal_active.sql");
-
-/// `refusal_finished.sql`.
-pub(in crate::queue) const REFUSAL_FINISHED: &str = statement!("refusal_finished.sql");
-
-/// `retry_scheduled_by_holder.sql`.
-pub(in crate::queue) const RETRY_SCHEDULED_BY_HOLDER: &str =
-    statement!("retry_scheduled_by_holder.sql");
-
-/// `completed_by_holder.sql`.
-pub(in crate::queue) const COMPLETED_BY_HOLDER: &str = statement!("completed_by_holder.sql");
-
-// Orders: create, read, list, cancel, finish (`queue::orders`).
-
-/// `insert_order.sql`.
-pub(in crate::queue) const INSERT_ORDER: &str = statement!("insert_order.sql");
-
-/// `order_finished.sql`.
-pub(in crate::queue) const ORDER_FINISHED: &str = statement!("order_finished.sql");
-
-/// `insert_idempotency_key.sql`.
-pub(in crate::queue) const INSERT_IDEMPOTENCY_KEY: &str = statement!("insert_idempotency_key.sql");
-
-/// `record_idempotent_response.sql`.
-pub(in crate::queue) const RECORD_IDEMPOTENT_RESPONSE: &str =
-    statement!("record_idempotent_response.sql");
-
-/// `idempotency_key.sql`.
-pub(in crate::queue) const IDEMPOTENCY_KEY: &str = statement!("idempotency_key.sql");
-
-/// `get_order.sql`.
-pub(in crate::queue) const GET_ORDER: &str = statement!("get_order.sql");
-
-/// `get_order_summary.sql`.
-pub(in crate::queue) const GET_ORDER_SUMMARY: &str = statement!("get_order_summary.sql");
-
-/// `list_work_orders.sql`.
-pub(in crate::queue) const LIST_WORK_ORDERS: &str = statement!("list_work_orders.sql");
-
-/// `lock_order.sql`.
-pub(in crate::queue) const LOCK_ORDER: &str = statement!("lock_order.sql");
-
-/// `cancel_claim.sql`.
-pub(in crate::queue) const CANCEL_CLAIM: &str = statement!("cancel_claim.sql");
-
-/// `finish_order.sql`.
-pub(in crate::queue) const FINISH_ORDER: &str = statement!("finish_order.sql");
-
-/// `get_log_entry.sql`.
-pub(in crate::queue) const GET_LOG_ENTRY: &str = statement!("get_log_entry.sql");
-
-/// `get_log_entry_summary.sql`.
-pub(in crate::queue) const GET_LOG_ENTRY_SUMMARY: &str = statement!("get_log_entry_summary.sql");
-
-/// `list_log.sql`.
-pub(in crate::queue) const LIST_LOG: &str = statement!("list_log.sql");
-
-/// `attempts.sql`.
-pub(in crate::queue) const ATTEMPTS: &str = statement!("attempts.sql");
-
-// Agents (`queue::registry`).
-
-/// `insert_agent.sql`.
-pub(in crate::queue) const INSERT_AGENT: &str = statement!("insert_agent.sql");
-
-/// `update_agent.sql`.
-pub(in crate::queue) const UPDATE_AGENT: &str = statement!("update_agent.sql");
-
-/// `insert_agent_token.sql`.
-pub(in crate::queue) const INSERT_AGENT_TOKEN: &str = statement!("insert_agent_token.sql");
-
-/// `revoke_agent_tokens.sql`.
-pub(in crate::queue) const REVOKE_AGENT_TOKENS: &str = statement!("revoke_agent_tokens.sql");
-
-/// `live_agent_token.sql`.
-pub(in crate::queue) const LIVE_AGENT_TOKEN: &str = statement!("live_agent_token.sql");
-
-/// `lock_agent.sql`.
-pub(in crate::queue) const LOCK_AGENT: &str = statement!("lock_agent.sql");
-
-/// `retire_agent.sql`.
-pub(in crate::queue) const RETIRE_AGENT: &str = statement!("retire_agent.sql");
-
-/// `release_agent_claims.sql`.
-pub(in crate::queue) const RELEASE_AGENT_CLAIMS: &str = statement!("release_agent_claims.sql");
-
-/// `get_agent.sql`.
-pub(in crate::queue) const GET_AGENT: &str = statement!("get_agent.sql");
-
-/// `list_agents.sql`.
-pub(in crate::queue) const LIST_AGENTS: &str = statement!("list_agents.sql");
-
-// Maintenance (docs/design.md §2, §7; `queue::maintenance`).
-
-/// `find_expired_claims.sql`.
-pub(in crate::queue) const FIND_EXPIRED_CLAIMS: &str = statement!("find_expired_claims.sql");
-
-/// `release_expired_claims.sql`.
-pub(in crate::queue) const RELEASE_EXPIRED_CLAIMS: &str = statement!("release_expired_claims.sql");
-
-/// `requeue_reclaimed.sql`.
-pub(in crate::queue) const REQUEUE_RECLAIMED: &str = statement!("requeue_reclaimed.sql");
-
-/// `promote_due_retries.sql`.
-pub(in crate::queue) const PROMOTE_DUE_RETRIES: &str = statement!("promote_due_retries.sql");
-
-/// `next_retry_due_in.sql`.
-pub(in crate::queue) const NEXT_RETRY_DUE_IN: &str = statement!("next_retry_due_in.sql");
-
-/// `expire_log.sql`.
-pub(in crate::queue) const EXPIRE_LOG: &str = statement!("expire_log.sql");
-
-/// `expire_idempotency_keys.sql`.
-pub(in crate::queue) const EXPIRE_IDEMPOTENCY_KEYS: &str =
-    statement!("expire_idempotency_keys.sql");
-
-/// `oldest_claimable_age.sql`.
-pub(in crate::queue) const OLDEST_CLAIMABLE_AGE: &str = statement!("oldest_claimable_age.sql");
-
-/// `agent_contacts.sql`.
-pub(in crate::queue) const AGENT_CONTACTS: &str = statement!("agent_contacts.sql");
-
-// Why an order waits, and backlogs (docs/design.md §10; `queue::explain`, `queue::backlog`).
-
-/// `waiting_order.sql`.
-pub(in crate::queue) const WAITING_ORDER: &str = statement!("waiting_order.sql");
-
-/// `waiting_agents.sql`.
-pub(in crate::queue) const WAITING_AGENTS: &str = statement!("waiting_agents.sql");
-
-/// `queue_position.sql`.
-pub(in crate::queue) const QUEUE_POSITION: &str = statement!("queue_position.sql");
-
-/// `backlog.sql`.
-pub(in crate::queue) const BACKLOG: &str = statement!("backlog.sql");
-
-/// `waiting_by_profile.sql`.
-pub(in crate::queue) const WAITING_BY_PROFILE: &str = statement!("waiting_by_profile.sql");
-
-/// `waiting_orders.sql`.
-pub(in crate::queue) const WAITING_ORDERS: &str = statement!("waiting_orders.sql");
-
-// Output of running orders (docs/design.md §9; `queue::output`).
-
-/// `output_fence.sql`.
-pub(in crate::queue) const OUTPUT_FENCE: &str = statement!("output_fence.sql");
-
-/// `output_insert.sql`.
-pub(in crate::queue) const OUTPUT_INSERT: &str = statement!("output_insert.sql");
-
-/// `output_stored_chunk.sql`.
-pub(in crate::queue) const OUTPUT_STORED_CHUNK: &str = statement!("output_stored_chunk.sql");
-
-/// `output_trim.sql`.
-pub(in crate::queue) const OUTPUT_TRIM: &str = statement!("output_trim.sql");
-
-/// `output_state.sql`.
-pub(in crate::queue) const OUTPUT_STATE: &str = statement!("output_state.sql");
-
-/// `output_page.sql`.
-pub(in crate::queue) const OUTPUT_PAGE: &str = statement!("output_page.sql");
-
-/// `output_tail.sql`.
-pub(in crate::queue) const OUTPUT_TAIL: &str = statement!("output_tail.sql");
-
-/// `output_reader_holds.sql`.
-pub(in crate::queue) const OUTPUT_READER_HOLDS: &str = statement!("output_reader_holds.sql");
-
-// Health and readiness (`queue`).
-
-/// `count_by_status.sql`.
-pub(in crate::queue) const COUNT_BY_STATUS: &str = statement!("count_by_status.sql");
-
-/// `applied_migrations.sql`.
-pub(in crate::queue) const APPLIED_MIGRATIONS: &str = statement!("applied_migrations.sql");
+statements! {
+    // Claiming (docs/design.md §3, §5; `queue::claims`).
+    PENDING_FOR_AGENT = "pending_for_agent";
+    READ_CLAIMER = "read_claimer";
+    CLAIM_NEXT = "claim_next";
+    LOCK_CLAIMER = "lock_claimer";
+    COUNT_HELD_CLAIMS = "count_held_claims";
+    CLAIM_NEXT_CAPPED = "claim_next_capped";
+    CLAIM_CANDIDATE = "claim_candidate";
+    CLAIM_BY_ID = "claim_by_id";
+
+    // Holding a claim: heartbeat and complete (docs/design.md §2, §5; `queue::claims::holder`).
+    RECORD_CONTACT = "record_contact";
+    HEARTBEAT = "heartbeat";
+    COMPLETE_SUCCESS = "complete_success";
+    LOCK_ORDER_FOR_FAILURE = "lock_order_for_failure";
+    END_LIVE_CLAIM = "end_live_claim";
+    SCHEDULE_RETRY = "schedule_retry";
+
+    // Refusals and replays of heartbeat and complete (`queue::refusal`).
+    REFUSAL_ACTIVE = "refusal_active";
+    REFUSAL_FINISHED = "refusal_finished";
+    RETRY_SCHEDULED_BY_HOLDER = "retry_scheduled_by_holder";
+    COMPLETED_BY_HOLDER = "completed_by_holder";
+
+    // Orders: create, read, list, cancel, finish (`queue::orders`).
+    INSERT_ORDER = "insert_order";
+    ORDER_FINISHED = "order_finished";
+    INSERT_IDEMPOTENCY_KEY = "insert_idempotency_key";
+    RECORD_IDEMPOTENT_RESPONSE = "record_idempotent_response";
+    IDEMPOTENCY_KEY = "idempotency_key";
+    GET_ORDER = "get_order";
+    GET_ORDER_SUMMARY = "get_order_summary";
+    LIST_WORK_ORDERS = "list_work_orders";
+    LOCK_ORDER = "lock_order";
+    CANCEL_CLAIM = "cancel_claim";
+    FINISH_ORDER = "finish_order";
+    GET_LOG_ENTRY = "get_log_entry";
+    GET_LOG_ENTRY_SUMMARY = "get_log_entry_summary";
+    LIST_LOG = "list_log";
+    ATTEMPTS = "attempts";
+
+    // Agents (`queue::registry`).
+    INSERT_AGENT = "insert_agent";
+    UPDATE_AGENT = "update_agent";
+    INSERT_AGENT_TOKEN = "insert_agent_token";
+    REVOKE_AGENT_TOKENS = "revoke_agent_tokens";
+    LIVE_AGENT_TOKEN = "live_agent_token";
+    LOCK_AGENT = "lock_agent";
+    RETIRE_AGENT = "retire_agent";
+    RELEASE_AGENT_CLAIMS = "release_agent_claims";
+    GET_AGENT = "get_agent";
+    LIST_AGENTS = "list_agents";
+
+    // Maintenance (docs/design.md §2, §7; `queue::maintenance`).
+    FIND_EXPIRED_CLAIMS = "find_expired_claims";
+    RELEASE_EXPIRED_CLAIMS = "release_expired_claims";
+    REQUEUE_RECLAIMED = "requeue_reclaimed";
+    PROMOTE_DUE_RETRIES = "promote_due_retries";
+    NEXT_RETRY_DUE_IN = "next_retry_due_in";
+    EXPIRE_LOG = "expire_log";
+    EXPIRE_IDEMPOTENCY_KEYS = "expire_idempotency_keys";
+    OLDEST_CLAIMABLE_AGE = "oldest_claimable_age";
+    AGENT_CONTACTS = "agent_contacts";
+
+    // Why an order waits, and backlogs (docs/design.md §10; `queue::explain`, `queue::backlog`).
+    WAITING_ORDER = "waiting_order";
+    WAITING_AGENTS = "waiting_agents";
+    QUEUE_POSITION = "queue_position";
+    BACKLOG = "backlog";
+    WAITING_BY_PROFILE = "waiting_by_profile";
+    WAITING_ORDERS = "waiting_orders";
+
+    // Output of running orders (docs/design.md §9; `queue::output`).
+    OUTPUT_FENCE = "output_fence";
+    OUTPUT_INSERT = "output_insert";
+    OUTPUT_STORED_CHUNK = "output_stored_chunk";
+    OUTPUT_TRIM = "output_trim";
+    OUTPUT_STATE = "output_state";
+    OUTPUT_PAGE = "output_page";
+    OUTPUT_TAIL = "output_tail";
+    OUTPUT_READER_HOLDS = "output_reader_holds";
+
+    // Health and readiness (`queue`).
+    COUNT_BY_STATUS = "count_by_status";
+    APPLIED_MIGRATIONS = "applied_migrations";
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every statement, by file name (the fragments `eligible` and `live_claim` excepted).
-    const STATEMENTS: &[(&str, &str)] = &[
-        ("pending_for_agent", PENDING_FOR_AGENT),
-        ("read_claimer", READ_CLAIMER),
-        ("claim_next", CLAIM_NEXT),
-        ("lock_claimer", LOCK_CLAIMER),
-        ("count_held_claims", COUNT_HELD_CLAIMS),
-        ("claim_next_capped", CLAIM_NEXT_CAPPED),
-        ("claim_candidate", CLAIM_CANDIDATE),
-        ("claim_by_id", CLAIM_BY_ID),
-        ("record_contact", RECORD_CONTACT),
-        ("heartbeat", HEARTBEAT),
-        ("complete_success", COMPLETE_SUCCESS),
-        ("lock_order_for_failure", LOCK_ORDER_FOR_FAILURE),
-        ("end_live_claim", END_LIVE_CLAIM),
-        ("schedule_retry", SCHEDULE_RETRY),
-        ("refusal_active", REFUSAL_ACTIVE),
-        ("refusal_finished", REFUSAL_FINISHED),
-        ("retry_scheduled_by_holder", RETRY_SCHEDULED_BY_HOLDER),
-        ("completed_by_holder", COMPLETED_BY_HOLDER),
-        ("insert_order", INSERT_ORDER),
-        ("order_finished", ORDER_FINISHED),
-        ("insert_idempotency_key", INSERT_IDEMPOTENCY_KEY),
-        ("record_idempotent_response", RECORD_IDEMPOTENT_RESPONSE),
-        ("idempotency_key", IDEMPOTENCY_KEY),
-        ("get_order", GET_ORDER),
-        ("get_order_summary", GET_ORDER_SUMMARY),
-        ("list_work_orders", LIST_WORK_ORDERS),
-        ("lock_order", LOCK_ORDER),
-        ("cancel_claim", CANCEL_CLAIM),
-        ("finish_order", FINISH_ORDER),
-        ("get_log_entry", GET_LOG_ENTRY),
-        ("get_log_entry_summary", GET_LOG_ENTRY_SUMMARY),
-        ("list_log", LIST_LOG),
-        ("attempts", ATTEMPTS),
-        ("insert_agent", INSERT_AGENT),
-        ("update_agent", UPDATE_AGENT),
-        ("insert_agent_token", INSERT_AGENT_TOKEN),
-        ("revoke_agent_tokens", REVOKE_AGENT_TOKENS),
-        ("live_agent_token", LIVE_AGENT_TOKEN),
-        ("lock_agent", LOCK_AGENT),
-        ("retire_agent", RETIRE_AGENT),
-        ("release_agent_claims", RELEASE_AGENT_CLAIMS),
-        ("get_agent", GET_AGENT),
-        ("list_agents", LIST_AGENTS),
-        ("find_expired_claims", FIND_EXPIRED_CLAIMS),
-        ("release_expired_claims", RELEASE_EXPIRED_CLAIMS),
-        ("requeue_reclaimed", REQUEUE_RECLAIMED),
-        ("promote_due_retries", PROMOTE_DUE_RETRIES),
-        ("next_retry_due_in", NEXT_RETRY_DUE_IN),
-        ("expire_log", EXPIRE_LOG),
-        ("expire_idempotency_keys", EXPIRE_IDEMPOTENCY_KEYS),
-        ("oldest_claimable_age", OLDEST_CLAIMABLE_AGE),
-        ("agent_contacts", AGENT_CONTACTS),
-        ("waiting_order", WAITING_ORDER),
-        ("waiting_agents", WAITING_AGENTS),
-        ("queue_position", QUEUE_POSITION),
-        ("waiting_by_profile", WAITING_BY_PROFILE),
-        ("waiting_orders", WAITING_ORDERS),
-        ("backlog", BACKLOG),
-        ("count_by_status", COUNT_BY_STATUS),
-        ("applied_migrations", APPLIED_MIGRATIONS),
-        ("output_fence", OUTPUT_FENCE),
-        ("output_insert", OUTPUT_INSERT),
-        ("output_stored_chunk", OUTPUT_STORED_CHUNK),
-        ("output_trim", OUTPUT_TRIM),
-        ("output_state", OUTPUT_STATE),
-        ("output_page", OUTPUT_PAGE),
-        ("output_tail", OUTPUT_TAIL),
-        ("output_reader_holds", OUTPUT_READER_HOLDS),
-    ];
 
     /// Every fragment serves some statement, and every include was expanded by `build.rs`.
     #[test]
