@@ -1,6 +1,6 @@
 //! The queue's rules as pure functions (docs/design.md §2–§5), kept apart from SQL so they can be tested
 //! directly and reused by the executor: retries, the watch budget, agent health. Eligibility and
-//! claim liveness, which SQL repeats, live in `queue::eligibility`.
+//! claim liveness, which the SQL statements include, live in `queue::eligibility`.
 
 use std::time::Duration;
 

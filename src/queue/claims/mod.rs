@@ -116,9 +116,8 @@ async fn lock_claimer(
     Ok(claimer)
 }
 
-/// Work types as bound to SQL (`text[]`).
 /// A claiming statement (`sql/claim_next.sql`, `claim_next_capped.sql`, `claim_by_id.sql`)
-/// with the parameters of the `take_claim.sql` it repeats bound: `$1` the agent, `$2` a new
+/// with the parameters of the `take_claim.sql` it includes bound: `$1` the agent, `$2` a new
 /// claim id, `$3` the lease in seconds. The caller binds the statement's own `$4`.
 fn take_claim<'q>(
     statement: &'q str,
@@ -130,6 +129,7 @@ fn take_claim<'q>(
         .bind(req.lease_seconds)
 }
 
+/// Work types as bound to SQL (`text[]`).
 fn type_names(types: &[WorkType]) -> Vec<&'static str> {
     types.iter().map(|t| t.as_str()).collect()
 }

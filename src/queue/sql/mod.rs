@@ -14,9 +14,8 @@
 //! or `.sqlx/` offline data regenerated with sqlx-cli after every change to a statement or a
 //! migration; and its nullability inference marks columns of `LEFT JOIN`s and CTEs wrongly,
 //! which takes a `"name?"`/`"name!"` override on about a third of our columns. What it would
-//! check is checked here instead at test time against a real PostgreSQL: every statement is
-//! prepared and run by the queue's tests, and `tests` below hold each file to its name and its
-//! listed parameters.
+//! check is checked at test time instead: the queue's tests run the statements against a real
+//! PostgreSQL, and `tests` below hold each file to its name and its listed parameters.
 
 /// Declares each statement once: `NAME = "file";` makes the constant `NAME`, the text of
 /// `file.sql` with its fragments in place (see the module docs), and lists it in `STATEMENTS`
