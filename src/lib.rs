@@ -42,12 +42,15 @@
 //!
 //! - **Claim-next**: `POST /agents/{id}/claim` is `api::claims::claim_next`, which long-polls on
 //!   `queue::Queue::claim_next`; the statement is `src/queue/sql/claim_next.sql` (and
-//!   `claim_next_capped.sql` for an agent with `max_concurrency`).
+//!   `claim_next_capped.sql` for an agent with `max_concurrency`); its `-- @include` lines are
+//!   the shared fragments beside it (the eligibility rule is `eligible.sql`), put in place by
+//!   `build.rs`.
 //! - **One order's life in an agent**: `pull::order` (claimed → applying → watching → reporting,
 //!   or abandoned); the executor's applying and watching steps are `executor::Plan`.
 //! - **The WorkOrder reconcile and its status write**: `controller::workorders` (`apply`: look up
-//!   the order, queue it if unknown, compute the status, write it if it changed); the status is
-//!   computed, purely, in `controller::status`.
+//!   the order, queue it if unknown, compute the status, write it if it changed, say when to look
+//!   again); the status is computed, purely, by `status_of` from `controller::status` and
+//!   `controller::schedulable`. What keeps a burst cheap is apart, in `controller::burst`.
 //! - **Output of running orders** (docs/design.md §9): stored and read in `queue::output` (chunks,
 //!   the per-order cap, cursors), over HTTP in `api::output` (the append, pages and the NDJSON
 //!   follow), printed by `admin::logs` (`pullman work-orders logs`).
