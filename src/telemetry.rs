@@ -91,9 +91,17 @@ pub struct ControllerLabel {
 pub struct ControllerErrorLabels {
     /// `workorder` or `executor`.
     pub controller: String,
-    /// `controller::Error::metric_label()`: `kube`, `queue`, `finalizer`, `invalid`, …
+    /// One of [`RECONCILE_ERRORS`].
     pub error: String,
 }
+
+/// The controllers, as the `controller` label of `pullman_controller_*` names them.
+pub const CONTROLLERS: [&str; 2] = ["workorder", "executor"];
+
+/// The kinds of a failed reconcile, as the `error` label names them: every value
+/// `controller::Error::metric_label` returns (a test there holds it to this list), so the error
+/// counters exist at zero before the first error.
+pub const RECONCILE_ERRORS: [&str; 4] = ["kube", "queue", "finalizer", "invalid"];
 
 /// The controller's metrics: reconciles, their errors by kind, and their durations.
 ///
@@ -124,16 +132,16 @@ impl ControllerMetrics {
             events_dropped: Counter::default(),
         };
         // Exported from the start, so rates and alerts work before the first reconcile.
-        for controller in ["workorder", "executor"] {
+        for controller in CONTROLLERS {
             let label = ControllerLabel {
                 controller: controller.into(),
             };
             let _ = m.reconciles.get_or_create(&label);
             let _ = m.duration.get_or_create(&label);
-            for error in crate::controller::Error::METRIC_LABELS {
+            for error in RECONCILE_ERRORS {
                 let _ = m.errors.get_or_create(&ControllerErrorLabels {
                     controller: controller.into(),
-                    error: (*error).into(),
+                    error: error.into(),
                 });
             }
         }

@@ -9,6 +9,7 @@ pub mod history;
 pub mod log;
 pub mod logs;
 pub mod lookup;
+pub mod order_list;
 pub mod orders;
 pub mod render;
 pub mod wait;

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::agents::agent_names;
 use super::args::{OrderListFilter, Output, WaitArgs};
 use super::log::print_message;
-use super::orders::{NEXT_COLUMN, ORDER_HEADERS, STATE_COLUMN, list_orders, order_rows};
+use super::order_list::{NEXT_COLUMN, ORDER_HEADERS, STATE_COLUMN, list_orders, order_rows};
 use super::render::{print_rows, print_table};
 use crate::client::{Client, ClientError};
 use crate::wire::{LogEntry, Outcome, WorkOrder};

@@ -8,7 +8,7 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::order::Abandon;
+use super::Abandon;
 use crate::client::Client;
 
 /// The running heartbeats of one order; they stop when this is dropped, so an abandoned order's

@@ -28,10 +28,23 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 pub use connect::{Backoff, ConnectError, connect_as_agent};
-pub use order::{Abandon, Carrier, Ended, Reported, Stage, Verdict};
+pub use order::{Carrier, Ended, Reported, Stage, Verdict};
 
 use crate::client::{Client, ClientError};
 use crate::wire::ClaimNextBody;
+
+/// Why an order was given up without reporting a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandon {
+    /// A heartbeat answered `409 cancelled`: undo what can be undone.
+    Cancelled,
+    /// A heartbeat answered `409 reclaimed` / `not_claim_holder`: someone else may run it now.
+    Reclaimed,
+    /// The second shutdown signal: left to the reaper.
+    Stopping,
+    /// A heartbeat was answered 401/403: the agent was retired or its token revoked.
+    Unauthorized,
+}
 
 /// Settings of the pull loop.
 #[derive(Debug, Clone)]
@@ -96,7 +109,7 @@ pub async fn run<C: Carrier>(
     carrier: Arc<C>,
     shutdown: Shutdown,
 ) -> Result<(), PullError> {
-    run_loop(client, config, carrier, shutdown, None)
+    run_loop(client, config, carrier, shutdown, Runs::Forever)
         .await
         .map(|_| ())
 }
@@ -113,20 +126,43 @@ pub async fn run_once<C: Carrier>(
     deadline: Option<tokio::time::Instant>,
 ) -> Result<Option<Ended>, PullError> {
     config.concurrency = 1;
-    run_loop(client, config, carrier, shutdown, Some(deadline)).await
+    run_loop(client, config, carrier, shutdown, Runs::Once { deadline }).await
 }
 
 /// How long a claim request may outlast the `--once` deadline: the server answers a long-poll
 /// bounded by the deadline within about a second; past this it is not answering at all.
 pub const DEADLINE_GRACE: Duration = Duration::from_secs(2);
 
-/// `once`: None = loop forever; Some(deadline) = one order, claimed before the deadline if any.
+/// How many orders the pull loop takes.
+#[derive(Debug, Clone, Copy)]
+enum Runs {
+    /// Orders until drained (`pullman worker`, the executor).
+    Forever,
+    /// One order, claimed before `deadline` if there is one (`pullman worker --once [--wait]`).
+    Once {
+        deadline: Option<tokio::time::Instant>,
+    },
+}
+
+impl Runs {
+    fn once(self) -> bool {
+        matches!(self, Runs::Once { .. })
+    }
+
+    fn deadline(self) -> Option<tokio::time::Instant> {
+        match self {
+            Runs::Once { deadline } => deadline,
+            Runs::Forever => None,
+        }
+    }
+}
+
 async fn run_loop<C: Carrier>(
     client: Client,
     config: LoopConfig,
     carrier: Arc<C>,
     shutdown: Shutdown,
-    once: Option<Option<tokio::time::Instant>>,
+    runs: Runs,
 ) -> Result<Option<Ended>, PullError> {
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let mut running = tokio::task::JoinSet::new();
@@ -141,14 +177,14 @@ async fn run_loop<C: Carrier>(
                 last = Some(ended);
             }
         }
-        if refused.is_some() || (once.is_some() && last.is_some()) {
+        if refused.is_some() || (runs.once() && last.is_some()) {
             break;
         }
         let permit = tokio::select! {
             _ = shutdown.drain.cancelled() => break,
             p = slots.clone().acquire_owned() => p.expect("semaphore never closes"),
         };
-        if once.is_some() && !running.is_empty() {
+        if runs.once() && !running.is_empty() {
             // The one order is running: wait for it instead of claiming another.
             drop(permit);
             if let Some(Ok(ended)) = running.join_next().await {
@@ -160,7 +196,7 @@ async fn run_loop<C: Carrier>(
         // With --once and --wait, the long-poll never outlasts the wait (a claim answered after
         // its request was dropped would sit claimed until the reaper hands it out again).
         let mut max_wait = i64::from(config.max_wait_seconds);
-        if let Some(Some(at)) = once {
+        if let Some(at) = runs.deadline() {
             let left = at.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 break;
@@ -178,9 +214,9 @@ async fn run_loop<C: Carrier>(
             lease_seconds: Some(i64::from(config.lease_seconds)),
         };
         let give_up = async {
-            match once {
-                Some(Some(at)) => tokio::time::sleep_until(at + DEADLINE_GRACE).await,
-                _ => std::future::pending().await,
+            match runs.deadline() {
+                Some(at) => tokio::time::sleep_until(at + DEADLINE_GRACE).await,
+                None => std::future::pending().await,
             }
         };
         let claimed = tokio::select! {
@@ -234,10 +270,7 @@ async fn run_loop<C: Carrier>(
                     tracing::error!(%error, retry_in = ?wait, "claim refused; retrying");
                 }
                 let wake = tokio::time::Instant::now() + wait;
-                let wake = match once {
-                    Some(Some(at)) => wake.min(at),
-                    _ => wake,
-                };
+                let wake = runs.deadline().map_or(wake, |at| wake.min(at));
                 tokio::select! {
                     _ = shutdown.drain.cancelled() => break,
                     _ = tokio::time::sleep_until(wake) => {}

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::Abandon;
 use super::heartbeat::Heartbeats;
 use crate::client::{Client, ClientError, Completed};
 use crate::wire::CompleteBody;
@@ -28,19 +29,6 @@ use crate::wire::WorkOrder;
 pub enum Verdict {
     Success { message: String },
     Failure { message: String, retryable: bool },
-}
-
-/// Why an order was given up without reporting a result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Abandon {
-    /// A heartbeat answered `409 cancelled`: undo what can be undone.
-    Cancelled,
-    /// A heartbeat answered `409 reclaimed` / `not_claim_holder`: someone else may run it now.
-    Reclaimed,
-    /// The second shutdown signal: left to the reaper.
-    Stopping,
-    /// A heartbeat was answered 401/403: the agent was retired or its token revoked.
-    Unauthorized,
 }
 
 /// Where one claimed order is in its life. `S` is what the carrier's `Applying` step hands to
