@@ -37,6 +37,12 @@ async fn admin_agent_and_anonymous_matrix() {
             format!("/api/v1/work-orders/{o}/explain"),
             None,
         ),
+        (
+            Method::GET,
+            format!("/api/v1/work-orders/{o}/attempts"),
+            None,
+        ),
+        (Method::POST, format!("/api/v1/work-orders/{o}/rerun"), None),
         (Method::GET, "/api/v1/backlog?label=m".into(), None),
         (Method::GET, "/api/v1/work-order-log".into(), None),
         (Method::GET, format!("/api/v1/work-order-log/{o}"), None),

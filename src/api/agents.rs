@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
 use super::pages::{AgentPage, WorkOrderPage};
-use super::{ApiError, AppState, Caller, ErrorBody};
+use super::{Admin, ApiError, AppState, Caller, ErrorBody};
 use crate::auth::Principal;
 use crate::queue::validate::{parse_work_type, validate_agent};
 use crate::queue::{Agent, AgentWithToken, NewAgent, Page, WorkOrder, WorkType};
@@ -47,15 +47,13 @@ pub struct PendingQuery {
 #[utoipa::path(post, path = "/api/v1/agents", tag = "agents", request_body = NewAgent,
     responses((status = 201, description = "Registered: the agent and its token, shown this once", body = AgentWithToken), (status = 400, body = ErrorBody),
         (status = 409, description = "A live agent has this name (`name_taken`)", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn register(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiJson(body): ApiJson<NewAgent>,
 ) -> Result<(StatusCode, Json<AgentWithToken>), ApiError> {
-    caller.require_admin()?;
     let spec = validate_agent(body)?;
     let created = state.queue.register_agent(&spec, None).await?;
     tracing::info!(agent = %created.agent.id, name = %created.agent.name, "agent registered");
@@ -64,15 +62,13 @@ pub async fn register(
 
 /// List agents with derived health.
 #[utoipa::path(get, path = "/api/v1/agents", tag = "agents", operation_id = "list_agents", params(AgentListQuery),
-    responses((status = 200, description = "A page of agents with their health", body = AgentPage), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "A page of agents with their health", body = AgentPage)),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiQuery(q): ApiQuery<AgentListQuery>,
 ) -> Result<Json<Page<Agent>>, ApiError> {
-    caller.require_admin()?;
     Ok(Json(
         state
             .queue
@@ -84,15 +80,13 @@ pub async fn list(
 /// One agent with derived health.
 #[utoipa::path(get, path = "/api/v1/agents/{id}", tag = "agents", operation_id = "get_agent",
     params(("id" = Uuid, Path, description = "Agent id")),
-    responses((status = 200, description = "The agent with its health", body = Agent), (status = 404, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "The agent with its health", body = Agent), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_one(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Agent>, ApiError> {
-    caller.require_admin()?;
     Ok(Json(state.queue.get_agent(id).await?))
 }
 
@@ -100,15 +94,13 @@ pub async fn get_one(
 #[utoipa::path(post, path = "/api/v1/agents/{id}/token", tag = "agents",
     params(("id" = Uuid, Path, description = "Agent id")),
     responses((status = 201, description = "The agent and its new token, shown this once", body = AgentWithToken), (status = 404, body = ErrorBody),
-        (status = 409, description = "Agent retired", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+        (status = 409, description = "Agent retired", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn rotate_token(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<(StatusCode, Json<AgentWithToken>), ApiError> {
-    caller.require_admin()?;
     let rotated = state.queue.rotate_agent_token(id).await?;
     tracing::info!(agent = %id, "agent token rotated");
     Ok((StatusCode::CREATED, Json(rotated)))
@@ -117,15 +109,13 @@ pub async fn rotate_token(
 /// Retire an agent: token revoked, its claims back to `PENDING`.
 #[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents",
     params(("id" = Uuid, Path, description = "Agent id")),
-    responses((status = 200, description = "The retired agent", body = Agent), (status = 404, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "The retired agent", body = Agent), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn retire(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Agent>, ApiError> {
-    caller.require_admin()?;
     let agent = state.queue.retire_agent(id).await?;
     tracing::info!(agent = %id, "agent retired");
     Ok(Json(agent))
@@ -135,7 +125,6 @@ pub async fn retire(
 #[utoipa::path(get, path = "/api/v1/agents/{id}/work-orders/pending", tag = "claims",
     params(("id" = Uuid, Path, description = "Agent id"), PendingQuery),
     responses((status = 200, description = "A page of the orders this agent may claim now, oldest first", body = WorkOrderPage), (status = 404, body = ErrorBody),
-        (status = 401, body = ErrorBody),
         (status = 403, description = "Token of another agent", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn pending(
@@ -160,7 +149,7 @@ pub async fn pending(
 /// Who the presented token belongs to. Not in docs/design.md §5: added so that workers given only a
 /// token file learn their agent id, and so CLIs can check a token before using it.
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "agents",
-    responses((status = 200, description = "The token's kind and agent", body = WhoAmI), (status = 401, body = ErrorBody)),
+    responses((status = 200, description = "The token's kind and agent", body = WhoAmI)),
     security(("bearer" = [])))]
 pub async fn whoami(
     State(state): State<AppState>,

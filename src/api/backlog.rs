@@ -9,7 +9,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::ApiPath;
-use super::{ApiError, AppState, Caller, ErrorBody};
+use super::{Admin, ApiError, AppState, Caller, ErrorBody};
 use crate::auth::Principal;
 use crate::queue::backlog::Backlog;
 use crate::queue::eligibility::AgentProfile;
@@ -23,7 +23,6 @@ use crate::queue::{NewAgent, RequestedWorkType, WorkType};
     params(("id" = Uuid, Path, description = "Agent id")),
     responses((status = 200, description = "The agent's backlog", body = Backlog),
         (status = 404, description = "Unknown agent (`not_found`)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
         (status = 403, description = "Token of another agent", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn agent(
@@ -43,8 +42,7 @@ pub async fn agent(
 #[utoipa::path(get, path = "/api/v1/agents/me/backlog", tag = "agents",
     operation_id = "get_own_backlog",
     responses((status = 200, description = "The backlog of the agent the token belongs to", body = Backlog),
-        (status = 403, description = "The admin token, which is no agent (`forbidden`)", body = ErrorBody),
-        (status = 401, body = ErrorBody)),
+        (status = 403, description = "The admin token, which is no agent (`forbidden`)", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn own(
     State(state): State<AppState>,
@@ -85,15 +83,13 @@ pub struct ProfileQuery {
     params(ProfileQuery),
     responses((status = 200, description = "The profile's backlog", body = Backlog),
         (status = 400, description = "Unknown or malformed parameter, or a value out of bounds", body = ErrorBody),
-        (status = 422, description = "Unknown work type (`unknown_work_type`, naming `work_type`)", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+        (status = 422, description = "Unknown work type (`unknown_work_type`, naming `work_type`)", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn profile(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Backlog>, ApiError> {
-    caller.require_admin()?;
     let profile = parse_profile(query.as_deref().unwrap_or(""))?;
     Ok(Json(state.queue.profile_backlog(&profile).await?))
 }

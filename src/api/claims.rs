@@ -40,7 +40,7 @@ fn claimed(state: &AppState, order: &WorkOrder, started: Instant) {
         (status = 200, description = "Claimed: the full order with claim_id, claimed_at, lease_seconds, lease_expires_at, claim_timeout_seconds", body = WorkOrder),
         (status = 404, description = "Unknown or not visible to this agent", body = ErrorBody),
         (status = 409, description = "Not claimable now: `already_claimed`, `backing_off`, `max_concurrency`", body = ErrorBody),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 400, body = ErrorBody),
         (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn claim(
@@ -69,7 +69,7 @@ pub async fn claim(
         (status = 404, description = "`not_found`: unknown agent", body = ErrorBody),
         (status = 409, description = "`agent_retired`: the agent was retired", body = ErrorBody),
         (status = 503, description = "`too_many_long_polls` or `database_unavailable`; retry after `Retry-After` seconds", body = ErrorBody),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 400, body = ErrorBody),
         (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn claim_next(
@@ -154,7 +154,7 @@ impl Drop for LongPollGauge {
     params(("id" = Uuid, Path, description = "Work order id")), request_body = HeartbeatBody,
     responses((status = 200, description = "Lease extended: its new end and the claim's hard end", body = Heartbeat),
         (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`: stop working on it", body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn heartbeat(
@@ -179,7 +179,7 @@ pub async fn heartbeat(
         (status = 200, description = "The order reached a terminal state: its log entry", body = LogEntry),
         (status = 202, description = "A retry was scheduled", body = RetryScheduled),
         (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`; nothing changed", body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn complete(

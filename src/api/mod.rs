@@ -127,6 +127,25 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// The caller of an admin route, proven to hold the admin token: `401` without a valid token,
+/// `403 forbidden` for an agent's (docs/design.md §4). A handler that takes it cannot forget
+/// the check; the `401`/`403` answers of every authenticated route are documented once, by
+/// `ops::CommonAnswers`.
+pub struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Caller(caller) = Caller::from_request_parts(parts, state).await?;
+        caller.require_admin()?;
+        Ok(Admin)
+    }
+}
+
 /// Builds the router with every route of docs/design.md §5.
 pub fn router(state: AppState) -> Router {
     let api = Router::new()

@@ -41,7 +41,7 @@ const FOLLOW_POLL: Duration = Duration::from_millis(500);
         (status = 413, description = "`payload_too_large`: the chunk is over 1 MiB as sent", body = ErrorBody),
         (status = 429, description = "`too_many_output_writes`: retry after `Retry-After` seconds", body = ErrorBody),
         (status = 503, description = "`database_unavailable`: retry after `Retry-After` seconds", body = ErrorBody),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn append(
@@ -141,7 +141,7 @@ pub struct ReadQuery {
                 (OutputPage = "application/json"),
                 (OutputEntry = "application/x-ndjson"))),
         (status = 404, description = "No such order, active or finished", body = ErrorBody),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 400, body = ErrorBody),
         (status = 503, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn read(

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
 use super::pages::{LogEntryPage, WorkOrderPage};
-use super::{ApiError, AppState, Caller, ErrorBody};
+use super::{Admin, ApiError, AppState, ErrorBody};
 use crate::queue::validate::{parse_work_type, validate_work_order_off_thread};
 use crate::queue::waiting::Explanation;
 use crate::queue::{
@@ -94,7 +94,6 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
         (status = 201, description = "Created (or, with `Idempotent-Replayed: true`, created by an earlier call with this key)", body = WorkOrder,
             headers(("Idempotent-Replayed" = String, description = "`true` when this is the answer of an earlier call with the same `Idempotency-Key`; absent otherwise"))),
         (status = 400, description = "Invalid field, unknown work type, empty targeting, bad YAML, bad Idempotency-Key", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 413, description = "yaml_content over 1 MiB", body = ErrorBody),
         (status = 415, description = "No `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "Wrong JSON types or unknown fields; `idempotency_key_reused`", body = ErrorBody),
@@ -102,11 +101,10 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     headers: HeaderMap,
     ApiJson(body): ApiJson<NewWorkOrder>,
 ) -> Result<Response, ApiError> {
-    caller.require_admin()?;
     let key = idempotency_key(&headers, &body)?;
     let spec = validate_work_order_off_thread(body).await?;
     let created = state
@@ -150,15 +148,13 @@ fn idempotency_key(
 
 /// List active work orders (oldest first, without `yaml_content`).
 #[utoipa::path(get, path = "/api/v1/work-orders", tag = "work orders", operation_id = "list_work_orders", params(ListQuery),
-    responses((status = 200, description = "A page of active orders, oldest first", body = WorkOrderPage), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "A page of active orders, oldest first", body = WorkOrderPage), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<Page<WorkOrder>>, ApiError> {
-    caller.require_admin()?;
     let status = q
         .status
         .map(|s| {
@@ -191,15 +187,13 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}", tag = "work orders", operation_id = "get_work_order",
     params(("id" = Uuid, Path, description = "Work order id")),
     responses((status = 200, description = "The order in full, with its attempts and, while unclaimed, why it waits", body = WorkOrder),
-        (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+        (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_one(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<WorkOrder>, ApiError> {
-    caller.require_admin()?;
     let mut order = state.queue.get_work_order(id).await?;
     order.attempts = Some(state.queue.attempts(id).await?);
     order.waiting = state.queue.waiting(id).await?;
@@ -215,15 +209,13 @@ pub async fn get_one(
     params(("id" = Uuid, Path, description = "Work order id")),
     responses((status = 200, description = "Why the order waits", body = Explanation),
         (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody),
-        (status = 409, description = "Claimed, so not waiting (`not_waiting`)", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+        (status = 409, description = "Claimed, so not waiting (`not_waiting`)", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn explain(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Explanation>, ApiError> {
-    caller.require_admin()?;
     Ok(Json(state.queue.explain(id).await?))
 }
 
@@ -232,15 +224,13 @@ pub async fn explain(
     params(("id" = Uuid, Path, description = "Work order id")),
     responses((status = 200, description = "The log entry", body = LogEntry),
         (status = 404, body = ErrorBody),
-        (status = 409, description = "Already finished (`already_finished`)", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+        (status = 409, description = "Already finished (`already_finished`)", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn cancel(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<LogEntry>, ApiError> {
-    caller.require_admin()?;
     let entry = state
         .queue
         .cancel_work_order(id, "cancelled through the API")
@@ -252,15 +242,13 @@ pub async fn cancel(
 
 /// Finished work orders, newest first (without `yaml_content`).
 #[utoipa::path(get, path = "/api/v1/work-order-log", tag = "log", params(LogQuery),
-    responses((status = 200, description = "A page of finished orders, newest first", body = LogEntryPage), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "A page of finished orders, newest first", body = LogEntryPage), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list_log(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiQuery(q): ApiQuery<LogQuery>,
 ) -> Result<Json<Page<LogEntry>>, ApiError> {
-    caller.require_admin()?;
     let filter = LogFilter {
         work_type: q
             .work_type
@@ -281,15 +269,13 @@ pub async fn list_log(
 /// One finished work order, with `yaml_content`.
 #[utoipa::path(get, path = "/api/v1/work-order-log/{id}", tag = "log",
     params(("id" = Uuid, Path, description = "Work order id")),
-    responses((status = 200, description = "The finished order in full, with its attempts", body = LogEntry), (status = 404, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "The finished order in full, with its attempts", body = LogEntry), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_log(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<LogEntry>, ApiError> {
-    caller.require_admin()?;
     let mut entry = state.queue.get_log_entry(id).await?;
     entry.attempts = Some(state.queue.attempts(id).await?);
     Ok(Json(entry))
@@ -300,15 +286,13 @@ pub async fn get_log(
 /// `reclaimed`, `released`, `cancelled`) with the message. Empty for an order never claimed.
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}/attempts", tag = "work orders",
     params(("id" = Uuid, Path, description = "Work order id (active or finished)")),
-    responses((status = 200, description = "The attempts, oldest first", body = Vec<Attempt>), (status = 404, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    responses((status = 200, description = "The attempts, oldest first", body = Vec<Attempt>), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn attempts(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Vec<Attempt>>, ApiError> {
-    caller.require_admin()?;
     Ok(Json(state.queue.attempts(id).await?))
 }
 
@@ -323,16 +307,14 @@ pub async fn attempts(
             headers(("Idempotent-Replayed" = String, description = "`true` when this is the answer of an earlier call with the same `Idempotency-Key`; absent otherwise"))),
         (status = 404, body = ErrorBody),
         (status = 409, description = "The order has not finished (`not_finished`)", body = ErrorBody),
-        (status = 422, description = "`idempotency_key_reused`", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+        (status = 422, description = "`idempotency_key_reused`", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn rerun(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    _: Admin,
     headers: HeaderMap,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Response, ApiError> {
-    caller.require_admin()?;
     let key = idempotency_key(&headers, &serde_json::json!({ "rerun_of": id }))?;
     let created = state.queue.rerun(id, key.as_ref()).await?;
     if !created.replayed {
