@@ -14,6 +14,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::queue::limits::{
+    BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, LEASE_SECONDS, MAX_CONCURRENCY, MAX_RECLAIMS,
+    MAX_RETRIES, MAX_YAML_BYTES,
+};
 use crate::queue::{NewWorkOrder, Targeting, WorkType};
 
 /// Work type of a WorkOrder (docs/design.md §4).
@@ -53,17 +57,19 @@ pub struct WorkOrderTargeting {
     pub annotations: BTreeMap<String, String>,
 }
 
+// The defaults and ranges below are the queue's (crate::queue::limits), so an order applied as
+// a WorkOrder and one created over REST are bounded and defaulted alike.
 fn default_max_retries() -> i32 {
-    3
+    MAX_RETRIES.default_i32()
 }
 fn default_backoff() -> i32 {
-    60
+    BACKOFF_SECONDS.default_i32()
 }
 fn default_claim_timeout() -> i32 {
-    3600
+    CLAIM_TIMEOUT_SECONDS.default_i32()
 }
 fn default_max_reclaims() -> i32 {
-    5
+    MAX_RECLAIMS.default_i32()
 }
 
 // The Rust types are `WorkOrderResource` / `WorkOrderResourceSpec` so they never collide with the
@@ -89,23 +95,23 @@ pub struct WorkOrderResourceSpec {
     /// build (a Shipwright Build) or custom (Kubernetes objects).
     pub work_type: CrdWorkType,
     /// One or more YAML documents: the objects to apply, or the Shipwright Build.
-    #[schemars(length(min = 1, max = 1048576))]
+    #[schemars(length(min = 1, max = MAX_YAML_BYTES))]
     pub yaml_content: String,
     /// Retries after a failed attempt (0 means one attempt).
     #[serde(default = "default_max_retries")]
-    #[schemars(range(min = 0, max = 100))]
+    #[schemars(range(min = MAX_RETRIES.min, max = MAX_RETRIES.max))]
     pub max_retries: i32,
     /// Base of the exponential backoff between attempts, in seconds.
     #[serde(default = "default_backoff")]
-    #[schemars(range(min = 1, max = 86400))]
+    #[schemars(range(min = BACKOFF_SECONDS.min, max = BACKOFF_SECONDS.max))]
     pub backoff_seconds: i32,
     /// Seconds a claim may last; the executor's watch budget is derived from it.
     #[serde(default = "default_claim_timeout")]
-    #[schemars(range(min = 60, max = 604800))]
+    #[schemars(range(min = CLAIM_TIMEOUT_SECONDS.min, max = CLAIM_TIMEOUT_SECONDS.max))]
     pub claim_timeout_seconds: i32,
     /// Reclaims of stale claims before the order fails.
     #[serde(default = "default_max_reclaims")]
-    #[schemars(range(min = 0, max = 100))]
+    #[schemars(range(min = MAX_RECLAIMS.min, max = MAX_RECLAIMS.max))]
     pub max_reclaims: i32,
     /// Only agents of this tenant (or instance-wide agents) may claim it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -232,11 +238,11 @@ pub struct ExecutorSpec {
     pub tenant: Option<String>,
     /// Most claims held at once (empty: unlimited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 100000))]
+    #[schemars(range(min = MAX_CONCURRENCY.min, max = MAX_CONCURRENCY.max))]
     pub max_concurrency: Option<i32>,
     /// Lease the executor claims with, seconds; health turns stale after 3 × this without contact.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 5, max = 86400))]
+    #[schemars(range(min = LEASE_SECONDS.min, max = LEASE_SECONDS.max))]
     pub lease_seconds: Option<i32>,
     /// When set, the controller runs `pullman executor` as a Deployment with the agent's token.
     #[serde(default, skip_serializing_if = "Option::is_none")]

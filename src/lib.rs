@@ -12,6 +12,8 @@
 //! **The server** (`pullman serve`, [`serve`]: database, API, maintenance, controller, shutdown)
 //! - [`queue`]: the work-order queue: every statement a file in `src/queue/sql/`, the state
 //!   transitions, and the one eligibility rule (`queue::eligibility`) every claim path shares.
+//!   Every bound and default of an order's or an agent's numbers is in `queue::limits`, read by
+//!   validation, the OpenAPI document, the CRDs and the agents' flags alike.
 //! - [`api`]: the REST API (axum) over the queue, with its OpenAPI description.
 //! - [`auth`]: checking admin and agent bearer tokens (the queue stores only hashes).
 //! - [`controller`]: the WorkOrder and Executor reconcilers (leader-elected).

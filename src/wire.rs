@@ -27,7 +27,6 @@ pub struct ClaimBody {
     pub agent_id: Uuid,
     /// Lease in seconds (5–86400); absent = no lease, the claim timeout alone governs.
     #[serde(default)]
-    #[schema(minimum = 5, maximum = 86400)]
     pub lease_seconds: Option<i64>,
 }
 
@@ -46,7 +45,6 @@ pub struct ClaimNextBody {
     pub max_wait_seconds: Option<i64>,
     /// Lease in seconds (5–86400); absent = no lease.
     #[serde(default)]
-    #[schema(minimum = 5, maximum = 86400)]
     pub lease_seconds: Option<i64>,
 }
 

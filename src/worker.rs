@@ -20,6 +20,7 @@ use crate::pull::output::{self, OutputConfig, OutputHandle, OutputSender, Redact
 use crate::pull::{
     self, Abandon, Carrier, ConnectError, Ended, LoopConfig, PullError, Reported, Shutdown, Verdict,
 };
+use crate::queue::limits;
 use crate::wire::WorkOrder;
 
 /// Most bytes of output reported as the result message.
@@ -96,8 +97,8 @@ pub struct WorkerArgs {
     pub work_types: Vec<String>,
     /// Lease requested on each claim, in seconds (5-86400); a heartbeat goes out every third
     /// of it.
-    #[arg(long, env = "PULLMAN_LEASE_SECONDS", default_value_t = 60,
-          value_parser = clap::value_parser!(u32).range(5..=86400))]
+    #[arg(long, env = "PULLMAN_LEASE_SECONDS", default_value_t = limits::AGENT_LEASE_SECONDS as u32,
+          value_parser = clap::value_parser!(u32).range(limits::LEASE_SECONDS.min..=limits::LEASE_SECONDS.max))]
     pub lease_seconds: u32,
     /// Orders run at once (1-1024; ignored with --once).
     #[arg(long, env = "PULLMAN_CONCURRENCY", default_value_t = 1,

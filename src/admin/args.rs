@@ -99,7 +99,7 @@ pub struct CreateAgent {
     /// takes orders of any tenant or none).
     #[arg(long)]
     pub tenant: Option<String>,
-    /// Most claims held at once. Default: unlimited.
+    /// Most claims held at once, 1-100000. Default: unlimited.
     #[arg(long)]
     pub max_concurrency: Option<i64>,
     /// Write the token to this file (mode 0600) instead of printing it. Default: print it.
@@ -269,7 +269,7 @@ pub struct CreateWorkOrder {
     /// (a reclaim), 60-604800. Default: 3600.
     #[arg(long)]
     pub claim_timeout_seconds: Option<i64>,
-    /// Times an expired claim is handed out again before the order fails. Default: 5.
+    /// Times an expired claim is handed out again before the order fails, 0-100. Default: 5.
     #[arg(long)]
     pub max_reclaims: Option<i64>,
     /// Block until the order finishes; print its result and exit with its outcome (see below).

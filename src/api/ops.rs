@@ -145,7 +145,9 @@ impl utoipa::Modify for CommonAnswers {
 /// from these. Applied to the JSON document: utoipa's typed model lacks some of the keywords
 /// (`if`/`then`, `not` beside `allOf`).
 fn input_bounds(doc: &mut serde_json::Value) {
-    use crate::queue::validate::{MAX_LIST_ENTRIES, MAX_STRING_CHARS};
+    use crate::queue::limits::{
+        MAX_LIST_ENTRIES, MAX_STRING_CHARS, WATCHED_MIN_CLAIM_TIMEOUT_SECONDS,
+    };
     use serde_json::{Value, json};
     // Non-empty once U+0000 is removed, at most MAX_STRING_CHARS.
     let text = json!({"type": "string", "minLength": 1, "maxLength": MAX_STRING_CHARS, "pattern": "[^\\u0000]"});
@@ -246,10 +248,48 @@ fn input_bounds(doc: &mut serde_json::Value) {
             );
             obj.insert(
                 "then".into(),
-                json!({"properties": {"claim_timeout_seconds": {"minimum": 120}}}),
+                json!({"properties": {"claim_timeout_seconds": {"minimum": WATCHED_MIN_CLAIM_TIMEOUT_SECONDS}}}),
             );
         }
     });
+}
+
+/// The request fields bounded by crate::queue::limits get their `minimum`, `maximum`, `default`
+/// and length bounds from there, so the document states the numbers validation enforces.
+fn limits(doc: &mut serde_json::Value) {
+    use crate::queue::limits::{MAX_AGENT_NAME_CHARS, MAX_STRING_CHARS, MAX_YAML_BYTES, RANGES};
+    use serde_json::json;
+    let requests = ["NewWorkOrder", "NewAgent", "ClaimBody", "ClaimNextBody"];
+    for name in requests {
+        let Some(props) = doc
+            .pointer_mut(&format!("/components/schemas/{name}/properties"))
+            .and_then(serde_json::Value::as_object_mut)
+        else {
+            continue;
+        };
+        for range in RANGES {
+            if let Some(field) = props.get_mut(range.field).and_then(|f| f.as_object_mut()) {
+                field.insert("minimum".into(), json!(range.min));
+                field.insert("maximum".into(), json!(range.max));
+                if let Some(default) = range.default {
+                    field.insert("default".into(), json!(default));
+                }
+            }
+        }
+        let mut length = |field: &str, max: usize| {
+            if let Some(f) = props.get_mut(field).and_then(|f| f.as_object_mut()) {
+                f.insert("minLength".into(), json!(1));
+                f.insert("maxLength".into(), json!(max));
+            }
+        };
+        length("tenant", MAX_STRING_CHARS);
+        if name == "NewAgent" {
+            length("name", MAX_AGENT_NAME_CHARS);
+        }
+        if name == "NewWorkOrder" {
+            length("yaml_content", MAX_YAML_BYTES);
+        }
+    }
 }
 
 struct BearerAuth;
@@ -398,6 +438,7 @@ impl ApiDoc {
         let mut doc =
             serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serializes");
         input_bounds(&mut doc);
+        limits(&mut doc);
         doc
     }
 }

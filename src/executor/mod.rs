@@ -35,6 +35,7 @@ pub use watch::{WatchEnd, Watches};
 
 use crate::pull::output::{FLUSH_TIMEOUT, OutputConfig, OutputSender, Redactor};
 use crate::pull::{self, Carrier, ConnectError, LoopConfig, Shutdown, Verdict};
+use crate::queue::limits;
 use crate::wire::WorkOrder;
 
 /// What `pullman executor --help` says after the flags.
@@ -70,8 +71,8 @@ pub struct ExecutorArgs {
     pub concurrency: u32,
     /// Lease requested on each claim, in seconds (5-86400); a heartbeat goes out every third
     /// of it.
-    #[arg(long, env = "PULLMAN_LEASE_SECONDS", default_value_t = 60,
-          value_parser = clap::value_parser!(u32).range(5..=86400))]
+    #[arg(long, env = "PULLMAN_LEASE_SECONDS", default_value_t = limits::AGENT_LEASE_SECONDS as u32,
+          value_parser = clap::value_parser!(u32).range(limits::LEASE_SECONDS.min..=limits::LEASE_SECONDS.max))]
     pub lease_seconds: u32,
     /// Seconds running orders get to finish after the first SIGTERM before they are abandoned to
     /// the reaper (0-86400). Keep it below the pod's terminationGracePeriodSeconds (Kubernetes'

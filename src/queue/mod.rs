@@ -30,6 +30,7 @@ pub mod eligibility;
 mod eligibility_agreement;
 mod explain;
 mod history;
+pub mod limits;
 mod maintenance;
 pub mod model;
 mod notify;

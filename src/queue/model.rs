@@ -191,30 +191,24 @@ pub struct NewWorkOrder {
     /// One or more YAML documents, at most 1 MiB (`413` above), each with `apiVersion`, `kind`
     /// and `metadata`, nested at most 128 levels; a `build` holds exactly one Shipwright `Build`.
     #[schema(
-        max_length = 1048576,
         example = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\ndata:\n  greeting: hi\n"
     )]
     pub yaml_content: String,
     /// Retries after a failed attempt, 0–100 (default 3).
     #[serde(default)]
-    #[schema(minimum = 0, maximum = 100)]
     pub max_retries: Option<i64>,
     /// Base of the exponential backoff in seconds, 1–86400 (default 60).
     #[serde(default)]
-    #[schema(minimum = 1, maximum = 86400)]
     pub backoff_seconds: Option<i64>,
     /// Seconds a claim may last from `claimed_at`, 60–604800 (default 3600); at least 120 for
     /// orders that must be watched (Jobs, builds).
     #[serde(default)]
-    #[schema(minimum = 60, maximum = 604800)]
     pub claim_timeout_seconds: Option<i64>,
     /// Reclaims by the reaper before the order fails, 0–100 (default 5).
     #[serde(default)]
-    #[schema(minimum = 0, maximum = 100)]
     pub max_reclaims: Option<i64>,
     /// Only agents of this tenant (or instance-wide agents) may claim. 1–4096 characters.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 4096)]
     pub tenant: Option<String>,
     /// Which agents may claim; at least one criterion.
     pub targeting: Targeting,
@@ -386,7 +380,6 @@ pub enum AgentHealth {
 #[serde(deny_unknown_fields)]
 pub struct NewAgent {
     /// Unique among live agents; 1–253 characters.
-    #[schema(min_length = 1, max_length = 253)]
     pub name: String,
     #[serde(default)]
     pub labels: Vec<String>,
@@ -398,16 +391,13 @@ pub struct NewAgent {
     pub work_types: Vec<RequestedWorkType>,
     /// Tenant this agent serves; absent means instance-wide. 1–4096 characters.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 4096)]
     pub tenant: Option<String>,
     /// Most claims held at once, 1–100000; absent means unlimited.
     #[serde(default)]
-    #[schema(minimum = 1, maximum = 100000)]
     pub max_concurrency: Option<i64>,
     /// Expected lease in seconds, 5–86400; drives the stale threshold before the agent's first
     /// leased claim.
     #[serde(default)]
-    #[schema(minimum = 5, maximum = 86400)]
     pub lease_seconds: Option<i64>,
 }
 

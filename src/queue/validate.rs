@@ -9,15 +9,11 @@ use super::rules::{MIN_WATCH_BUDGET, watch_budget};
 use super::text::{strip_nul, strip_nul_all, strip_nul_map};
 use crate::manifest;
 
-/// Largest `yaml_content`, in bytes (docs/design.md §5): 1 MiB. Larger bodies get `413`.
-pub const MAX_YAML_BYTES: usize = 1024 * 1024;
-/// Longest tenant, label, agent name in targeting, or annotation key/value accepted, in
-/// characters (as JSON Schema's `maxLength` counts them, so the OpenAPI bound is the server's).
-pub const MAX_STRING_CHARS: usize = 4096;
-/// Longest agent name, in characters.
-pub const MAX_AGENT_NAME_CHARS: usize = 253;
-/// Most entries in any one list or map of a request.
-pub const MAX_LIST_ENTRIES: usize = 256;
+use super::limits::{
+    BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, LEASE_SECONDS, MAX_AGENT_NAME_CHARS, MAX_CONCURRENCY,
+    MAX_LIST_ENTRIES, MAX_RECLAIMS, MAX_RETRIES, MAX_STRING_CHARS, MAX_YAML_BYTES,
+    WATCHED_MIN_CLAIM_TIMEOUT_SECONDS,
+};
 
 /// A create body that passed validation, with defaults applied.
 #[derive(Debug, Clone)]
@@ -48,23 +44,6 @@ fn invalid(field: &str, message: impl Into<String>) -> QueueError {
     QueueError::Invalid {
         field: field.to_string(),
         message: message.into(),
-    }
-}
-
-fn bounded(
-    field: &str,
-    value: Option<i64>,
-    default: i32,
-    min: i64,
-    max: i64,
-) -> Result<i32, QueueError> {
-    match value {
-        None => Ok(default),
-        Some(v) if (min..=max).contains(&v) => Ok(v as i32),
-        Some(v) => Err(invalid(
-            field,
-            format!("{field} must be between {min} and {max}, got {v}"),
-        )),
     }
 }
 
@@ -217,16 +196,11 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
         strip_nul(tenant);
     }
     strip_nul_targeting(&mut body.targeting);
-    let max_retries = bounded("max_retries", body.max_retries, 3, 0, 100)?;
-    let backoff_seconds = bounded("backoff_seconds", body.backoff_seconds, 60, 1, 86_400)?;
-    let claim_timeout_seconds = bounded(
-        "claim_timeout_seconds",
-        body.claim_timeout_seconds,
-        3600,
-        60,
-        604_800,
-    )?;
-    let max_reclaims = bounded("max_reclaims", body.max_reclaims, 5, 0, 100)?;
+    let max_retries = MAX_RETRIES.check_or_default(body.max_retries)?;
+    let backoff_seconds = BACKOFF_SECONDS.check_or_default(body.backoff_seconds)?;
+    let claim_timeout_seconds =
+        CLAIM_TIMEOUT_SECONDS.check_or_default(body.claim_timeout_seconds)?;
+    let max_reclaims = MAX_RECLAIMS.check_or_default(body.max_reclaims)?;
     if let Some(tenant) = &body.tenant {
         check_string("tenant", tenant)?;
     }
@@ -257,7 +231,8 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
             "claim_timeout_seconds",
             format!(
                 "claim_timeout_seconds {claim_timeout_seconds} leaves a watch budget under 60 s \
-                 for an order that must be watched (Job or build); use at least 120"
+                 for an order that must be watched (Job or build); use at least \
+                 {WATCHED_MIN_CLAIM_TIMEOUT_SECONDS}"
             ),
         ));
     }
@@ -325,14 +300,8 @@ pub fn validate_agent(mut body: NewAgent) -> Result<AgentSpec, QueueError> {
     if let Some(tenant) = &body.tenant {
         check_string("tenant", tenant)?;
     }
-    let max_concurrency = match body.max_concurrency {
-        None => None,
-        Some(v) => Some(bounded("max_concurrency", Some(v), 0, 1, 100_000)?),
-    };
-    let lease_seconds = match body.lease_seconds {
-        None => None,
-        Some(v) => Some(bounded("lease_seconds", Some(v), 0, 5, 86_400)?),
-    };
+    let max_concurrency = MAX_CONCURRENCY.check_optional(body.max_concurrency)?;
+    let lease_seconds = LEASE_SECONDS.check_optional(body.lease_seconds)?;
     Ok(AgentSpec {
         name: body.name,
         labels: body.labels,
@@ -344,21 +313,9 @@ pub fn validate_agent(mut body: NewAgent) -> Result<AgentSpec, QueueError> {
     })
 }
 
-/// Bounds of `lease_seconds` on a claim, in seconds.
-pub const LEASE_SECONDS_RANGE: std::ops::RangeInclusive<i64> = 5..=86_400;
-
-/// Validates the `lease_seconds` of a claim request.
+/// Validates the `lease_seconds` of a claim request ([`LEASE_SECONDS`]).
 pub fn validate_lease(lease_seconds: Option<i64>) -> Result<Option<i32>, QueueError> {
-    match lease_seconds {
-        None => Ok(None),
-        Some(v) => Ok(Some(bounded(
-            "lease_seconds",
-            Some(v),
-            0,
-            *LEASE_SECONDS_RANGE.start(),
-            *LEASE_SECONDS_RANGE.end(),
-        )?)),
-    }
+    LEASE_SECONDS.check_optional(lease_seconds)
 }
 
 #[cfg(test)]

@@ -1,0 +1,240 @@
+//! One home for each limit (issue #26): every bound and default in `pullman::queue::limits` is the
+//! number that the CRDs in `crds/` and the chart, the served OpenAPI document, the server's
+//! answers and `--help` of the commands state. A number changed in one place and not the others
+//! fails here.
+
+mod support;
+
+use pullman::queue::limits::{
+    AGENT_LEASE_SECONDS, BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, LEASE_SECONDS, MAX_CONCURRENCY,
+    MAX_RECLAIMS, MAX_RETRIES, MAX_YAML_BYTES, Range,
+};
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{TestServer, configmap_order};
+
+/// The order's fields that have a default, as the create body names them.
+const ORDER_FIELDS: [Range; 4] = [
+    MAX_RETRIES,
+    BACKOFF_SECONDS,
+    CLAIM_TIMEOUT_SECONDS,
+    MAX_RECLAIMS,
+];
+
+fn camel(field: &str) -> String {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in field.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A bound as a number, whether the document wrote `100` or `100.0`.
+fn number(v: &Value, what: &str) -> f64 {
+    v.as_f64()
+        .unwrap_or_else(|| panic!("{what}: no number in {v}"))
+}
+
+fn assert_range(schema: &Value, range: &Range, what: &str) {
+    assert_eq!(
+        number(&schema["minimum"], what),
+        range.min as f64,
+        "{what} minimum"
+    );
+    assert_eq!(
+        number(&schema["maximum"], what),
+        range.max as f64,
+        "{what} maximum"
+    );
+    match range.default {
+        Some(d) => assert_eq!(number(&schema["default"], what), d as f64, "{what} default"),
+        None => assert!(schema.get("default").is_none(), "{what}: a default"),
+    }
+}
+
+/// The `spec` properties of one kind in a multi-document CRD file.
+fn crd_spec(file: &str, kind: &str) -> Value {
+    let text = std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let crd: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if crd["spec"]["names"]["kind"] == kind {
+            return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+                ["properties"]
+                .clone();
+        }
+    }
+    panic!("{file} has no {kind}");
+}
+
+#[test]
+fn the_crds_state_the_queue_limits() {
+    for file in [
+        "crds/pullman.dev.yaml",
+        "charts/pullman/crds/pullman.dev.yaml",
+    ] {
+        let order = crd_spec(file, "WorkOrder");
+        for range in ORDER_FIELDS {
+            let what = format!("{file} WorkOrder {}", camel(range.field));
+            assert_range(&order[camel(range.field)], &range, &what);
+        }
+        assert_eq!(
+            number(&order["yamlContent"]["maxLength"], "yamlContent"),
+            MAX_YAML_BYTES as f64
+        );
+        let executor = crd_spec(file, "Executor");
+        for range in [LEASE_SECONDS, MAX_CONCURRENCY] {
+            let what = format!("{file} Executor {}", camel(range.field));
+            assert_range(&executor[camel(range.field)], &range, &what);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_served_openapi_and_the_server_state_the_queue_limits() {
+    let s = TestServer::start().await;
+    let (status, doc) = s
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    assert_eq!(status, 200);
+    let schemas = &doc["components"]["schemas"];
+    let mut bounded = vec![];
+    for range in ORDER_FIELDS {
+        bounded.push(("NewWorkOrder", range));
+    }
+    for name in ["NewAgent", "ClaimBody", "ClaimNextBody"] {
+        bounded.push((name, LEASE_SECONDS));
+    }
+    bounded.push(("NewAgent", MAX_CONCURRENCY));
+    for (name, range) in &bounded {
+        let field = &schemas[name]["properties"][range.field];
+        let what = format!("{name}.{}", range.field);
+        assert_range(field, range, &what);
+        // The prose says the same numbers as the keywords.
+        let description = field["description"].as_str().unwrap_or_default();
+        assert!(
+            description.contains(&format!("{}–{}", range.min, range.max)),
+            "{what}: {description:?}"
+        );
+        if let Some(d) = range.default {
+            assert!(
+                description.contains(&format!("default {d}")),
+                "{what}: {description:?}"
+            );
+        }
+    }
+    assert_eq!(
+        number(
+            &schemas["NewWorkOrder"]["properties"]["yaml_content"]["maxLength"],
+            "yaml_content"
+        ),
+        MAX_YAML_BYTES as f64
+    );
+
+    // The server refuses one past either end, naming the field, and takes both ends.
+    for range in ORDER_FIELDS {
+        for (value, accepted) in [
+            (range.min - 1, false),
+            (range.max + 1, false),
+            (range.min, true),
+            (range.max, true),
+        ] {
+            let mut body = configmap_order("limits");
+            body[range.field] = json!(value);
+            let (status, answer) = s
+                .admin(Method::POST, "/api/v1/work-orders", Some(body))
+                .await;
+            if accepted {
+                assert_eq!(status, 201, "{} = {value}: {answer}", range.field);
+                assert_eq!(answer[range.field], json!(value));
+            } else {
+                assert_eq!(status, 400, "{} = {value}: {answer}", range.field);
+                let message = answer["error"]["message"].as_str().unwrap();
+                assert!(
+                    message.contains(&format!(
+                        "{} must be between {} and {}",
+                        range.field, range.min, range.max
+                    )),
+                    "{message}"
+                );
+            }
+        }
+    }
+    let (status, created) = s
+        .admin(
+            Method::POST,
+            "/api/v1/work-orders",
+            Some(configmap_order("limits")),
+        )
+        .await;
+    assert_eq!(status, 201);
+    for range in ORDER_FIELDS {
+        assert_eq!(created[range.field], json!(range.default.unwrap()));
+    }
+    for range in [LEASE_SECONDS, MAX_CONCURRENCY] {
+        for (i, value) in [range.min - 1, range.max + 1].into_iter().enumerate() {
+            let body = json!({"name": format!("limits-{}-{i}", range.field), range.field: value});
+            let (status, answer) = s.admin(Method::POST, "/api/v1/agents", Some(body)).await;
+            assert_eq!(status, 400, "{} = {value}: {answer}", range.field);
+        }
+    }
+}
+
+/// The help of one flag: its line and the lines after it up to the next flag, joined.
+fn flag_help(args: &[&str], flag: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pullman"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?} --help");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let mut lines = help.lines().skip_while(|l| !l.contains(flag));
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("{args:?} has no {flag}"));
+    // Long help puts `[env: …]` and `[default: …]` after a blank line.
+    let rest = lines.take_while(|l| !l.trim_start().starts_with('-'));
+    std::iter::once(first)
+        .chain(rest)
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn help_states_the_queue_limits() {
+    for command in [&["worker"][..], &["executor"]] {
+        let help = flag_help(command, "--lease-seconds");
+        let range = format!("{}-{}", LEASE_SECONDS.min, LEASE_SECONDS.max);
+        assert!(help.contains(&range), "{command:?}: {help}");
+        assert!(
+            help.contains(&format!("[default: {AGENT_LEASE_SECONDS}]")),
+            "{command:?}: {help}"
+        );
+    }
+    for range in ORDER_FIELDS {
+        let flag = format!("--{}", range.field.replace('_', "-"));
+        let help = flag_help(&["work-orders", "create"], &flag);
+        assert!(
+            help.contains(&format!("{}-{}", range.min, range.max)),
+            "{flag}: {help}"
+        );
+        assert!(
+            help.contains(&format!("Default: {}", range.default.unwrap())),
+            "{flag}: {help}"
+        );
+    }
+    let help = flag_help(&["agents", "create"], "--max-concurrency");
+    assert!(
+        help.contains(&format!("{}-{}", MAX_CONCURRENCY.min, MAX_CONCURRENCY.max)),
+        "{help}"
+    );
+}
