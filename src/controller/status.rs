@@ -102,7 +102,7 @@ fn because(text: Option<&str>) -> String {
 
 /// The current time as the API server keeps it: whole seconds (`metav1.Time` is written without
 /// a fraction). A status stamped with it reads back equal to what was written, which is how the
-/// controller tells that its cache has caught up with its own write (`controller::written`).
+/// controller tells that its cache has caught up with its own write (`controller::burst`, its record of written statuses).
 pub fn now() -> Time {
     Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH))
 }

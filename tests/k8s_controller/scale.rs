@@ -154,7 +154,7 @@ async fn a_burst_of_finishing_orders_reaches_every_final_status_with_bounded_wri
     let most = writes.most_at_once.load(Ordering::SeqCst);
     // At most the three states each order is seen in (Pending, Claimed, Succeeded): none
     // written again because the cache had not caught up with the controller's previous write
-    // (`controller::written`; before it, a burst repeated writes that way).
+    // (`controller::burst`; before it, a burst repeated writes that way).
     eprintln!("{total} status writes for {N} WorkOrders");
     assert!(
         total <= 3 * N,
