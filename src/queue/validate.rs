@@ -230,9 +230,10 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
         return Err(invalid(
             "claim_timeout_seconds",
             format!(
-                "claim_timeout_seconds {claim_timeout_seconds} leaves a watch budget under 60 s \
+                "claim_timeout_seconds {claim_timeout_seconds} leaves a watch budget under {} s \
                  for an order that must be watched (Job or build); use at least \
-                 {WATCHED_MIN_CLAIM_TIMEOUT_SECONDS}"
+                 {WATCHED_MIN_CLAIM_TIMEOUT_SECONDS}",
+                MIN_WATCH_BUDGET.as_secs()
             ),
         ));
     }
