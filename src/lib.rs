@@ -42,23 +42,31 @@
 //!
 //! # Where to start reading
 //!
-//! - **Claim-next**: `POST /agents/{id}/claim` is `api::claims::claim_next`, which long-polls on
-//!   `queue::Queue::claim_next`; the statement is `src/queue/sql/claim_next.sql` (and
-//!   `claim_next_capped.sql` for an agent with `max_concurrency`); its `-- @include` lines are
-//!   the shared fragments beside it (the eligibility rule is `eligible.sql`), put in place by
-//!   `build.rs`.
-//! - **One order's life in an agent**: `pull::order` (claimed → applying → watching → reporting,
-//!   or abandoned); the executor's applying and watching steps are `executor::Plan`.
+//! - **Claim-next**: `POST /agents/{id}/claim` is `api::claims::claim_next`, which long-polls
+//!   on `queue::Queue::claim_next_waiting` (`src/queue/wake.rs`: try, sleep until woken or the
+//!   deadline, try again); each try is `claim_next_as` in `src/queue/claims/mod.rs`
+//!   (`Queue::claim_next` is the same try without the wait). The statement is
+//!   `src/queue/sql/claim_next.sql` (and `claim_next_capped.sql` for an agent with
+//!   `max_concurrency`); its `-- @include` lines are the shared fragments beside it (the
+//!   eligibility rule is `eligible.sql`, the claim row and the `CLAIMED` state are written by
+//!   `take_claim.sql`), put in place by `build.rs`.
+//! - **One order's life in an agent**: `pull::run_loop` (`src/pull/mod.rs`) claims and starts
+//!   each order as `pull::order::carry_one` (claimed → applying → watching → reporting, or
+//!   abandoned; heartbeats in `pull::heartbeat`); the executor's applying and watching steps
+//!   are `executor::Plan`.
 //! - **The WorkOrder reconcile and its status write**: `controller::workorders` (`apply`: look up
 //!   the order, queue it if unknown, compute the status, write it if it changed, say when to look
-//!   again); the status is computed, purely, by `status_of` from `controller::status` and
-//!   `controller::schedulable`. What keeps a burst cheap is apart, in `controller::burst`.
+//!   again); the status is computed, purely, by `workorders::status_of`, which calls
+//!   `controller::status` and `controller::schedulable`; `write_status` patches it. What keeps a
+//!   burst cheap is apart, in `controller::burst`.
 //! - **Output of running orders** (docs/design.md §9): stored and read in `queue::output` (chunks,
 //!   the per-order cap, cursors), over HTTP in `api::output` (the append, pages and the NDJSON
 //!   follow), printed by `admin::logs` (`pullman work-orders logs`).
 //! - **Where a stale complete becomes `409`**: `queue::claims::holder` (`complete` matches only the
-//!   live claim) and `queue::refusal` (`explain_refusal` says `cancelled`, `reclaimed` or
-//!   `not_claim_holder`), turned into HTTP by `api::error`.
+//!   live claim); when none matches, `queue::refusal::replay_or_refuse` answers a repeat of the
+//!   agent's own completion again (or `already_completed` for a different outcome), and
+//!   otherwise `explain_refusal` says `cancelled`, `reclaimed` or `not_claim_holder`; `api::error`
+//!   turns each into HTTP `409`.
 
 // Printing to stdout goes through `stdout` (a closed pipe must not panic).
 #![deny(clippy::print_stdout)]
