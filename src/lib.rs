@@ -57,7 +57,8 @@
 //! - **The WorkOrder reconcile and its status write**: `controller::workorders` (`apply`: look up
 //!   the order, queue it if unknown, compute the status, write it if it changed, say when to look
 //!   again); the status is computed, purely, by `workorders::status_of`, which calls
-//!   `controller::status` and `controller::schedulable`; `write_status` patches it. What keeps a
+//!   `controller::status` and `controller::schedulable`; `write_status` writes it (a server-side
+//!   apply of the status subresource, `patch_status`) and records its Events. What keeps a
 //!   burst cheap is apart, in `controller::burst`.
 //! - **Output of running orders** (docs/design.md §9): stored and read in `queue::output` (chunks,
 //!   the per-order cap, cursors), over HTTP in `api::output` (the append, pages and the NDJSON
