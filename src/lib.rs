@@ -50,10 +50,11 @@
 //!   `max_concurrency`); its `-- @include` lines are the shared fragments beside it (the
 //!   eligibility rule is `eligible.sql`, the claim row and the `CLAIMED` state are written by
 //!   `take_claim.sql`), put in place by `build.rs`.
-//! - **One order's life in an agent**: `pull::run_loop` (`src/pull/mod.rs`) claims and starts
-//!   each order as `pull::order::carry_one` (claimed → applying → watching → reporting, or
-//!   abandoned; heartbeats in `pull::heartbeat`); the executor's applying and watching steps
-//!   are `executor::Plan`.
+//! - **One order's life in an agent**: `pull::run` (or `run_once`) enters the private `run_loop`
+//!   (`src/pull/mod.rs`), which claims and starts each order as `pull::order::carry_one`
+//!   (claimed → applying → watching → reporting, or abandoned; heartbeats in `pull::heartbeat`).
+//!   The agent's own steps are its `pull::Carrier`: `worker::ExecCarrier` runs the command, and
+//!   the executor's `executor::KubeCarrier` applies and watches through `executor::Plan`.
 //! - **The WorkOrder reconcile and its status write**: `controller::workorders` (`apply`: look up
 //!   the order, queue it if unknown, compute the status, write it if it changed, say when to look
 //!   again); the status is computed, purely, by `workorders::status_of`, which calls
