@@ -157,6 +157,14 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub max_output_writes: u64,
 
+    /// Seconds `serve` keeps answering after SIGTERM/SIGINT before it stops accepting
+    /// connections (docs/design.md §7). Meanwhile `/readyz` answers 503 and the controller hands
+    /// its Lease on; the delay lets Services and load balancers stop routing here first, so a
+    /// rolling update refuses no request. A second signal ends the delay. The chart sets 5.
+    #[arg(long, env = "PULLMAN_SHUTDOWN_DELAY_SECONDS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub shutdown_delay_seconds: u64,
+
     #[command(flatten)]
     pub controller: ControllerArgs,
 }

@@ -231,7 +231,10 @@ async fn run_server(
     };
 
     let probe_task = queue::spawn_availability_probe(queue.clone(), shutdown.clone());
-    let controller_task = start_controller(args, &queue, &notifications, &shutdown).await?;
+    // The controller stops at the start of the shutdown delay, so its Lease passes on at once.
+    let stop_controller = shutdown.child_token();
+    let controller_task = start_controller(args, &queue, &notifications, &stop_controller).await?;
+    let stopping = CancellationToken::new();
 
     let state = AppState::new(
         queue,
@@ -243,7 +246,8 @@ async fn run_server(
     .with_output(api::OutputSettings {
         cap_bytes: args.output_cap_bytes,
         max_writes: args.max_output_writes as usize,
-    });
+    })
+    .with_stopping(stopping.clone());
     tracing::info!(listen = %listener.local_addr()?, "pullman API listening");
     let stop_http = CancellationToken::new();
     let mut server = tokio::spawn(
@@ -264,6 +268,9 @@ async fn run_server(
             .context("the HTTP server task failed")
             .and_then(|served| served.context("serving HTTP")),
         None => {
+            stopping.cancel();
+            stop_controller.cancel();
+            shutdown_delay(Duration::from_secs(args.shutdown_delay_seconds)).await;
             tracing::info!(
                 held_long_polls = metrics.long_polls.get(),
                 "shutdown: refusing new connections; answering held long-polls now"
@@ -301,6 +308,27 @@ async fn run_server(
         tracing::info!("shutdown: controller stopped");
     }
     result
+}
+
+/// docs/design.md §7: after the first signal, keeps answering for `delay` (a second signal ends
+/// it), so that Services and load balancers, told by the pod's deletion, stop routing here before
+/// the listener closes: a connection routed here meanwhile would be refused, or time out once the
+/// pod's address is gone (a rolling update did this without the delay).
+async fn shutdown_delay(delay: Duration) {
+    if delay.is_zero() {
+        return;
+    }
+    tracing::info!(
+        delay_s = delay.as_secs(),
+        "shutdown: still answering for the shutdown delay while routing moves away; \
+         /readyz answers 503, the controller hands its Lease on"
+    );
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = crate::signals::shutdown_signal() => {
+            tracing::info!("shutdown: a second signal ends the shutdown delay");
+        }
+    }
 }
 
 /// Longest `serve` waits for in-flight requests after SIGTERM before closing their connections.

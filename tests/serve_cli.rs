@@ -61,12 +61,16 @@ fn postgres_processes_for(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn sigterm_and_wait(mut child: Child) -> std::process::ExitStatus {
+fn sigterm(child: &Child) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
+}
+
+/// Waits (at most 60 s) for `child` to exit.
+fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -78,6 +82,11 @@ fn sigterm_and_wait(mut child: Child) -> std::process::ExitStatus {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+fn sigterm_and_wait(mut child: Child) -> std::process::ExitStatus {
+    sigterm(&child);
+    wait_for_exit(&mut child)
 }
 
 fn cli(port: u16, token_file: &Path, args: &[&str]) -> Output {
@@ -477,4 +486,130 @@ async fn a_second_serve_on_a_data_dir_in_use_is_refused_and_a_restart_reads_the_
     assert!(!said.contains("admin token: generated"), "{said}");
     assert_eq!(std::fs::read_to_string(&token_file).unwrap(), token_before);
     assert!(sigterm_and_wait(again).success());
+}
+
+/// Starts `serve` on a fresh database with `--shutdown-delay-seconds <delay>`, logging to `log`.
+async fn serve_with_shutdown_delay(delay: u64, log: &Path) -> (Child, u16) {
+    let db = support::fresh_database_url().await;
+    let port = free_port();
+    let child = Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--controller",
+            "off",
+            "--shutdown-delay-seconds",
+            &delay.to_string(),
+        ])
+        .env("DATABASE_URL", &db)
+        .env("PULLMAN_ADMIN_TOKEN", support::ADMIN_TOKEN)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_ready(port).await;
+    (child, port)
+}
+
+/// docs/design.md §7: during `--shutdown-delay-seconds` after SIGTERM, `serve` still answers new
+/// connections (a rolling update routed some there and they timed out: serve had gone within
+/// 0.3 s of the signal), `/readyz` says it is stopping, and it exits once the delay is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_keeps_answering_through_its_shutdown_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let (mut child, port) = serve_with_shutdown_delay(4, &log).await;
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let started = std::time::Instant::now();
+    sigterm(&child);
+    // A fresh client for each request: a new connection, as a Service routes a new one.
+    let fresh = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+    let not_ready = eventually(3, "/readyz to answer 503", || async {
+        let r = fresh().get(url("/readyz")).send().await.ok()?;
+        (r.status() == 503).then_some(r.text().await.ok()?)
+    })
+    .await;
+    assert!(not_ready.contains("shutting down"), "{not_ready}");
+    let mut answered = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        assert_eq!(
+            fresh().get(url("/healthz")).send().await.unwrap().status(),
+            200
+        );
+        let agents = fresh()
+            .get(url("/api/v1/agents"))
+            .bearer_auth(support::ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(agents.status(), 200, "an API call during the delay");
+        answered += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answered > 5, "only {answered} rounds during the delay");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "serve exited inside its delay"
+    );
+    let status = wait_for_exit(&mut child);
+    let took = started.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(4 + 8),
+        "serve stopped {took:?} after SIGTERM with a 4 s delay"
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    for step in [
+        "still answering for the shutdown delay",
+        "in-flight requests finished",
+    ] {
+        assert!(
+            said.contains(step),
+            "the log does not say {step:?}:\n{said}"
+        );
+    }
+    assert!(
+        fresh().get(url("/healthz")).send().await.is_err(),
+        "still listening after exit"
+    );
+}
+
+/// A second signal ends the shutdown delay: an operator's second Ctrl-C is not made to wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_ends_the_shutdown_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let (mut child, port) = serve_with_shutdown_delay(120, &log).await;
+    sigterm(&child);
+    let http = reqwest::Client::new();
+    eventually(3, "/readyz to answer 503", || async {
+        let r = http
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+            .ok()?;
+        (r.status() == 503).then_some(())
+    })
+    .await;
+    let started = std::time::Instant::now();
+    sigterm(&child);
+    let status = wait_for_exit(&mut child);
+    assert!(status.success(), "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "serve took {:?} after the second signal",
+        started.elapsed()
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("a second signal ends the shutdown delay"),
+        "{said}"
+    );
 }

@@ -123,6 +123,8 @@ must_fail "a wrong type (server.replicas=two)" "replicas" helm template t "$CHAR
 must_fail "an unknown mode" "mode" helm template t "$CHART" $DB --set mode=everything
 must_fail "a bad namespace name" "watchNamespaces" helm template t "$CHART" $DB --set 'watchNamespaces={Team_A}'
 must_fail "no database" "database.existingSecret .* or database.url" helm template t "$CHART"
+must_fail "a grace period the shutdown delay and drain do not fit in" "terminationGracePeriodSeconds \(15\) must exceed server.shutdownDelaySeconds \(5\) \+ 10" \
+  helm template t "$CHART" $DB --set server.terminationGracePeriodSeconds=15
 must_fail "ServiceMonitor and PodMonitor together" "not both" helm template t "$CHART" $DB \
   --set monitoring.serviceMonitor.enabled=true --set monitoring.podMonitor.enabled=true
 must_fail "agent mode without a server URL" "agent.serverUrl" helm template t "$CHART" --set mode=agent

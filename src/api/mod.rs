@@ -20,6 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 pub use agents::WhoAmI;
 pub use claims::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetryScheduled};
@@ -56,6 +57,9 @@ pub struct AppState {
     pub output_writes: Arc<Semaphore>,
     /// When `/metrics` last computed the waiting-by-reason gauges (`ops::WAITING_REFRESH`).
     pub waiting_refreshed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// Cancelled when the process starts to stop (`serve --shutdown-delay-seconds`): `/readyz`
+    /// answers `503` from then on while every other route keeps answering.
+    pub stopping: CancellationToken,
 }
 
 impl AppState {
@@ -77,7 +81,14 @@ impl AppState {
             long_polls: Arc::new(Semaphore::new(max_long_polls)),
             output: OutputSettings::default(),
             output_writes: Arc::new(Semaphore::new(OutputSettings::default().max_writes)),
+            stopping: CancellationToken::new(),
         }
+    }
+
+    /// The same state, reporting not ready once `stopping` is cancelled.
+    pub fn with_stopping(mut self, stopping: CancellationToken) -> Self {
+        self.stopping = stopping;
+        self
     }
 
     /// The same state with other output settings.

@@ -311,11 +311,17 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Readiness: database reachable and migrations applied.
+/// Readiness: not stopping, database reachable and migrations applied.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses((status = 200, description = "Ready: `ok`", body = String, content_type = "text/plain"),
         (status = 503, description = "Not ready: the reason, as a line of text", body = String, content_type = "text/plain")))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if state.stopping.is_cancelled() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting down: still answering until the shutdown delay ends\n".to_string(),
+        );
+    }
     match state.queue.readiness().await {
         Ok(()) => (StatusCode::OK, "ok\n".to_string()),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),

@@ -94,6 +94,9 @@ app.kubernetes.io/component: agent
 {{- if and (not .Values.database.existingSecret) (not .Values.database.url) -}}
 {{- fail "database: set database.existingSecret (a Secret with the PostgreSQL URL under database.secretKey, e.g. a CloudNativePG <cluster>-app Secret) or database.url" -}}
 {{- end -}}
+{{- if le (int .Values.server.terminationGracePeriodSeconds) (add (int .Values.server.shutdownDelaySeconds) 10) -}}
+{{- fail (printf "server.terminationGracePeriodSeconds (%d) must exceed server.shutdownDelaySeconds (%d) + 10, the longest drain of requests in flight: the pod would be killed mid-shutdown" (int .Values.server.terminationGracePeriodSeconds) (int .Values.server.shutdownDelaySeconds)) -}}
+{{- end -}}
 {{- if and .Values.monitoring.serviceMonitor.enabled .Values.monitoring.podMonitor.enabled -}}
 {{- fail "monitoring: enable monitoring.serviceMonitor or monitoring.podMonitor, not both (each replica would be scraped twice)" -}}
 {{- end -}}
