@@ -34,10 +34,12 @@ RELEASE=pullman
 WORK="$(mktemp -d /tmp/pullman-scenario.XXXXXX)"
 PF_PID=""
 STREAM=""
+PROBE=""
 cleanup() {
   set +e
   [[ -n "$PF_PID" ]] && kill "$PF_PID" 2>/dev/null
   [[ -n "$STREAM" ]] && kill "$STREAM" 2>/dev/null
+  [[ -n "$PROBE" ]] && kill "$PROBE" 2>/dev/null
   [[ -n "${PHASE_WATCH:-}" ]] && { kill "$PHASE_WATCH"; pkill -f "get workorders -n $DEMO -w"; } 2>/dev/null
   rm -rf "$WORK"
 }
@@ -331,10 +333,44 @@ for i in $(seq -w 1 200); do configmap_order "stream-$i" > "$WORK/stream-$i.json
 STREAM=$!
 streamed_20() { (( $(k get -n "$DEMO" workorders -o name | grep -c stream-) >= 20 )); }
 until_true 60 "the first 20 streamed WorkOrders applied" streamed_20
+# Where this machine reaches serve through its Service (ClusterIP), a client asks it every 50 ms
+# from the restart until the old pods are gone and 5 s more: none may be refused or time out.
+# (A port-forward is pinned to one pod and would measure that pod only.)
+if [[ "${SCENARIO_SERVE_URL:-port-forward}" == service ]]; then
+  probe_url="http://$(k get svc -n "$NS" "$RELEASE" -o jsonpath='{.spec.clusterIP}'):8080/healthz"
+  python3 - "$probe_url" "$WORK/probe.stop" > "$WORK/probe.out" <<'PY' & PROBE=$!
+import os, sys, time, urllib.request
+url, stop = sys.argv[1], sys.argv[2]
+n, failed, t0 = 0, [], time.monotonic()
+while not os.path.exists(stop):
+    n += 1
+    try:
+        urllib.request.urlopen(url, timeout=3).read()
+    except Exception as e:
+        failed.append(f"{time.monotonic() - t0:.1f}s: {e}")
+    time.sleep(0.05)
+print(n, len(failed))
+for f in failed[:10]:
+    print(f)
+PY
+fi
 k rollout restart -n "$NS" deployment/"$RELEASE" >/dev/null
 wait "$STREAM" || fail "applying the stream of WorkOrders"
 STREAM=""
 k rollout status -n "$NS" deployment/"$RELEASE" --timeout=180s >/dev/null || fail "rollout restart did not finish"
+replicas="$(k get deployment -n "$NS" "$RELEASE" -o jsonpath='{.spec.replicas}')"
+old_pods_gone() { [[ "$(k get pods -n "$NS" -l app.kubernetes.io/component=server,app.kubernetes.io/instance=$RELEASE -o name | wc -l)" == "$replicas" ]]; }
+until_true 60 "the serve pods from before the restart gone" old_pods_gone
+if [[ -n "$PROBE" ]]; then
+  sleep 5
+  touch "$WORK/probe.stop"
+  wait "$PROBE" || fail "the client asking serve through its Service during the restart"
+  PROBE=""
+  read -r probed probe_failed < "$WORK/probe.out"
+  figure "requests through the Service during the rollout restart: sent / refused or timed out" "$probed / $probe_failed"
+  (( probe_failed == 0 )) || { tail -n +2 "$WORK/probe.out" >&2; fail "$probe_failed of $probed requests through the Service failed during the rollout restart"; }
+  ok "$probed requests through the Service during the restart, every one answered"
+fi
 stream_done() { [[ "$(k get -n "$DEMO" workorders -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}' | grep -c '^stream-.*=Succeeded$')" == 200 ]]; }
 until_true 300 "200 streamed WorkOrders Succeeded" stream_done
 ok "200 WorkOrders Succeeded across the restart"
