@@ -47,11 +47,45 @@ check() {
   # A module on Debian's stock kernel, built in on some: load it if it can be.
   [[ -d /proc/sys/net/bridge ]] || modprobe br_netfilter 2>/dev/null || true
   [[ -d /proc/sys/net/bridge ]] || { echo "br_netfilter is not loaded (modprobe br_netfilter; apt install kmod): Services would not route between pods"; missing=1; }
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+  # A run killed before its down.sh (every process of it SIGKILLed) leaves the bridge, veths,
+  # mounts and iptables chains: with no kubelet or containerd of any real node running, they are
+  # removed here rather than blocking this machine's next control plane for good.
+  if [[ "$missing" == 0 ]] && ip link show "$BRIDGE" >/dev/null 2>&1 && ! node_processes_run; then
+    remove_dead_node >&2 || { echo "bridge $BRIDGE is left by a real node whose processes are gone, and removing what it left failed (above)"; missing=1; }
+  fi
+  if [[ "$missing" == 0 ]] && ip link show "$BRIDGE" >/dev/null 2>&1; then
     echo "bridge $BRIDGE exists: another test control plane's real node runs on this machine (stop it with its down.sh, or start this one with PULLMAN_TESTENV_REAL_NODE=0)"
     missing=1
   fi
   return $missing
+}
+
+# Whether the kubelet or containerd of a real node (of any state dir) runs on this machine.
+node_processes_run() {
+  pgrep -f -- '--root-dir=[^ ]*/node/kubelet' >/dev/null || pgrep -f -- '^containerd --config [^ ]*/node/containerd.toml' >/dev/null
+}
+
+# The state dir of the real node that made the bridge: its alias, set at `up`; for a bridge made
+# before the alias was, the directory its containers' mounts are under (empty when unknown).
+bridge_owner() {
+  local owner
+  owner="$(ip -o link show "$BRIDGE" 2>/dev/null | sed -n 's/.*alias pullman-testenv:\(.*\)$/\1/p')"
+  [[ -n "$owner" ]] || owner="$(awk '$2 ~ /\/node\/containerd\// { sub(/\/node\/containerd\/.*/, "", $2); print $2; exit }' /proc/mounts)"
+  echo "$owner"
+}
+
+# `down` for a real node whose processes are gone: its state dir when known (its mounts go too),
+# else an empty one (the machine-wide rest: veths, network namespaces, bridge, iptables chains).
+remove_dead_node() {
+  local owner scratch="" rc=0
+  owner="$(bridge_owner)"
+  if [[ -z "$owner" || ! -d "$owner/node" ]]; then
+    scratch="$(mktemp -d)"; mkdir "$scratch/node"; owner="$scratch"
+  fi
+  log "bridge $BRIDGE is left by a real node whose kubelet and containerd are gone (${scratch:+owner unknown}${scratch:-$owner}): removing what it left"
+  STATE="$owner" "$HERE/node.sh" down || rc=$?
+  [[ -z "$scratch" ]] || rm -rf "$scratch"
+  return $rc
 }
 
 start() { # start <name> <binary> <args...>: detached, in its own session, pid recorded like up.sh's
@@ -92,6 +126,8 @@ up() {
   # advertised address (up.sh), CoreDNS and the tests' PostgreSQL listen on it. The CNI bridge
   # plugin takes it over as it is.
   ip link add "$BRIDGE" type bridge
+  # Names this state dir, for a later `check` that finds the bridge with nothing running.
+  ip link set "$BRIDGE" alias "pullman-testenv:$STATE"
   ip addr add "$NODE_GATEWAY/16" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables
