@@ -89,6 +89,31 @@ fn sigterm_and_wait(mut child: Child) -> std::process::ExitStatus {
     wait_for_exit(&mut child)
 }
 
+/// Starts `serve` (controller off, log level info) on a fresh database with `extra` arguments,
+/// logging to `log`; returns once `/readyz` answers 200.
+async fn serve_on_fresh_database(extra: &[&str], log: &Path) -> (Child, u16) {
+    let db = support::fresh_database_url().await;
+    let port = free_port();
+    let child = Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--controller",
+            "off",
+        ])
+        .args(extra)
+        .env("DATABASE_URL", &db)
+        .env("PULLMAN_ADMIN_TOKEN", support::ADMIN_TOKEN)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_ready(port).await;
+    (child, port)
+}
+
 fn cli(port: u16, token_file: &Path, args: &[&str]) -> Output {
     Command::new(pullman_bin())
         .args(args)
@@ -302,26 +327,9 @@ async fn serve_with_an_unreachable_kubernetes_api_runs_without_the_controller_an
 /// once and saying what it does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_answers_held_long_polls_and_stops_within_seconds_of_sigterm() {
-    let db = support::fresh_database_url().await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("serve.log");
-    let port = free_port();
-    let child = Command::new(pullman_bin())
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--controller",
-            "off",
-        ])
-        .env("DATABASE_URL", &db)
-        .env("PULLMAN_ADMIN_TOKEN", support::ADMIN_TOKEN)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    wait_ready(port).await;
+    let (child, port) = serve_on_fresh_database(&[], &log).await;
     let base = format!("http://127.0.0.1:{port}/api/v1");
     let http = reqwest::Client::new();
     let registered: Value = http
@@ -488,31 +496,6 @@ async fn a_second_serve_on_a_data_dir_in_use_is_refused_and_a_restart_reads_the_
     assert!(sigterm_and_wait(again).success());
 }
 
-/// Starts `serve` on a fresh database with `--shutdown-delay-seconds <delay>`, logging to `log`.
-async fn serve_with_shutdown_delay(delay: u64, log: &Path) -> (Child, u16) {
-    let db = support::fresh_database_url().await;
-    let port = free_port();
-    let child = Command::new(pullman_bin())
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--controller",
-            "off",
-            "--shutdown-delay-seconds",
-            &delay.to_string(),
-        ])
-        .env("DATABASE_URL", &db)
-        .env("PULLMAN_ADMIN_TOKEN", support::ADMIN_TOKEN)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    wait_ready(port).await;
-    (child, port)
-}
-
 /// docs/design.md §7: during `--shutdown-delay-seconds` after SIGTERM, `serve` still answers new
 /// connections (a rolling update routed some there and they timed out: serve had gone within
 /// 0.3 s of the signal), `/readyz` says it is stopping, and it exits once the delay is over.
@@ -520,7 +503,7 @@ async fn serve_with_shutdown_delay(delay: u64, log: &Path) -> (Child, u16) {
 async fn serve_keeps_answering_through_its_shutdown_delay() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("serve.log");
-    let (mut child, port) = serve_with_shutdown_delay(4, &log).await;
+    let (mut child, port) = serve_on_fresh_database(&["--shutdown-delay-seconds", "4"], &log).await;
     let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
     let started = std::time::Instant::now();
     sigterm(&child);
@@ -586,7 +569,8 @@ async fn serve_keeps_answering_through_its_shutdown_delay() {
 async fn a_second_signal_ends_the_shutdown_delay() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("serve.log");
-    let (mut child, port) = serve_with_shutdown_delay(120, &log).await;
+    let (mut child, port) =
+        serve_on_fresh_database(&["--shutdown-delay-seconds", "120"], &log).await;
     sigterm(&child);
     let http = reqwest::Client::new();
     eventually(3, "/readyz to answer 503", || async {
