@@ -238,3 +238,32 @@ fn help_states_the_queue_limits() {
         "{help}"
     );
 }
+
+/// The chart refuses a grace period that serve's shutdown does not fit in: the shutdown delay plus
+/// the longest drain, `serve::DRAIN_TIMEOUT`. A template cannot read the constant, so its number is
+/// checked here, in the rule, its message and the value's documentation.
+#[test]
+fn the_chart_states_serves_drain_timeout() {
+    let read = |file: &str| {
+        std::fs::read_to_string(format!(
+            "{}/charts/pullman/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    let drain = pullman::serve::DRAIN_TIMEOUT.as_secs();
+    let helpers = read("templates/_helpers.tpl");
+    for said in [
+        format!("(add (int .Values.server.shutdownDelaySeconds) {drain})"),
+        format!("server.shutdownDelaySeconds (%d) + {drain}, the longest drain"),
+    ] {
+        assert!(helpers.contains(&said), "_helpers.tpl lacks {said:?}");
+    }
+    let values = read("values.yaml");
+    for said in [
+        format!("(at most {drain} s)"),
+        format!("`shutdownDelaySeconds` + {drain}."),
+    ] {
+        assert!(values.contains(&said), "values.yaml lacks {said:?}");
+    }
+}
