@@ -231,10 +231,10 @@ async fn run_server(
     };
 
     let probe_task = queue::spawn_availability_probe(queue.clone(), shutdown.clone());
-    // The controller stops at the start of the shutdown delay, so its Lease passes on at once.
-    let stop_controller = shutdown.child_token();
-    let controller_task = start_controller(args, &queue, &notifications, &stop_controller).await?;
-    let stopping = CancellationToken::new();
+    // Cancelled at the first signal, before the shutdown delay: the controller stops (its Lease
+    // passes on at once) and `/readyz` answers 503.
+    let stopping = shutdown.child_token();
+    let controller_task = start_controller(args, &queue, &notifications, &stopping).await?;
 
     let state = AppState::new(
         queue,
@@ -269,7 +269,6 @@ async fn run_server(
             .and_then(|served| served.context("serving HTTP")),
         None => {
             stopping.cancel();
-            stop_controller.cancel();
             shutdown_delay(Duration::from_secs(args.shutdown_delay_seconds)).await;
             tracing::info!(
                 held_long_polls = metrics.long_polls.get(),
