@@ -139,7 +139,8 @@ PY
 phase() { k get -n "$DEMO" workorder "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 has_phase() { [[ "$(phase "$1")" == "$2" ]]; }
 leader() { k get -n "$NS" lease "$RELEASE-leader" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
-serve_pods() { k get pods -n "$NS" -l app.kubernetes.io/component=server,app.kubernetes.io/instance=$RELEASE -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}'; }
+SERVE_PODS="app.kubernetes.io/component=server,app.kubernetes.io/instance=$RELEASE"
+serve_pods() { k get pods -n "$NS" -l "$SERVE_PODS" -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}'; }
 # The executor's pod that is not being deleted.
 executor_pod() { k get pods -n "$DEMO" -l pullman.dev/executor=demo -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}' | awk 'NF == 1 { print $1; exit }'; }
 pct() { # pct <p> <numbers...>: nearest-rank percentile
@@ -324,6 +325,19 @@ reclaims="$(k get -n "$DEMO" workorder long -o jsonpath='{.status.reclaimCount}'
 ok "the pod stopped in ${exited}s of a ${grace}s grace period; the order was handed out again (reclaims: ${reclaims:-0}) and Succeeded $(since "$t_del")s after the delete"
 figure "executor pod deleted mid-order: pod gone / order Succeeded (s)" "$exited / $(since "$t_del")"
 
+serve_url() {
+  # Sets URL in this shell (a port-forward started in a $(...) subshell could not be stopped).
+  if [[ "${SCENARIO_SERVE_URL:-port-forward}" == service ]]; then
+    URL="http://$(k get svc -n "$NS" "$RELEASE" -o jsonpath='{.spec.clusterIP}'):8080"
+  else
+    local port
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    kubectl port-forward -n "$NS" "svc/$RELEASE" "$port:8080" >/dev/null 2>&1 & PF_PID=$!
+    URL="http://127.0.0.1:$port"
+    until_true 30 "port-forward to serve" curl -fsS "$URL/healthz"
+  fi
+}
+
 # --- 7. rollout restart of serve during 200 WorkOrders -------------------------------------------
 step "kubectl rollout restart of serve during a stream of 200 WorkOrders"
 admin_token="$(k get secret -n "$NS" "$RELEASE-admin-token" -o jsonpath='{.data.token}' | base64 -d)"
@@ -337,8 +351,8 @@ until_true 60 "the first 20 streamed WorkOrders applied" streamed_20
 # from the restart until the old pods are gone and 5 s more: none may be refused or time out.
 # (A port-forward is pinned to one pod and would measure that pod only.)
 if [[ "${SCENARIO_SERVE_URL:-port-forward}" == service ]]; then
-  probe_url="http://$(k get svc -n "$NS" "$RELEASE" -o jsonpath='{.spec.clusterIP}'):8080/healthz"
-  python3 - "$probe_url" "$WORK/probe.stop" > "$WORK/probe.out" <<'PY' & PROBE=$!
+  serve_url
+  python3 - "$URL/healthz" "$WORK/probe.stop" > "$WORK/probe.out" <<'PY' & PROBE=$!
 import os, sys, time, urllib.request
 url, stop = sys.argv[1], sys.argv[2]
 n, failed, t0 = 0, [], time.monotonic()
@@ -359,7 +373,7 @@ wait "$STREAM" || fail "applying the stream of WorkOrders"
 STREAM=""
 k rollout status -n "$NS" deployment/"$RELEASE" --timeout=180s >/dev/null || fail "rollout restart did not finish"
 replicas="$(k get deployment -n "$NS" "$RELEASE" -o jsonpath='{.spec.replicas}')"
-old_pods_gone() { [[ "$(k get pods -n "$NS" -l app.kubernetes.io/component=server,app.kubernetes.io/instance=$RELEASE -o name | wc -l)" == "$replicas" ]]; }
+old_pods_gone() { [[ "$(k get pods -n "$NS" -l "$SERVE_PODS" -o name | wc -l)" == "$replicas" ]]; }
 until_true 60 "the serve pods from before the restart gone" old_pods_gone
 if [[ -n "$PROBE" ]]; then
   sleep 5
@@ -374,18 +388,6 @@ fi
 stream_done() { [[ "$(k get -n "$DEMO" workorders -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}' | grep -c '^stream-.*=Succeeded$')" == 200 ]]; }
 until_true 300 "200 streamed WorkOrders Succeeded" stream_done
 ok "200 WorkOrders Succeeded across the restart"
-serve_url() {
-  # Sets URL in this shell (a port-forward started in a $(...) subshell could not be stopped).
-  if [[ "${SCENARIO_SERVE_URL:-port-forward}" == service ]]; then
-    URL="http://$(k get svc -n "$NS" "$RELEASE" -o jsonpath='{.spec.clusterIP}'):8080"
-  else
-    local port
-    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    kubectl port-forward -n "$NS" "svc/$RELEASE" "$port:8080" >/dev/null 2>&1 & PF_PID=$!
-    URL="http://127.0.0.1:$port"
-    until_true 30 "port-forward to serve" curl -fsS "$URL/healthz"
-  fi
-}
 serve_url
 ids="$(k get -n "$DEMO" workorders -o jsonpath='{range .items[*]}{.metadata.name} {.status.workOrderId}{"\n"}{end}' | awk '$1 ~ /^stream-/ { print $2 }')"
 python3 - "$URL" "$admin_token" $ids <<'PY' || fail "a streamed order was lost or completed twice"
