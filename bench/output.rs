@@ -127,7 +127,8 @@ async fn worker_sender(
                     "{printed} line {i} of a benchmark worker, padded to a typical log line length"
                 ),
                 chrono::Utc::now(),
-            );
+            )
+            .await;
         }
     }
     out.finish(FLUSH_TIMEOUT).await;

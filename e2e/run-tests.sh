@@ -16,6 +16,8 @@
 # node and skips what runs on it (a machine without root or containerd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/stage.sh
+. e2e/lib/stage.sh
 
 export PULLMAN_TESTENV_STATE="${PULLMAN_TESTENV_STATE:-$(mktemp -d /tmp/pullman-testenv.XXXXXX)}"
 # up.sh refuses a non-empty directory it did not create; a fresh mktemp dir is empty.
@@ -31,37 +33,37 @@ trap cleanup EXIT
 # The KEDA operator (e2e/keda: ~300 MB of modules, a long cold build) builds in the background,
 # at a lower priority, overlapping everything up to its test at the end.
 keda_log="$(mktemp /tmp/pullman-keda-build.XXXXXX)"
-echo "==> building the KEDA operator in the background (cached after the first time; log: $keda_log)"
+stage "building the KEDA operator in the background (cached after the first time; log: $keda_log)"
 setsid nice -n 10 e2e/keda/build.sh >"$keda_log" 2>&1 &
 keda_build=$!
 
-echo "==> building the test control plane (cached after the first time)"
+stage "building the test control plane (cached after the first time)"
 e2e/testenv/build.sh >/dev/null
-echo "==> building the health helper (kstatus and Argo CD Lua verdicts; cached)"
+stage "building the health helper (kstatus and Argo CD Lua verdicts; cached)"
 PULLMAN_HEALTH_TOOL="$(e2e/testenv/tools/health/build.sh | tail -n1)"
 export PULLMAN_HEALTH_TOOL
 if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
-  echo "==> building the chart tests' tools: helm, actionlint, promrules, kube-score (cached after the first time)"
+  stage "building the chart tests' tools: helm, actionlint, promrules, kube-score (cached after the first time)"
   e2e/chart/tools.sh >/dev/null
 fi
-echo "==> starting the test control plane in $PULLMAN_TESTENV_STATE"
+stage "starting the test control plane in $PULLMAN_TESTENV_STATE"
 eval "$(e2e/testenv/up.sh)"
-echo "==> KUBECONFIG=$KUBECONFIG"
+echo "    KUBECONFIG=$KUBECONFIG"
 
-echo "==> cargo test (all targets, Kubernetes tests included)"
+stage "cargo test (all targets, Kubernetes tests included)"
 cargo test --locked --all-targets --features k8s-tests "$@"
 
 if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
-  echo "==> Helm chart tests (e2e/chart/test.sh)"
+  stage "Helm chart tests (e2e/chart/test.sh)"
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/chart/test.sh
 fi
 
 if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
-  echo "==> Pullman in real pods on the real node: the shared scenario (e2e/realnode/test.sh)"
+  stage "Pullman in real pods on the real node: the shared scenario (e2e/realnode/test.sh)"
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/test.sh
 fi
 
-echo "==> KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"
+stage "KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"
 t0=$SECONDS
 wait "$keda_build" || { cat "$keda_log"; echo "the KEDA operator did not build" >&2; exit 1; }
 keda_build=""
@@ -69,7 +71,7 @@ echo "    (waited $((SECONDS - t0)) s for the KEDA build)"
 rm -f "$keda_log"
 PULLMAN_BIN="$PWD/target/debug/pullman" e2e/keda/test.sh
 
-echo "==> schemathesis against the served OpenAPI (uses target/debug/pullman, built by cargo test)"
+stage "schemathesis against the served OpenAPI (uses target/debug/pullman, built by cargo test)"
 # A fixed seed keeps the suite's verdict repeatable; PULLMAN_ST_SEED=random explores new cases
 # (e2e/schemathesis/run.sh alone always does).
 if [[ "${PULLMAN_ST_SEED:-}" == random ]]; then
@@ -78,9 +80,10 @@ else
   e2e/schemathesis/run.sh --seed "${PULLMAN_ST_SEED:-222431574333907669075365369244338807851}"
 fi
 
-echo "==> a Python client generated from the served OpenAPI, type-checked and run (e2e/openapi/client.sh)"
+stage "a Python client generated from the served OpenAPI, type-checked and run (e2e/openapi/client.sh)"
 e2e/openapi/client.sh
 
-echo "==> stopping the test control plane: nothing of it, its real node included, may be left behind"
+stage "stopping the test control plane: nothing of it, its real node included, may be left behind"
 trap - EXIT
 e2e/testenv/down.sh
+stage_end

@@ -157,6 +157,13 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub max_output_writes: u64,
 
+    /// Most successful completes committed together (group commit): completes arriving from
+    /// many agents at once share one statement and one commit, each answered after it. 1 runs
+    /// each complete alone.
+    #[arg(long, env = "PULLMAN_COMPLETE_BATCH", default_value_t = crate::queue::limits::COMPLETE_BATCH_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..=crate::queue::limits::COMPLETE_BATCH_MAX))]
+    pub complete_batch: u64,
+
     /// Seconds `serve` keeps answering after SIGTERM/SIGINT before it stops accepting
     /// connections (docs/design.md §7). Meanwhile `/readyz` answers 503 and the controller hands
     /// its Lease on; the delay lets Services and load balancers stop routing here first, so a

@@ -13,8 +13,8 @@ use crate::wire::{
     Agent, AgentWithToken, Explanation, Heartbeat, LogEntry, NewAgent, Page, WorkOrder,
 };
 use crate::wire::{
-    ClaimNextBody, CompleteBody, ErrorBody, HeartbeatBody, OutputAccepted, OutputChunk, OutputPage,
-    RetryScheduled, WhoAmI,
+    ClaimNextBody, ClaimedOrders, CompleteBody, ErrorBody, HeartbeatBody, OutputAccepted,
+    OutputChunk, OutputPage, RetryScheduled, WhoAmI,
 };
 
 /// Reads a bearer token from a file (surrounding whitespace ignored), naming the file in errors.
@@ -375,12 +375,13 @@ impl Client {
             .await
     }
 
-    /// `POST /agents/{id}/claim`: `None` on `204`.
+    /// `POST /agents/{id}/claim`: the orders claimed, empty on `204`. With `body.max_orders`
+    /// the server answers a list (`ClaimedOrders`) of up to that many; without, one order.
     pub async fn claim_next(
         &self,
         agent_id: Uuid,
         body: &ClaimNextBody,
-    ) -> Result<Option<WorkOrder>, ClientError> {
+    ) -> Result<Vec<WorkOrder>, ClientError> {
         let (status, bytes) = self
             .send(
                 Method::POST,
@@ -389,11 +390,14 @@ impl Client {
             )
             .await?;
         if status == StatusCode::NO_CONTENT {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| ClientError::Protocol(e.to_string()))
+        let parsed = if body.max_orders.is_some() {
+            serde_json::from_slice::<ClaimedOrders>(&bytes).map(|c| c.orders)
+        } else {
+            serde_json::from_slice::<WorkOrder>(&bytes).map(|o| vec![o])
+        };
+        parsed.map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
     /// `POST /work-orders/{id}/heartbeat`.

@@ -40,10 +40,15 @@
 //! - [`stdout`]: printing for the commands that print; a closed pipe ends them quietly.
 //! - `testing` (feature `testing`): the set-up shared by `tests/` and `bench/`.
 //!
+//! No two modules import each other, directly or round a loop (a parent over its own children
+//! aside): the lower one holds what both need (`queue::model` the why-waiting answer,
+//! `queue::output` the output's wire shapes, which `wire` re-exports). `tests/module_cycles.rs`
+//! fails on a cycle and names the `use` lines that make it (`cargo test --test module_cycles`).
+//!
 //! # Where to start reading
 //!
 //! - **Claim-next**: `POST /agents/{id}/claim` is `api::claims::claim_next`, which long-polls
-//!   on `queue::Queue::claim_next_waiting` (`src/queue/wake.rs`: try, sleep until woken or the
+//!   on `queue::Queue::claim_next_waiting` (`src/queue/long_poll.rs`: try, sleep until woken or the
 //!   deadline, try again); each try is `claim_next_as` in `src/queue/claims/mod.rs`
 //!   (`Queue::claim_next` is the same try without the wait). The statement is
 //!   `src/queue/sql/claim_next.sql` (and `claim_next_capped.sql` for an agent with
@@ -62,8 +67,8 @@
 //!   apply of the status subresource, `patch_status`) and records its Events. What keeps a
 //!   burst cheap is apart, in `controller::burst`.
 //! - **Output of running orders** (docs/design.md §9): stored and read in `queue::output` (chunks,
-//!   the per-order cap, cursors), over HTTP in `api::output` (the append, pages and the NDJSON
-//!   follow), printed by `admin::logs` (`pullman work-orders logs`).
+//!   the per-order cap, cursors, and the wire shapes), over HTTP in `api::output` (the append,
+//!   pages and the NDJSON follow), printed by `admin::logs` (`pullman work-orders logs`).
 //! - **Where a stale complete becomes `409`**: `queue::claims::holder` (`complete` matches only the
 //!   live claim); when none matches, `queue::refusal::replay_or_refuse` answers a repeat of the
 //!   agent's own completion again (or `already_completed` for a different outcome), and

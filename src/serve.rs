@@ -125,6 +125,13 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
 pub fn pool_options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                sqlx::Executor::execute(&mut *conn, "SET plan_cache_mode = force_generic_plan")
+                    .await?;
+                Ok(())
+            })
+        })
         .after_release(|conn, _meta| {
             Box::pin(async move {
                 sqlx::Connection::shrink_buffers(conn);
@@ -210,7 +217,7 @@ async fn run_server(
     }
 
     let shutdown = CancellationToken::new();
-    let queue = Queue::new(pool.clone());
+    let queue = Queue::new(pool.clone()).with_group_commit(args.complete_batch as usize);
     let metrics = Arc::new(Metrics::new());
     let notifications = Notifications::new();
     let listener_task = queue::spawn_listener(&queue, notifications.clone(), shutdown.clone());

@@ -306,7 +306,7 @@ impl Metrics {
             waiting_oldest.clone(),
         );
         // Every reason is exported from the start, so alerts can name one before it happens.
-        for reason in crate::queue::waiting::WaitReason::ALL {
+        for reason in crate::queue::WaitReason::ALL {
             let label = ReasonLabel {
                 reason: reason.as_str().to_string(),
             };

@@ -1,8 +1,8 @@
 //! The shapes both sides of the HTTP API use (docs/design.md §5): the request and answer bodies of the
 //! pull protocol and the error body, defined once for the server (`api`, which also describes
 //! them in the OpenAPI document) and its clients (`client`, `pull`, `admin`). The shapes of work
-//! orders, log entries and agents are the queue's own records and are re-exported here, so a
-//! client needs nothing but this module.
+//! orders, log entries, agents and output are the queue's own records and are re-exported here,
+//! so a client needs nothing but this module.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -12,13 +12,15 @@ use uuid::Uuid;
 pub use crate::queue::Heartbeat;
 pub use crate::queue::backlog::Backlog;
 pub use crate::queue::model::{
-    Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, LogEntry, NewAgent, NewWorkOrder,
-    OrderStatus, Outcome, Page, RequestedWorkType, Targeting, WorkOrder, WorkType,
+    Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, Explanation, LogEntry, NewAgent,
+    NewWorkOrder, OrderStatus, Outcome, Page, RequestedWorkType, Targeting, WaitReason, WorkOrder,
+    WorkType,
 };
-pub use crate::queue::output::{OutputEntry, OutputPage};
+pub use crate::queue::output::{
+    DroppedReason, OutputAccepted, OutputChunk, OutputEntry, OutputLine, OutputPage,
+};
 /// Ends a result message the server cut at its limit (docs/design.md §5).
 pub use crate::queue::text::CUT_MARKER;
-pub use crate::queue::waiting::{Explanation, WaitReason};
 
 /// Body of `POST /work-orders/{id}/claim`.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -46,6 +48,18 @@ pub struct ClaimNextBody {
     /// Lease in seconds (5–86400); absent = no lease.
     #[serde(default)]
     pub lease_seconds: Option<i64>,
+    /// Multi-claim: claim up to this many orders (1–100) in one request, oldest first, within
+    /// the agent's free `max_concurrency`. When given, a `200` answers `ClaimedOrders` (a list,
+    /// even of one); when absent, one order is claimed and answered as the order itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_orders: Option<i64>,
+}
+
+/// Answer of a multi-claim (`POST /agents/{id}/claim` with `max_orders`): the orders claimed,
+/// oldest first, each with its own `claim_id`; never empty (nothing claimed is `204`).
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct ClaimedOrders {
+    pub orders: Vec<WorkOrder>,
 }
 
 /// Body of `POST /work-orders/{id}/heartbeat`.
@@ -111,46 +125,3 @@ pub struct WhoAmI {
 
 /// Most lines one page of `GET /work-orders/{id}/output` returns (its `limit`, docs/design.md §9).
 pub const MAX_OUTPUT_PAGE_LINES: i64 = 10_000;
-
-/// Body of `POST /work-orders/{id}/output` (docs/design.md §9): one ordered chunk of the output of the
-/// claim `claim_id`, sent by the agent holding it. At most 1 MiB as sent (`413` above).
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OutputChunk {
-    pub agent_id: Uuid,
-    /// The claim's fencing token: a chunk of any other claim is `409` as for complete.
-    pub claim_id: Uuid,
-    /// The chunk's number within its claim: 0, 1, 2, … A chunk whose `seq` is already stored is
-    /// answered as the first time and stored once, so an agent may resend after a timeout.
-    #[schema(minimum = 0)]
-    pub seq: i64,
-    /// Bytes of output the agent could not deliver before this chunk (its buffer overflowed while
-    /// the server was away); stored as a gap marker ahead of `lines`. Absent or 0 = none lost.
-    #[serde(default)]
-    #[schema(minimum = 0)]
-    pub dropped_bytes: Option<i64>,
-    /// The lines, oldest first; may be empty when the chunk only reports a gap.
-    pub lines: Vec<OutputLine>,
-}
-
-/// One line of output (docs/design.md §9), without its line ending.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OutputLine {
-    /// `stdout` or `stderr` for a worker; `<pod>/<container>` for the executor (at most 253
-    /// characters).
-    #[schema(min_length = 1, max_length = 253)]
-    pub stream: String,
-    /// The text; U+0000 is replaced by the server, never refused.
-    pub text: String,
-    /// When the agent read the line.
-    pub at: DateTime<Utc>,
-}
-
-/// Answer to `POST /work-orders/{id}/output`: the same for a first and a repeated `seq`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
-pub struct OutputAccepted {
-    pub seq: i64,
-    /// Lines of the chunk as stored.
-    pub lines: i64,
-}

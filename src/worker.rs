@@ -16,7 +16,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::pull::output::{self, OutputConfig, OutputHandle, OutputSender, Redactor};
+use crate::pull::output::{self, OutputConfig, OutputHandle, OutputSender, REDACTED, Redactor};
+use crate::pull::redact::{MIN_SECRET_BYTES, SecretParts};
 use crate::pull::{
     self, Abandon, Carrier, ConnectError, Ended, LoopConfig, PullError, Reported, Shutdown, Verdict,
 };
@@ -58,8 +59,12 @@ Claims work orders with a lease (long-poll), heartbeats every lease/3, and runs 
 PULLMAN_WORK_TYPE in its environment. CMD's stdout and stderr are logged line by line as it
 runs, under the order's id, then its exit status, and sent to the server as the order's output
 (`pullman work-orders logs ID`) at least once a second, with the agent's token and the values
-of --redact-env replaced by [REDACTED]. While the server is away up to --output-buffer-bytes are
-held; older lines are then dropped and marked as a gap. CMD never waits on the server. The result is reported from the status:
+of --redact-env replaced by [REDACTED] (a multi-line value whole and each of its lines of 4 or
+more characters). Up to --output-buffer-bytes of output are held. When they are full and the
+server takes output, CMD waits on its pipe as on a slow terminal, so nothing is lost; while the
+server is unreachable or refuses output (429, 503), CMD runs on and the oldest lines are dropped,
+logged, and marked in the output as a gap naming the cause. The result is reported from the
+status:
 
   exit 0   success; the message is the tail of stdout (at most 4 KiB)
   exit 3   failure, not retried; the message is the tail of stderr
@@ -124,8 +129,11 @@ pub struct WorkerArgs {
     #[arg(long, env = "PULLMAN_EXEC")]
     pub exec: String,
     /// Hide the value of this environment variable in the output sent to the server (and in the
-    /// result message and the worker's log): it becomes [REDACTED]. Repeatable or
-    /// comma-separated. The agent's own token is always hidden.
+    /// result message and the worker's log): it becomes [REDACTED]. A multi-line value (a key, a
+    /// kubeconfig) is hidden whole and line by line, each line of 4 or more characters (shorter
+    /// lines only as part of the whole; a warning names the variable). A value shorter than 4
+    /// characters is refused at start (exit 1): hiding it would hide those characters
+    /// everywhere. Repeatable or comma-separated. The agent's own token is always hidden.
     #[arg(
         long = "redact-env",
         env = "PULLMAN_REDACT_ENV",
@@ -133,8 +141,9 @@ pub struct WorkerArgs {
         value_delimiter = ','
     )]
     pub redact_env: Vec<String>,
-    /// Bytes of output held while the server is away (at least 1 MiB); past it the oldest
-    /// lines are dropped and the server is told how many bytes are missing.
+    /// Bytes of output text held for the server (at least 1 MiB). When full, CMD waits while
+    /// the server takes output; while it is unreachable or refusing (429, 503) the oldest lines
+    /// are dropped instead and the server is told how many bytes are missing, and why.
     #[arg(long, env = "PULLMAN_OUTPUT_BUFFER_BYTES", default_value_t = output::DEFAULT_BUFFER_BYTES as u64,
           value_parser = clap::value_parser!(u64).range(1 << 20..=1 << 32))]
     pub output_buffer_bytes: u64,
@@ -150,6 +159,13 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
 }
 
 async fn run_for_exit_code(args: WorkerArgs) -> i32 {
+    let mut secrets = match redact_env_values(&args.redact_env, |name| std::env::var_os(name)) {
+        Ok(values) => values,
+        Err(e) => {
+            tracing::error!("could not start: {e}");
+            return exit::ERROR;
+        }
+    };
     let shutdown = Shutdown::on_signals();
     // `--wait` bounds the whole run up to the claim, connecting included: a server that is down
     // or never answers must not keep a CI job waiting past it.
@@ -192,16 +208,7 @@ async fn run_for_exit_code(args: WorkerArgs) -> i32 {
         concurrency: args.concurrency as usize,
         max_wait_seconds: 30,
     };
-    let mut secrets = vec![client.token().to_string()];
-    for name in &args.redact_env {
-        match std::env::var(name) {
-            Ok(v) if !v.trim().is_empty() => secrets.push(v),
-            _ => tracing::warn!(
-                name,
-                "--redact-env: variable unset or empty; nothing to hide"
-            ),
-        }
-    }
+    secrets.push(client.token().to_string());
     let carrier = Arc::new(ExecCarrier {
         command: args.exec.clone(),
         output: Some(OutputConfig {
@@ -250,6 +257,58 @@ pub fn once_exit_code(ended: &Ended) -> i32 {
         Ended::Reported { .. } => exit::ORDER_FAILED,
         Ended::Abandoned(_) => exit::ABANDONED,
     }
+}
+
+/// The values of the variables named by `--redact-env`, read through `var` (docs/design.md §9,
+/// [`crate::pull::redact`]). An unset or empty variable is warned about and skipped; a value
+/// shorter than [`MIN_SECRET_BYTES`] (trimmed), or not UTF-8, is an error naming the variable;
+/// a multi-line value whose lines are partly shorter than that is warned about (those lines are
+/// hidden only where the value is printed whole). No value is ever logged or put in an error.
+pub fn redact_env_values(
+    names: &[String],
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Vec<String>, String> {
+    let mut values = Vec::new();
+    for name in names {
+        let Some(value) = var(name).filter(|v| !v.is_empty()) else {
+            tracing::warn!(
+                name,
+                "--redact-env: variable unset or empty; nothing to hide"
+            );
+            continue;
+        };
+        let Ok(value) = value.into_string() else {
+            return Err(format!(
+                "--redact-env {name}: the value is not valid UTF-8, so it cannot be matched in \
+                 the output"
+            ));
+        };
+        let parts = SecretParts::of(&value);
+        if parts.whole.is_empty() {
+            tracing::warn!(
+                name,
+                "--redact-env: variable is only whitespace; nothing to hide"
+            );
+            continue;
+        }
+        if parts.too_short() {
+            return Err(format!(
+                "--redact-env {name}: the value is shorter than {MIN_SECRET_BYTES} characters, \
+                 too short to hide: every occurrence of those characters in the output would \
+                 become {REDACTED}. Use a longer secret, or leave {name} out of --redact-env"
+            ));
+        }
+        if parts.short_lines > 0 {
+            tracing::warn!(
+                name,
+                short_lines = parts.short_lines,
+                "--redact-env: lines of this multi-line value shorter than {MIN_SECRET_BYTES} \
+                 characters are not hidden on their own, only where the value is printed whole"
+            );
+        }
+        values.push(value);
+    }
+    Ok(values)
 }
 
 /// Carries orders out by running a shell command: `Applying` starts it, `Watching` waits for
@@ -392,10 +451,11 @@ struct Sink {
     redactor: Redactor,
 }
 
-/// Logs a stream line by line as it comes and sends each line to the order's output (lines over
-/// [`output::MAX_LINE_BYTES`] in pieces; a secret cut by a piece is still hidden), keeping the
-/// last 2 × [`MESSAGE_TAIL_BYTES`] (redacted) for the result message. Never waits on the server,
-/// so CMD's pipe is always drained.
+/// Logs a stream line by line as it comes and sends each line to the order's output, keeping the
+/// last 2 × [`MESSAGE_TAIL_BYTES`] (redacted) for the result message. The bytes are redacted as
+/// read, before they are cut into lines (or pieces of [`output::MAX_LINE_BYTES`] for longer
+/// lines), so no cut splits a secret, a multi-line one included (docs/design.md §9). While the
+/// output buffer is full and the server accepts output, this waits, and CMD blocks on its pipe.
 async fn stream_lines(
     r: impl AsyncRead + Unpin,
     stream: &'static str,
@@ -404,37 +464,57 @@ async fn stream_lines(
     let keep = 2 * MESSAGE_TAIL_BYTES;
     let mut reader = BufReader::new(r);
     let mut tail = Vec::with_capacity(keep);
-    // Bytes read and not yet redacted: a piece of a long line may end inside a secret.
-    let mut pending: Vec<u8> = Vec::new();
+    // Bytes read and not yet redacted: they may end inside a secret.
+    let mut raw: Vec<u8> = Vec::new();
+    // Redacted bytes of the line being read.
+    let mut line: Vec<u8> = Vec::new();
     loop {
-        let room = output::MAX_LINE_BYTES.saturating_sub(pending.len()).max(1);
         let n = (&mut reader)
-            .take(room as u64)
-            .read_until(b'\n', &mut pending)
+            .take(output::MAX_LINE_BYTES as u64)
+            .read_until(b'\n', &mut raw)
             .await?;
-        let complete = n == 0 || pending.last() == Some(&b'\n');
-        if pending.is_empty() {
+        let end = n == 0;
+        let (clean, used) = sink.redactor.redact_bytes(&raw, end);
+        raw.drain(..used);
+        tail.extend_from_slice(&clean);
+        if tail.len() > keep {
+            tail.drain(..tail.len() - keep);
+        }
+        line.extend_from_slice(&clean);
+        let mut start = 0;
+        while let Some(nl) = line[start..].iter().position(|&b| b == b'\n') {
+            emit_line(&line[start..start + nl], stream, &sink).await;
+            start += nl + 1;
+        }
+        line.drain(..start);
+        while line.len() >= output::MAX_LINE_BYTES {
+            let mut cut = output::MAX_LINE_BYTES;
+            // Not inside a UTF-8 character (continuation bytes are 0b10xxxxxx).
+            while cut > output::MAX_LINE_BYTES - 3 && line[cut] & 0xC0 == 0x80 {
+                cut -= 1;
+            }
+            emit_line(&line[..cut], stream, &sink).await;
+            line.drain(..cut);
+        }
+        if end {
+            if !line.is_empty() {
+                emit_line(&line, stream, &sink).await;
+            }
             return Ok(tail);
         }
-        let (clean, used) = sink.redactor.redact_bytes(&pending, complete);
-        pending.drain(..used);
-        if !clean.is_empty() {
-            tail.extend_from_slice(&clean);
-            if tail.len() > keep {
-                tail.drain(..tail.len() - keep);
-            }
-            let text = String::from_utf8_lossy(&clean);
-            let text = text.trim_end_matches(['\n', '\r']);
-            for piece in pieces(text, LOG_LINE_BYTES) {
-                tracing::info!(stream, "{piece}");
-            }
-            if let Some(h) = &sink.handle {
-                h.push_redacted(stream, text.to_string(), chrono::Utc::now());
-            }
-        }
-        if n == 0 && pending.is_empty() {
-            return Ok(tail);
-        }
+    }
+}
+
+/// One redacted line (without its `\n`) into the worker's log and the order's output.
+async fn emit_line(bytes: &[u8], stream: &'static str, sink: &Sink) {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_end_matches('\r');
+    for piece in pieces(text, LOG_LINE_BYTES) {
+        tracing::info!(stream, "{piece}");
+    }
+    if let Some(h) = &sink.handle {
+        h.push_redacted(stream, text.to_string(), chrono::Utc::now())
+            .await;
     }
 }
 

@@ -9,6 +9,22 @@ use reqwest::Method;
 use serde_json::json;
 use support::{TestServer, configmap_order};
 
+/// `n` pending ConfigMap orders labelled `label`, oldest first, inserted in one statement.
+async fn fill(s: &TestServer, n: usize, label: &str) {
+    sqlx::query(
+        "INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds, \
+         claim_timeout_seconds, max_reclaims, target_labels, status, created_at) \
+         SELECT gen_random_uuid(), 'custom', 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n', \
+           3, 60, 3600, 5, ARRAY[$2], 'PENDING', now() + make_interval(secs => g / 1000.0) \
+         FROM generate_series(1, $1) g",
+    )
+    .bind(n as i32)
+    .bind(label)
+    .execute(&s.pool)
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_concurrent_claims_of_one_order_yield_one_winner() {
     let s = Arc::new(TestServer::start().await);
@@ -74,17 +90,7 @@ async fn sixteen_agents_drain_twenty_thousand_orders_exactly_once() {
     const AGENTS: usize = 16;
     let s = Arc::new(TestServer::start_with(40, 1024).await);
     // Bulk-insert through SQL to keep the set-up short; the drain goes through the HTTP API.
-    sqlx::query(
-        "INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds, \
-         claim_timeout_seconds, max_reclaims, target_labels, status, created_at) \
-         SELECT gen_random_uuid(), 'custom', 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n', \
-           3, 60, 3600, 5, ARRAY['drain'], 'PENDING', now() + make_interval(secs => g / 1000.0) \
-         FROM generate_series(1, $1) g",
-    )
-    .bind(ORDERS as i32)
-    .execute(&s.pool)
-    .await
-    .unwrap();
+    fill(&s, ORDERS, "drain").await;
     let mut tasks = Vec::new();
     for i in 0..AGENTS {
         let (id, token) = s
@@ -338,4 +344,141 @@ async fn api_orders_send_no_change_notifications_but_resource_orders_do() {
         marker.to_string(),
         "the API order's create, claim and completion sent nothing"
     );
+}
+
+/// Multi-claim (`max_orders`) under real concurrency: 16 agents claim up to 1–8 orders per
+/// request (two of them capped by `max_concurrency` 3) and complete each batch concurrently, so
+/// completes arrive together; every order is handed out and completed exactly once, each claim
+/// with its own `claim_id`, and a capped agent never holds more than its cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn multi_claims_race_and_every_order_is_claimed_and_completed_once() {
+    const ORDERS: usize = 4_000;
+    const AGENTS: usize = 16;
+    let s = Arc::new(TestServer::start_with(40, 1024).await);
+    fill(&s, ORDERS, "multi").await;
+    let mut tasks = Vec::new();
+    for i in 0..AGENTS {
+        let capped = i < 2;
+        let mut agent = json!({"name": format!("multi-{i}"), "labels": ["multi"]});
+        if capped {
+            agent["max_concurrency"] = json!(3);
+        }
+        let (id, token) = s.agent(agent).await;
+        let s = s.clone();
+        let max_orders = 1 + i % 8;
+        tasks.push(tokio::spawn(async move {
+            let mut done = Vec::new();
+            let mut claim_ids = HashSet::new();
+            loop {
+                let (status, answer) = s
+                    .call(
+                        Method::POST,
+                        &format!("/api/v1/agents/{id}/claim"),
+                        Some(&token),
+                        Some(json!({"lease_seconds": 60, "max_orders": max_orders})),
+                    )
+                    .await;
+                if status == 204 {
+                    return (done, claim_ids);
+                }
+                assert_eq!(status, 200, "{answer}");
+                let orders = answer["orders"].as_array().expect("a list").clone();
+                assert!(!orders.is_empty() && orders.len() <= max_orders, "{answer}");
+                if capped {
+                    assert!(orders.len() <= 3, "over max_concurrency: {answer}");
+                }
+                let completes = orders.iter().map(|order| {
+                    let (s, id, token) = (s.clone(), id.clone(), token.clone());
+                    let order = order.clone();
+                    async move {
+                        let order_id = order["id"].as_str().unwrap().to_string();
+                        let (status, entry) = s
+                            .call(
+                                Method::POST,
+                                &format!("/api/v1/work-orders/{order_id}/complete"),
+                                Some(&token),
+                                Some(json!({"agent_id": id, "claim_id": order["claim_id"], "success": true})),
+                            )
+                            .await;
+                        assert_eq!(status, 200, "{entry}");
+                        assert_eq!(entry["outcome"], "succeeded");
+                        assert_eq!(entry["claim_id"], order["claim_id"]);
+                        (order_id, order["claim_id"].as_str().unwrap().to_string())
+                    }
+                });
+                for (order_id, claim_id) in futures::future::join_all(completes).await {
+                    done.push(order_id);
+                    assert!(claim_ids.insert(claim_id), "a claim id handed out twice");
+                }
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    let mut claims = HashSet::new();
+    for t in tasks {
+        let (done, ids) = t.await.unwrap();
+        all.extend(done);
+        for id in ids {
+            assert!(claims.insert(id), "a claim id shared by two agents");
+        }
+    }
+    let unique: HashSet<&String> = all.iter().collect();
+    assert_eq!(all.len(), ORDERS, "every order completed once");
+    assert_eq!(unique.len(), ORDERS, "no order completed twice");
+    let (logged,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM work_order_log WHERE outcome = 'succeeded'")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+    assert_eq!(logged, ORDERS as i64, "none lost");
+}
+
+/// `max_orders` is bounded (`queue::limits::MAX_ORDERS`), named in the refusal; without it the
+/// answer is the order itself, with it a list even of one.
+#[tokio::test]
+async fn max_orders_is_bounded_and_chooses_the_answer_shape() {
+    let s = TestServer::start().await;
+    let (id, token) = s.agent(json!({"name": "shape", "labels": ["shape"]})).await;
+    for bad in [0, 101, -1] {
+        let (status, body) = s
+            .call(
+                Method::POST,
+                &format!("/api/v1/agents/{id}/claim"),
+                Some(&token),
+                Some(json!({"max_orders": bad})),
+            )
+            .await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("max_orders must be between 1 and 100"),
+            "{message}"
+        );
+    }
+    for _ in 0..3 {
+        s.order(configmap_order("shape")).await;
+    }
+    let claim = |body: serde_json::Value| {
+        let (s, id, token) = (&s, id.clone(), token.clone());
+        async move {
+            s.call(
+                Method::POST,
+                &format!("/api/v1/agents/{id}/claim"),
+                Some(&token),
+                Some(body),
+            )
+            .await
+        }
+    };
+    let (status, one) = claim(json!({})).await;
+    assert_eq!(status, 200);
+    assert!(one["id"].is_string() && one["orders"].is_null(), "{one}");
+    let (status, list) = claim(json!({"max_orders": 1})).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["orders"].as_array().unwrap().len(), 1, "{list}");
+    let (status, rest) = claim(json!({"max_orders": 50})).await;
+    assert_eq!(status, 200);
+    assert_eq!(rest["orders"].as_array().unwrap().len(), 1, "{rest}");
+    let (status, _) = claim(json!({"max_orders": 50})).await;
+    assert_eq!(status, 204);
 }

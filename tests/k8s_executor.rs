@@ -5,77 +5,24 @@ mod support;
 
 #[path = "k8s_executor/builds.rs"]
 mod builds;
+#[path = "k8s_executor/harness.rs"]
+mod harness;
 #[path = "k8s_executor/output.rs"]
 mod output;
+#[path = "k8s_executor/pod_watch.rs"]
+mod pod_watch;
 
-use std::sync::Arc;
 use std::time::Duration;
 
+use harness::Executor;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, ResourceExt};
-use pullman::client::Client as PullClient;
-use pullman::executor::KubeCarrier;
-use pullman::pull::{self, LoopConfig, Shutdown};
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::kube::{client, drop_namespace, kubectl, namespace};
 use support::{TestServer, eventually};
-
-/// An executor running in-process over the real pull API, for one namespace.
-struct Executor {
-    shutdown: Shutdown,
-    task: tokio::task::JoinHandle<Result<(), pull::PullError>>,
-}
-
-impl Executor {
-    fn start(
-        s: &TestServer,
-        k: &Client,
-        agent_id: &str,
-        token: &str,
-        ns: &str,
-        lease: u32,
-    ) -> Self {
-        Self::start_with(s, k, agent_id, token, ns, lease, 4).0
-    }
-
-    /// Like `start`, with `concurrency` orders at once; also hands back the carrier.
-    fn start_with(
-        s: &TestServer,
-        k: &Client,
-        agent_id: &str,
-        token: &str,
-        ns: &str,
-        lease: u32,
-        concurrency: usize,
-    ) -> (Self, Arc<KubeCarrier>) {
-        let shutdown = Shutdown::default();
-        let api = PullClient::new(&s.base, token).unwrap();
-        let config = LoopConfig {
-            agent_id: agent_id.parse().unwrap(),
-            work_types: vec![],
-            lease_seconds: lease,
-            concurrency,
-            max_wait_seconds: 5,
-        };
-        let carrier = Arc::new(KubeCarrier::new(k.clone(), ns.to_string()));
-        let task = tokio::spawn(pull::run(api, config, carrier.clone(), shutdown.clone()));
-        (Executor { shutdown, task }, carrier)
-    }
-
-    /// Like `kill -9`: nothing reported, nothing cleaned up.
-    fn kill(self) {
-        self.task.abort();
-    }
-
-    async fn stop(self) {
-        self.shutdown.drain.cancel();
-        self.shutdown.abandon.cancel();
-        let _ = self.task.await;
-    }
-}
 
 fn job(name: &str, pod_annotations: Value) -> String {
     format!(

@@ -7,7 +7,7 @@ mod support;
 
 use pullman::queue::limits::{
     AGENT_LEASE_SECONDS, BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, LEASE_SECONDS, MAX_CONCURRENCY,
-    MAX_RECLAIMS, MAX_RETRIES, MAX_YAML_BYTES, Range,
+    MAX_ORDERS, MAX_RECLAIMS, MAX_RETRIES, MAX_YAML_BYTES, Range,
 };
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -113,6 +113,7 @@ async fn the_served_openapi_and_the_server_state_the_queue_limits() {
         bounded.push((name, LEASE_SECONDS));
     }
     bounded.push(("NewAgent", MAX_CONCURRENCY));
+    bounded.push(("ClaimNextBody", MAX_ORDERS));
     for (name, range) in &bounded {
         let field = &schemas[name]["properties"][range.field];
         let what = format!("{name}.{}", range.field);

@@ -16,13 +16,24 @@ struct Worker {
 
 impl Worker {
     fn start(s: &TestServer, token: &str, exec: &str, lease: u32) -> Self {
+        Self::start_with(s, token, exec, &["--lease-seconds", &lease.to_string()])
+    }
+
+    /// A worker carrying out up to `concurrency` orders at once.
+    fn start_concurrent(s: &TestServer, token: &str, exec: &str, concurrency: u32) -> Self {
+        Self::start_with(s, token, exec, &["--concurrency", &concurrency.to_string()])
+    }
+
+    /// `pullman worker --exec EXEC` with `flags`, its token in a file of its own.
+    fn start_with(s: &TestServer, token: &str, exec: &str, flags: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, token).unwrap();
         let child = Command::new(pullman_bin())
             .args(["worker", "--server", &s.base, "--token-file"])
             .arg(&token_file)
-            .args(["--lease-seconds", &lease.to_string(), "--exec", exec])
+            .args(flags)
+            .args(["--exec", exec])
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -164,4 +175,40 @@ async fn sigterm_lets_the_running_order_finish_and_stops_claiming() {
         .admin(Method::GET, &format!("/api/v1/work-orders/{second}"), None)
         .await;
     assert_eq!(v["status"], "PENDING", "no new claim after SIGTERM");
+}
+
+/// `worker --concurrency 4` claims as many orders as it has free slots in one request (multi-claim,
+/// `max_orders`): orders claimed by one statement share its `claimed_at` (the transaction's
+/// `now()`), so twelve orders queued before the worker starts are claimed in groups, never more
+/// than four held at once, and each is completed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_worker_claims_its_free_slots_in_one_request() {
+    let s = TestServer::start().await;
+    let (agent, token) = s.agent(json!({"name": "multi", "labels": ["multi"]})).await;
+    let mut orders = Vec::new();
+    for _ in 0..12 {
+        orders.push(s.order(configmap_order("multi")).await);
+    }
+    let _w = Worker::start_concurrent(&s, &token, "sleep 0.5", 4);
+    for id in &orders {
+        assert_eq!(s.log_entry(id, 60).await["outcome"], "succeeded");
+    }
+    let groups: Vec<(i64,)> = sqlx::query_as(
+        "SELECT count(*) FROM work_order_log WHERE claimed_by = $1::uuid \
+         GROUP BY claimed_at ORDER BY count(*) DESC",
+    )
+    .bind(&agent)
+    .fetch_all(&s.pool)
+    .await
+    .unwrap();
+    let sizes: Vec<i64> = groups.iter().map(|g| g.0).collect();
+    assert_eq!(sizes.iter().sum::<i64>(), 12, "{sizes:?}");
+    assert!(
+        sizes[0] > 1,
+        "no two orders were claimed together: {sizes:?}"
+    );
+    assert!(
+        sizes.iter().all(|&n| n <= 4),
+        "more than --concurrency at once: {sizes:?}"
+    );
 }

@@ -188,7 +188,7 @@ pub enum WorkOrdersCommand {
         /// The order's id or a unique prefix of it (with or without dashes).
         id: String,
         #[command(flatten)]
-        logs: super::logs::LogsArgs,
+        logs: LogsArgs,
     },
     /// Cancel a work order (it moves to the log as cancelled).
     Cancel {
@@ -230,6 +230,25 @@ pub struct WaitArgs {
     /// forever. Exit status 5 when it passes.
     #[arg(long, default_value = "0", value_parser = parse_duration)]
     pub timeout: std::time::Duration,
+}
+
+/// What to print of an order's output.
+#[derive(Debug, Clone, Default, Args)]
+pub struct LogsArgs {
+    /// Keep printing lines as the agent sends them until the order finishes; then exit with its
+    /// outcome (0 succeeded, 3 failed, 4 cancelled), as `work-orders wait` does.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// Start with only the last N lines (1-10000). Default: from the first line.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10000))]
+    pub tail: Option<u16>,
+    /// Only the lines of this attempt (1 = the order's first claim, 2 = its first retry or
+    /// reclaim, ...). Default: every attempt.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: Option<u32>,
+    /// Begin each line with the time the agent read it (RFC 3339, UTC).
+    #[arg(long)]
+    pub timestamps: bool,
 }
 
 #[derive(Debug, Args)]

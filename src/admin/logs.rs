@@ -7,28 +7,10 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use super::args::LogsArgs;
 use super::wait::exit_code_of;
 use crate::client::{Client, ClientError};
 use crate::wire::OutputEntry;
-
-/// What to print of an order's output.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct LogsArgs {
-    /// Keep printing lines as the agent sends them until the order finishes; then exit with its
-    /// outcome (0 succeeded, 3 failed, 4 cancelled), as `work-orders wait` does.
-    #[arg(short = 'f', long)]
-    pub follow: bool,
-    /// Start with only the last N lines (1-10000). Default: from the first line.
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10000))]
-    pub tail: Option<u16>,
-    /// Only the lines of this attempt (1 = the order's first claim, 2 = its first retry or
-    /// reclaim, ...). Default: every attempt.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub attempt: Option<u32>,
-    /// Begin each line with the time the agent read it (RFC 3339, UTC).
-    #[arg(long)]
-    pub timestamps: bool,
-}
 
 /// Pause before following again after the server could not be reached.
 const RETRY: Duration = Duration::from_secs(1);

@@ -11,7 +11,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::agents::agent_names;
-use super::args::{Connection, CreateWorkOrder, Output, WorkOrdersCommand};
+use super::args::{Connection, CreateWorkOrder, LogsArgs, Output, WorkOrdersCommand};
 use super::history::print_attempts;
 use super::lookup::{Scope, resolve_order};
 use super::order_list::{list_orders, next_event, print_orders, targeting_text};
@@ -179,7 +179,7 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
                 }
                 eprintln!("work order {} created; waiting for it to finish", order.id);
                 if then_logs {
-                    let follow = super::logs::LogsArgs {
+                    let follow = LogsArgs {
                         follow: true,
                         ..Default::default()
                     };

@@ -12,11 +12,14 @@ use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, parse_optional_json};
 use super::{ApiError, AppState, Caller, ErrorBody, MAX_WAIT_CAP};
+use crate::queue::limits;
 use crate::queue::validate::{parse_work_type, validate_lease};
 use crate::queue::{
     ClaimRequest, Completion, CompletionResult, Heartbeat, LogEntry, WorkOrder, WorkType,
 };
-pub use crate::wire::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetryScheduled};
+pub use crate::wire::{
+    ClaimBody, ClaimNextBody, ClaimedOrders, CompleteBody, HeartbeatBody, RetryScheduled,
+};
 
 fn claimed(state: &AppState, order: &WorkOrder, started: Instant) {
     state.metrics.claims.inc();
@@ -60,11 +63,12 @@ pub async fn claim(
     Ok(Json(order))
 }
 
-/// Claim the next eligible work order, waiting up to `max_wait_seconds` (cap 30) for one.
+/// Claim the next eligible work order (or, with `max_orders`, up to that many), waiting up to
+/// `max_wait_seconds` (cap 30) for one.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/claim", tag = "claims",
     params(("id" = Uuid, Path, description = "Agent id")), request_body = ClaimNextBody,
     responses(
-        (status = 200, description = "Claimed: the full order", body = WorkOrder),
+        (status = 200, description = "Claimed: the full order; with `max_orders`, `{orders: [...]}` holding one to `max_orders` full orders, each with its own claim_id", body = ClaimAnswer),
         (status = 204, description = "Nothing eligible within the wait (or the server is stopping)"),
         (status = 404, description = "`not_found`: unknown agent", body = ErrorBody),
         (status = 409, description = "`agent_retired`: the agent was retired", body = ErrorBody),
@@ -101,6 +105,7 @@ pub async fn claim_next(
         agent_id,
         lease_seconds: validate_lease(body.lease_seconds)?,
     };
+    let max_orders = limits::MAX_ORDERS.check_optional(body.max_orders)?;
 
     let _permit = if wait.is_zero() {
         None
@@ -120,17 +125,37 @@ pub async fn claim_next(
     };
     let _waiting = _permit.as_ref().map(|_| LongPollGauge::enter(&state));
 
-    match state
+    let mut orders = state
         .queue
-        .claim_next_waiting(&req, &work_types, wait, &state.notifications)
-        .await?
-    {
-        Some(order) => {
-            claimed(&state, &order, started);
-            Ok(Json(order).into_response())
-        }
-        None => Ok(StatusCode::NO_CONTENT.into_response()),
+        .claim_next_waiting(
+            &req,
+            &work_types,
+            max_orders.map_or(1, |n| n as usize),
+            wait,
+            &state.notifications,
+        )
+        .await?;
+    for order in &orders {
+        claimed(&state, order, started);
     }
+    let answer = match (max_orders, orders.pop()) {
+        (_, None) => return Ok(StatusCode::NO_CONTENT.into_response()),
+        (None, Some(order)) => ClaimAnswer::Order(Box::new(order)),
+        (Some(_), Some(last)) => {
+            orders.push(last);
+            ClaimAnswer::Orders(ClaimedOrders { orders })
+        }
+    };
+    Ok(Json(answer).into_response())
+}
+
+/// The two shapes of a claim-next `200`: the order itself, or the list a multi-claim
+/// (`max_orders`) asked for.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum ClaimAnswer {
+    Order(Box<WorkOrder>),
+    Orders(ClaimedOrders),
 }
 
 /// Keeps `pullman_long_polls` in step with the waits in flight, also when a client disconnects.

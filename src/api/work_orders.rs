@@ -14,10 +14,9 @@ use super::error::{ApiJson, ApiPath, ApiQuery, page_limit};
 use super::pages::{LogEntryPage, WorkOrderPage};
 use super::{Admin, ApiError, AppState, ErrorBody};
 use crate::queue::validate::{parse_work_type, validate_work_order_off_thread};
-use crate::queue::waiting::Explanation;
 use crate::queue::{
-    Attempt, Created, IdPrefix, IdempotencyKey, LogEntry, LogFilter, NewWorkOrder, OrderFilter,
-    OrderStatus, Outcome, Page, WorkOrder, WorkType,
+    Attempt, Created, Explanation, IdPrefix, IdempotencyKey, LogEntry, LogFilter, NewWorkOrder,
+    OrderFilter, OrderStatus, Outcome, Page, WorkOrder, WorkType,
 };
 
 /// Query of `GET /api/v1/work-orders`.

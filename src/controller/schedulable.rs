@@ -20,8 +20,8 @@ use uuid::Uuid;
 
 use super::status::{self, condition};
 use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderStatus};
-use crate::queue::waiting::{Wait, WaitReason};
-use crate::queue::{Lookup, OrderStatus, Queue};
+use crate::queue::waiting::Wait;
+use crate::queue::{Lookup, OrderStatus, Queue, WaitReason};
 
 /// Type of the condition.
 pub const SCHEDULABLE: &str = "Schedulable";

@@ -5,8 +5,9 @@
 //! a restarted executor, or a new claim re-attaching to the same Job, starts each container just
 //! after the last line the server already has for it ([`resume_points`]) and sends nothing twice.
 //!
-//! Bounded: one pod watch per followed object (by label), one task per run of a container, all
-//! cancelled when the order ends. A container whose logs cannot be read (kwok nodes have no
+//! Bounded: the pods come from the executor's shared pod watches ([`super::PodWatches`]: one per
+//! namespace and label, not one per followed object); one task and one log stream per run of a
+//! container, all cancelled when the order ends. A container whose logs cannot be read (kwok nodes have no
 //! kubelet; the executor's Role may lack `pods/log`) is said once, as one line, and not retried.
 
 use std::collections::{HashMap, HashSet};
@@ -14,15 +15,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
+use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::LogParams;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::podwatch::{PodSubscription, PodWatches};
 use crate::client::Client as ApiClient;
 use crate::pull::output::{MAX_LINE_BYTES, OutputHandle};
 use crate::wire::MAX_OUTPUT_PAGE_LINES;
@@ -126,25 +127,33 @@ pub struct PodLogs {
 }
 
 impl PodLogs {
-    /// Follows the pods in `namespace` matching `selector` (`label=value`).
+    /// Follows the pods in `namespace` whose `label` is `value`, as the executor's shared pod
+    /// watch reports them.
     pub fn follow(
+        watches: &PodWatches,
         kube: Client,
         namespace: &str,
-        selector: String,
+        (label, value): (&'static str, &str),
         out: OutputHandle,
         resume: Arc<HashMap<String, ResumePoint>>,
     ) -> Self {
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let pods: Api<Pod> = Api::namespaced(kube, namespace);
-        tasks.spawn(watch_pods(pods, selector, out, resume, stop.clone()));
+        let subscription = watches.subscribe(namespace, label, value);
+        let runs = Runs {
+            pods: Api::namespaced(kube, namespace),
+            out,
+            resume,
+            started: HashSet::new(),
+            followers: JoinSet::new(),
+        };
+        tasks.spawn(follow_pods(subscription, runs, stop.clone()));
         PodLogs { stop, tasks }
     }
 
     /// The order's verdict is in: lets the containers' streams end on their own (a finished
     /// container's log ends) for at most `limit`, then stops every task.
     pub async fn finish(mut self, limit: Duration) {
-        // The pod watch itself never ends: stop it, its container tasks drain on their own.
         self.stop.cancel();
         let drained = tokio::time::timeout(limit, async {
             while self.tasks.join_next().await.is_some() {}
@@ -164,38 +173,49 @@ impl Drop for PodLogs {
     }
 }
 
-/// Watches the pods; starts one follower per run of each container as soon as it has started: a
-/// container restarted in its pod (`restartPolicy: OnFailure`) is a new run, whose log the
-/// kubelet gives from its own beginning, under the same stream name.
-async fn watch_pods(
+/// Takes the pods from the subscription until `stop`, then (the verdict is in) those the shared
+/// watch has listed by then: a Job that ended before the watch's first list has its pods only
+/// there. Returns when every container's stream has ended.
+async fn follow_pods(mut subscription: PodSubscription, mut runs: Runs, stop: CancellationToken) {
+    for pod in subscription.current() {
+        runs.start(&pod);
+    }
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            Some(pod) = subscription.next() => runs.start(&pod),
+        }
+    }
+    subscription.listed().await;
+    while let Some(pod) = subscription.try_next() {
+        runs.start(&pod);
+    }
+    for pod in subscription.current() {
+        runs.start(&pod);
+    }
+    drop(subscription);
+    while runs.followers.join_next().await.is_some() {}
+}
+
+/// The runs of containers started so far for one order, and their followers.
+struct Runs {
     pods: Api<Pod>,
-    selector: String,
     out: OutputHandle,
     resume: Arc<HashMap<String, ResumePoint>>,
-    stop: CancellationToken,
-) {
-    let mut followers = JoinSet::new();
-    let mut started: HashSet<String> = HashSet::new();
-    let events = watcher(pods.clone(), watcher::Config::default().labels(&selector))
-        .default_backoff()
-        .applied_objects();
-    futures::pin_mut!(events);
-    loop {
-        let pod = tokio::select! {
-            _ = stop.cancelled() => break,
-            e = events.try_next() => match e {
-                Ok(Some(pod)) => pod,
-                Ok(None) => break,
-                Err(error) => {
-                    tracing::debug!(%error, "pod watch error; it resumes");
-                    continue;
-                }
-            },
+    /// `<pod>/<container>#<restart count>` of each run followed.
+    started: HashSet<String>,
+    followers: JoinSet<()>,
+}
+
+impl Runs {
+    /// Starts one follower per run of each container of `pod` that has started and is not
+    /// followed yet: a container restarted in its pod (`restartPolicy: OnFailure`) is a new run,
+    /// whose log the kubelet gives from its own beginning, under the same stream name.
+    fn start(&mut self, pod: &Pod) {
+        let Some(name) = pod.metadata.name.as_deref() else {
+            return;
         };
-        let Some(name) = pod.metadata.name.clone() else {
-            continue;
-        };
-        let Some(status) = &pod.status else { continue };
+        let Some(status) = &pod.status else { return };
         let statuses = status.init_container_statuses.iter().flatten();
         for c in statuses.chain(status.container_statuses.iter().flatten()) {
             let state = c.state.as_ref();
@@ -203,32 +223,30 @@ async fn watch_pods(
             let stream = format!("{name}/{}", c.name);
             // A run that ended and was replaced before this watch saw it: the kubelet keeps the
             // previous run's log (only that one), read whole.
-            if c.restart_count > 0 && started.insert(format!("{stream}#{}", c.restart_count - 1)) {
-                followers.spawn(follow_container(
-                    pods.clone(),
-                    name.clone(),
-                    c.name.clone(),
-                    stream.clone(),
-                    Run::Previous,
-                    resume.clone(),
-                    out.clone(),
-                ));
+            if c.restart_count > 0
+                && self
+                    .started
+                    .insert(format!("{stream}#{}", c.restart_count - 1))
+            {
+                self.spawn(name, &c.name, &stream, Run::Previous);
             }
-            if !has_started || !started.insert(format!("{stream}#{}", c.restart_count)) {
-                continue;
+            if has_started && self.started.insert(format!("{stream}#{}", c.restart_count)) {
+                self.spawn(name, &c.name, &stream, Run::Current);
             }
-            followers.spawn(follow_container(
-                pods.clone(),
-                name.clone(),
-                c.name.clone(),
-                stream,
-                Run::Current,
-                resume.clone(),
-                out.clone(),
-            ));
         }
     }
-    while followers.join_next().await.is_some() {}
+
+    fn spawn(&mut self, pod: &str, container: &str, stream: &str, run: Run) {
+        self.followers.spawn(follow_container(
+            self.pods.clone(),
+            pod.to_string(),
+            container.to_string(),
+            stream.to_string(),
+            run,
+            self.resume.clone(),
+            self.out.clone(),
+        ));
+    }
 }
 
 /// Which run of a container to read.
@@ -270,7 +288,8 @@ async fn follow_container(
                 &stream,
                 &format!("[pullman] no logs from this container: {error}"),
                 Utc::now(),
-            );
+            )
+            .await;
             return;
         }
     };
@@ -298,7 +317,7 @@ async fn follow_container(
             }
             text = &text[..cut];
         }
-        out.push(&stream, text, at);
+        out.push(&stream, text, at).await;
     }
 }
 

@@ -7,6 +7,8 @@
 //!   abandoned); the executor supplies the applying and watching steps ([`KubeCarrier`]).
 //! - `apply`: server-side apply with cached discovery; `plan`: what one order applies and
 //!   then waits on; `watch`: one shared watch per kind and namespace that every order waits on;
+//!   `podwatch`: one shared watch of pods per namespace and pod label that every order's log
+//!   follower subscribes to;
 //!   `verdict`: what a watched object says; `pods`: which containers of a failed Job exited with
 //!   what code; `cleanup`: deleting what a cancelled order created; [`logs`]: the logs of the
 //!   order's pods sent as its output (docs/design.md §9).
@@ -16,6 +18,7 @@ mod cleanup;
 pub mod logs;
 mod plan;
 mod pods;
+mod podwatch;
 mod verdict;
 mod watch;
 
@@ -30,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use apply::{Applied, Applier, EXECUTOR_FIELD_MANAGER, WORK_ORDER_LABEL, apply_rank};
 pub use plan::{BUILD_WINDOW, Plan, buildrun_name};
+pub use podwatch::{PodSubscription, PodWatches, keep_log_fields};
 pub use verdict::{ObjectVerdict, buildrun_verdict, job_verdict, keep_verdict_fields};
 pub use watch::{WatchEnd, Watches};
 
@@ -43,7 +47,7 @@ pub const EXECUTOR_HELP: &str = "\
 Claims work orders with a lease, applies their objects with server-side apply (field manager
 pullman-executor) and watches Jobs and Shipwright BuildRuns to a verdict within the watch
 budget (claim timeout minus max(10 %, 60 s)). One shared watch per kind and namespace serves
-every running order. Uses the in-cluster service account, or KUBECONFIG outside a cluster.
+every running order, and one shared watch of pods per namespace every order's log output. Uses the in-cluster service account, or KUBECONFIG outside a cluster.
 While the server is unreachable it retries with backoff (0.5 s doubling to 30 s). A refused
 token (agent retired, token revoked) ends it with exit code 1. SIGTERM: stop claiming, finish
 running orders for at most --drain-seconds; then, or at a second signal, abandon them to the
@@ -65,7 +69,8 @@ pub struct ExecutorArgs {
     #[arg(long, env = "PULLMAN_TARGET_NAMESPACE")]
     pub target_namespace: Option<String>,
     /// Orders carried out at once (1-1024). Connections to the Kubernetes API do not grow with
-    /// it: every order waits on one shared watch per kind.
+    /// it: every order waits on one shared watch per kind, and its pods' logs are found through
+    /// one shared watch of pods.
     #[arg(long, env = "PULLMAN_CONCURRENCY", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub concurrency: u32,
@@ -149,6 +154,7 @@ fn abandon_after_drain(shutdown: &Shutdown, limit: Duration) {
 pub struct KubeCarrier {
     applier: Applier,
     watches: Watches,
+    pod_watches: PodWatches,
     /// Where the pods' logs go; `None`: nowhere.
     output: Option<OutputConfig>,
 }
@@ -157,6 +163,7 @@ impl KubeCarrier {
     pub fn new(client: Client, target_namespace: String) -> Self {
         KubeCarrier {
             watches: Watches::new(client.clone()),
+            pod_watches: PodWatches::new(client.clone()),
             applier: Applier::new(client, target_namespace),
             output: None,
         }
@@ -169,7 +176,7 @@ impl KubeCarrier {
     }
 
     /// Starts following the pods of what `plan` watches: the sender, and one follower per Job or
-    /// BuildRun (by their pods' label).
+    /// BuildRun (by their pods' label), each subscribed to the shared pod watch.
     async fn follow_logs(
         &self,
         order: &WorkOrder,
@@ -192,9 +199,10 @@ impl KubeCarrier {
             .filter_map(|(object, label)| {
                 let ns = object.namespace.as_deref()?;
                 Some(logs::PodLogs::follow(
+                    &self.pod_watches,
                     self.watches.client().clone(),
                     ns,
-                    format!("{label}={}", object.name),
+                    (label, &object.name),
                     sender.handle(),
                     resume.clone(),
                 ))
@@ -206,6 +214,11 @@ impl KubeCarrier {
     /// The shared watches (one per kind and namespace waited on so far).
     pub fn watches(&self) -> &Watches {
         &self.watches
+    }
+
+    /// The shared pod watches (one per namespace and pod label whose logs were followed so far).
+    pub fn pod_watches(&self) -> &PodWatches {
+        &self.pod_watches
     }
 }
 

@@ -8,6 +8,7 @@
 //!   reporting, or abandoned).
 //! - `heartbeat`: the heartbeats of one order.
 //! - [`output`]: the order's output sent to the server in numbered chunks, redacted and bounded.
+//! - [`redact`]: the secret values hidden in that output, multi-line ones included.
 //!
 //! Shutdown: the first signal stops claiming and lets running orders finish; the second abandons
 //! them (their carriers are stopped and no result is reported, so the reaper hands them out again).
@@ -18,6 +19,7 @@ pub mod connect;
 mod heartbeat;
 pub mod order;
 pub mod output;
+pub mod redact;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +33,7 @@ pub use connect::{Backoff, ConnectError, connect_as_agent};
 pub use order::{Carrier, Ended, Reported, Stage, Verdict};
 
 use crate::client::{Client, ClientError};
+use crate::queue::limits;
 use crate::wire::ClaimNextBody;
 
 /// Why an order was given up without reporting a result.
@@ -208,10 +211,23 @@ async fn run_loop<C: Carrier>(
             // server is back (a long-poll would answer only when its wait ends, up to 30 s on).
             max_wait = 0;
         }
+        // Multi-claim: one request for every free slot, so an agent with room for several
+        // orders fills it in one round trip and one commit (each order still holds one slot).
+        let mut permits = vec![permit];
+        if config.concurrency > 1 {
+            let most = limits::MAX_ORDERS.max as usize;
+            while permits.len() < most {
+                match slots.clone().try_acquire_owned() {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                }
+            }
+        }
         let body = ClaimNextBody {
             work_types: (!config.work_types.is_empty()).then(|| config.work_types.clone()),
             max_wait_seconds: Some(max_wait),
             lease_seconds: Some(i64::from(config.lease_seconds)),
+            max_orders: (config.concurrency > 1).then_some(permits.len() as i64),
         };
         let give_up = async {
             match runs.deadline() {
@@ -233,7 +249,8 @@ async fn run_loop<C: Carrier>(
                 if failures > 0 {
                     tracing::info!(failures, "connected to the server again");
                 }
-                if let Some(order) = claim {
+                // Each order takes one slot; slots left over are free again.
+                for (order, permit) in claim.into_iter().zip(permits) {
                     let span = tracing::info_span!("order", id = %order.id);
                     let (client, carrier, abandon, agent_id, lease_seconds) = (
                         client.clone(),

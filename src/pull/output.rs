@@ -1,21 +1,32 @@
 //! Sending an order's output to the server while it runs (docs/design.md §9), shared by the worker
 //! (its command's stdout and stderr) and the executor (the logs of its pods' containers).
 //!
-//! The producer side ([`OutputHandle::push`]) never waits on the network: it appends to a bounded
-//! buffer and returns, so a command's pipes are always drained. One task per order sends the
-//! buffer in numbered chunks (`seq` 0, 1, 2, … per claim) at least once a second while there is
-//! output, each at most [`CHUNK_BUDGET_BYTES`] of text. A chunk that failed (timeout, 5xx, 429)
-//! is sent again with the same `seq` after `Retry-After` or the capped backoff, so the server
-//! stores it once. While the server is away the buffer holds at most `buffer_bytes`; past it the
-//! oldest lines are dropped and their byte count goes out as `dropped_bytes` with the next chunk
-//! (a gap marker, never a silent loss). `409` (the claim is no longer live) and `401`/`403` stop
-//! sending for good. [`OutputSender::finish`] flushes what is left within a bound before the
-//! order is completed.
+//! The producer side ([`OutputHandle::push`]) appends to a bounded buffer. One task per order
+//! sends the buffer in numbered chunks (`seq` 0, 1, 2, … per claim) at least once a second while
+//! there is output, each at most [`CHUNK_BUDGET_BYTES`] of text. A chunk that failed (timeout,
+//! 5xx, 429) is sent again with the same `seq` after `Retry-After` or the capped backoff, so the
+//! server stores it once. `409` (the claim is no longer live) and `401`/`403` stop sending for
+//! good. [`OutputSender::finish`] flushes what is left before the order is completed, for as
+//! long as the server takes chunks.
 //!
-//! Redaction happens before a line enters the buffer ([`Redactor`]): the agent's own token and
-//! the values it is told to hide become `[REDACTED]`.
+//! The buffer holds at most `buffer_bytes` of text. When it is full the producer's next line
+//! depends on the server, as the sender last saw it ([`ServerState`]):
+//!
+//! | server                         | a line that does not fit                                      |
+//! |--------------------------------|---------------------------------------------------------------|
+//! | accepting (chunks stored)      | waits until the sender has taken a chunk (back-pressure: the  |
+//! |                                | command blocks on its pipe, as on a slow terminal)            |
+//! | away (no answer, 5xx)          | goes in; the oldest lines are dropped and counted             |
+//! | refusing (`429`, `503`)        | goes in; the oldest lines are dropped and counted             |
+//!
+//! Dropped bytes go out as `dropped_bytes` with the next chunk, a gap marker that names the cause
+//! (never a silent loss), and the agent's log says when it starts and stops dropping.
+//!
+//! Redaction happens before a line enters the buffer ([`Redactor`], [`super::redact`]): the
+//! agent's own token and the values it is told to hide become `[REDACTED]`.
 
 use std::collections::VecDeque;
+use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,172 +36,212 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::connect::{Backoff, MAX_BACKOFF};
+pub use super::redact::{REDACTED, Redactor};
 use crate::client::{Client, ClientError};
-use crate::wire::{OutputChunk, OutputLine};
+use crate::wire::{DroppedReason, OutputChunk, OutputLine};
 
 /// Text bytes in one chunk, leaving room under the server's 1 MiB body limit (docs/design.md §9) for
 /// the JSON around each line (see [`LINE_OVERHEAD_BYTES`]).
 pub const CHUNK_BUDGET_BYTES: usize = 768 * 1024;
-/// Bytes counted per line on top of its text and stream name: the JSON keys, quotes and the
-/// timestamp. Escapes can make a line's JSON up to 6 × its text (`\u0001`); the budget's margin
-/// covers ordinary text, and a `413` is logged and counted as a gap.
+/// Bytes counted per line on top of its text and stream name when a chunk is formed: the JSON
+/// keys, quotes and the timestamp. Escapes can make a line's JSON up to 6 × its text (`\u0001`);
+/// the budget's margin covers ordinary text, and a `413` is logged and counted as a gap.
 pub const LINE_OVERHEAD_BYTES: usize = 64;
-/// Default bound of what is held while the server is away (`--output-buffer-bytes`), bytes.
+/// Default bound of the output text held (`--output-buffer-bytes`), bytes.
 pub const DEFAULT_BUFFER_BYTES: usize = 8 << 20;
 /// Longest line sent as one; longer lines are sent in pieces of this many bytes.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// How often buffered output goes out while there is some (docs/design.md §9: at least once a second).
 pub const SEND_INTERVAL: Duration = Duration::from_secs(1);
-/// How long the order's completion waits for the last lines to be delivered.
+/// How long the order's completion waits for the last lines while no chunk is delivered.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// A chunk not answered within this long is sent again (same `seq`).
 pub const CHUNK_TIMEOUT: Duration = Duration::from_secs(15);
-/// What a hidden value is replaced with.
-pub const REDACTED: &str = "[REDACTED]";
-
-/// Replaces secret values with [`REDACTED`] in output before it leaves the agent.
-#[derive(Debug, Clone, Default)]
-pub struct Redactor {
-    /// Longest first, so a secret containing another is replaced whole.
-    secrets: Arc<Vec<Vec<u8>>>,
-}
-
-impl Redactor {
-    /// Hides each of `values`; empty and all-whitespace values are ignored (they would hide every
-    /// line's spaces, or everything).
-    pub fn new(values: impl IntoIterator<Item = String>) -> Self {
-        let mut secrets: Vec<Vec<u8>> = values
-            .into_iter()
-            .filter(|v| !v.trim().is_empty())
-            .map(String::into_bytes)
-            .collect();
-        secrets.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
-        secrets.dedup();
-        Redactor {
-            secrets: Arc::new(secrets),
-        }
-    }
-
-    /// Whether there is nothing to hide.
-    pub fn is_empty(&self) -> bool {
-        self.secrets.is_empty()
-    }
-
-    /// Redacts `buf`. With `complete` (a whole line, or the end of the stream) everything is
-    /// consumed. Otherwise `buf` is a piece of a longer line: a tail that may be the start of a
-    /// secret (or of a UTF-8 character) is left over, and the answer says how many bytes were
-    /// consumed; the caller puts the rest in front of the next piece, so a secret split across
-    /// two reads is still hidden. The leftover is shorter than the longest secret plus 4 bytes.
-    pub fn redact_bytes(&self, buf: &[u8], complete: bool) -> (Vec<u8>, usize) {
-        let mut out = Vec::with_capacity(buf.len());
-        let mut i = 0;
-        'scan: while i < buf.len() {
-            let rest = &buf[i..];
-            for s in self.secrets.iter() {
-                if rest.starts_with(s) {
-                    out.extend_from_slice(REDACTED.as_bytes());
-                    i += s.len();
-                    continue 'scan;
-                }
-            }
-            if !complete && self.secrets.iter().any(|s| s.starts_with(rest)) {
-                break;
-            }
-            out.push(buf[i]);
-            i += 1;
-        }
-        if !complete {
-            // Do not cut a UTF-8 character in two: keep its first bytes for the next piece.
-            if let Err(e) = std::str::from_utf8(&out)
-                && e.error_len().is_none()
-            {
-                let cut = out.len() - e.valid_up_to();
-                out.truncate(e.valid_up_to());
-                i -= cut;
-            }
-        }
-        (out, i)
-    }
-
-    /// Redacts one whole line.
-    pub fn redact(&self, line: &str) -> String {
-        if self.is_empty() {
-            return line.to_string();
-        }
-        String::from_utf8_lossy(&self.redact_bytes(line.as_bytes(), true).0).into_owned()
-    }
-}
 
 /// What every order's sender needs: where to send and how much to hold.
 #[derive(Clone)]
 pub struct OutputConfig {
     pub client: Client,
     pub agent_id: Uuid,
-    /// Most bytes of text held while the server is away; past it the oldest lines are dropped
-    /// and reported as a gap.
+    /// Most bytes of output text held (at least [`CHUNK_BUDGET_BYTES`]). Past it a producer
+    /// waits while the server accepts chunks; while it is away or refusing the oldest lines
+    /// are dropped and reported as a gap.
     pub buffer_bytes: usize,
     pub redactor: Redactor,
 }
 
-#[derive(Default)]
+/// How the server answered output, as the sender last saw it: what a full buffer does (see the
+/// module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerState {
+    /// The last chunk was stored (also before the first one is sent).
+    Accepting,
+    /// The last attempt got no answer: connection refused or broken, timeout, or a 5xx other
+    /// than 503.
+    Away,
+    /// The server answered `429` or `503` (it is behind, or stopping).
+    Refusing(u16),
+}
+
+impl std::fmt::Display for ServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerState::Accepting => f.write_str("the server accepts output"),
+            ServerState::Away => f.write_str("the server is unreachable"),
+            ServerState::Refusing(status) => write!(f, "the server refuses output with {status}"),
+        }
+    }
+}
+
 struct Buffer {
     lines: VecDeque<OutputLine>,
-    /// Bytes counted against the bound: text, stream and [`LINE_OVERHEAD_BYTES`] per line.
+    /// Text bytes of `lines`, counted against the bound.
+    held: usize,
+    /// `lines` as counted for chunks: text, stream and [`LINE_OVERHEAD_BYTES`] per line.
     bytes: usize,
     /// Text bytes dropped since the last chunk was formed.
     dropped: u64,
+    /// Why the oldest lines were last dropped, while `dropped` is not 0.
+    dropped_while: Option<ServerState>,
+    server: ServerState,
+    /// Chunks stored so far (progress, for [`OutputSender::finish`]).
+    delivered: u64,
     /// No more lines will come: send what is left, then end.
     closed: bool,
-    /// The server refused the claim (409) or the token: lines are thrown away.
+    /// The server refused the claim (409) or the token, or the sender is gone: lines are
+    /// thrown away.
     stopped: bool,
+}
+
+impl Default for Buffer {
+    fn default() -> Self {
+        Buffer {
+            lines: VecDeque::new(),
+            held: 0,
+            bytes: 0,
+            dropped: 0,
+            dropped_while: None,
+            server: ServerState::Accepting,
+            delivered: 0,
+            closed: false,
+            stopped: false,
+        }
+    }
+}
+
+impl Buffer {
+    /// Appends `line`, dropping the oldest lines past `limit` text bytes (counted, with the
+    /// server's state as the cause).
+    fn push_dropping(&mut self, line: OutputLine, limit: usize) {
+        self.held += line.text.len();
+        self.bytes += cost(&line);
+        self.lines.push_back(line);
+        while self.held > limit
+            && self.lines.len() > 1
+            && let Some(old) = self.lines.pop_front()
+        {
+            self.held -= old.text.len();
+            self.bytes -= cost(&old);
+            if self.dropped == 0 {
+                tracing::warn!(
+                    "output buffer full while {}: dropping the oldest lines; a gap marker \
+                     will say how many bytes",
+                    self.server
+                );
+            }
+            self.dropped += old.text.len() as u64;
+            self.dropped_while = Some(self.server);
+        }
+    }
 }
 
 struct Shared {
     buffer: Mutex<Buffer>,
+    /// Wakes the sender: a full chunk is waiting, or the output ended.
     wake: Notify,
+    /// Wakes waiting producers: room was made, the server stopped accepting, or sending ended.
+    room: Notify,
     limit: usize,
     redactor: Redactor,
+}
+
+impl Shared {
+    fn buffer(&self) -> std::sync::MutexGuard<'_, Buffer> {
+        self.buffer.lock().expect("output buffer lock")
+    }
+
+    /// Records how the server answered; producers waiting for room re-check.
+    fn server_is(&self, state: ServerState) {
+        let mut b = self.buffer();
+        if b.server == state {
+            return;
+        }
+        if state == ServerState::Accepting && b.dropped_while.is_some() {
+            tracing::info!(
+                "output accepted again; the lines dropped meanwhile are marked as a gap"
+            );
+        }
+        b.server = state;
+        drop(b);
+        self.room.notify_waiters();
+    }
+
+    /// Nothing more is sent: waiting producers return and later lines are thrown away.
+    fn stop(&self) {
+        let mut b = self.buffer();
+        b.stopped = true;
+        b.lines.clear();
+        b.held = 0;
+        b.bytes = 0;
+        drop(b);
+        self.room.notify_waiters();
+    }
 }
 
 fn cost(line: &OutputLine) -> usize {
     line.text.len() + line.stream.len() + LINE_OVERHEAD_BYTES
 }
 
-/// Appends lines to an order's output; cheap to clone, never waits.
+/// Appends lines to an order's output; cheap to clone.
 #[derive(Clone)]
 pub struct OutputHandle {
     shared: Arc<Shared>,
 }
 
 impl OutputHandle {
-    /// Adds one line (without its line ending), redacted, read at `at`. Never waits: past the
-    /// buffer's bound the oldest lines are dropped and counted.
-    pub fn push(&self, stream: &str, text: &str, at: DateTime<Utc>) {
+    /// Adds one line (without its line ending), redacted, read at `at`. Waits while the buffer
+    /// is full and the server accepts chunks; otherwise never waits (see the module
+    /// documentation).
+    pub async fn push(&self, stream: &str, text: &str, at: DateTime<Utc>) {
         let text = self.shared.redactor.redact(text);
-        self.push_redacted(stream, text, at);
+        self.push_redacted(stream, text, at).await;
     }
 
-    /// Adds a line already passed through [`Redactor`] (see [`OutputHandle::redactor`]).
-    pub fn push_redacted(&self, stream: &str, text: String, at: DateTime<Utc>) {
+    /// Adds a line already passed through [`Redactor`] (see [`OutputHandle::redactor`]), as
+    /// [`OutputHandle::push`].
+    pub async fn push_redacted(&self, stream: &str, text: String, at: DateTime<Utc>) {
         let line = OutputLine {
             stream: stream.to_string(),
             text,
             at,
         };
-        let wake = {
-            let mut b = self.shared.buffer.lock().expect("output buffer lock");
-            if b.stopped || b.closed {
-                return;
-            }
-            b.bytes += cost(&line);
-            b.lines.push_back(line);
-            while b.bytes > self.shared.limit
-                && let Some(old) = b.lines.pop_front()
+        let wake = loop {
+            let mut room = pin!(self.shared.room.notified());
             {
-                b.bytes -= cost(&old);
-                b.dropped += old.text.len() as u64;
+                let mut b = self.shared.buffer();
+                if b.stopped || b.closed {
+                    return;
+                }
+                let fits = b.held + line.text.len() <= self.shared.limit || b.lines.is_empty();
+                if fits || b.server != ServerState::Accepting {
+                    b.push_dropping(line, self.shared.limit);
+                    break b.bytes >= CHUNK_BUDGET_BYTES;
+                }
+                // Full while the server takes chunks: wait for the sender (back-pressure).
+                room.as_mut().enable();
             }
-            b.bytes >= CHUNK_BUDGET_BYTES
+            self.shared.wake.notify_one();
+            room.await;
         };
         if wake {
             self.shared.wake.notify_one();
@@ -211,10 +262,12 @@ pub struct OutputSender {
 
 impl Drop for OutputSender {
     fn drop(&mut self) {
-        // An abandoned order: nothing more is sent for a claim that is no longer ours.
+        // An abandoned order: nothing more is sent for a claim that is no longer ours, and no
+        // producer waits for a sender that is gone.
         if let Some(t) = self.task.take() {
             t.abort();
         }
+        self.handle.shared.stop();
     }
 }
 
@@ -225,6 +278,7 @@ impl OutputSender {
         let shared = Arc::new(Shared {
             buffer: Mutex::new(Buffer::default()),
             wake: Notify::new(),
+            room: Notify::new(),
             limit: config.buffer_bytes.max(CHUNK_BUDGET_BYTES),
             redactor: config.redactor.clone(),
         });
@@ -247,48 +301,45 @@ impl OutputSender {
         self.handle.clone()
     }
 
-    /// No more lines: sends what is buffered and waits for it at most `within`. Past that the
-    /// order is completed anyway and what was not delivered is logged. Returns whether
-    /// everything was delivered (or the server had refused the claim, so nothing more could be).
+    /// No more lines: sends what is buffered, for as long as chunks are delivered, and gives
+    /// up after `within` without one. Then the order is completed anyway and what was not
+    /// delivered is logged. Returns whether everything was delivered (or the server had refused
+    /// the claim, so nothing more could be).
     pub async fn finish(mut self, within: Duration) -> bool {
-        {
-            let mut b = self
-                .handle
-                .shared
-                .buffer
-                .lock()
-                .expect("output buffer lock");
+        let mut delivered = {
+            let mut b = self.handle.shared.buffer();
             b.closed = true;
-        }
+            b.delivered
+        };
         self.handle.shared.wake.notify_one();
         let Some(mut task) = self.task.take() else {
             return true;
         };
-        match tokio::time::timeout(within, &mut task).await {
-            Ok(_) => true,
-            Err(_) => {
-                task.abort();
-                let b = self
-                    .handle
-                    .shared
-                    .buffer
-                    .lock()
-                    .expect("output buffer lock");
-                tracing::warn!(
-                    unsent_lines = b.lines.len(),
-                    unsent_bytes = b.bytes,
-                    waited = ?within,
-                    "output not all delivered; completing the order anyway"
-                );
-                false
+        loop {
+            if tokio::time::timeout(within, &mut task).await.is_ok() {
+                return true;
             }
+            let b = self.handle.shared.buffer();
+            if b.delivered > delivered {
+                delivered = b.delivered;
+                continue;
+            }
+            task.abort();
+            tracing::warn!(
+                unsent_lines = b.lines.len(),
+                unsent_bytes = b.held,
+                waited = ?within,
+                "output not all delivered ({}); completing the order anyway",
+                b.server
+            );
+            return false;
         }
     }
 }
 
-/// Takes the next chunk's lines (at most [`CHUNK_BUDGET_BYTES`], at least one line) and the
-/// bytes dropped before them.
-fn take_chunk(b: &mut Buffer) -> (Vec<OutputLine>, u64) {
+/// Takes the next chunk's lines (at most [`CHUNK_BUDGET_BYTES`], at least one line), the bytes
+/// dropped before them and why they were dropped.
+fn take_chunk(b: &mut Buffer) -> (Vec<OutputLine>, u64, Option<ServerState>) {
     let mut lines = Vec::new();
     let mut size = 0;
     while let Some(front) = b.lines.front() {
@@ -298,9 +349,14 @@ fn take_chunk(b: &mut Buffer) -> (Vec<OutputLine>, u64) {
         }
         size += c;
         b.bytes -= c;
+        b.held -= front.text.len();
         lines.push(b.lines.pop_front().expect("front exists"));
     }
-    (lines, std::mem::take(&mut b.dropped))
+    (
+        lines,
+        std::mem::take(&mut b.dropped),
+        b.dropped_while.take(),
+    )
 }
 
 async fn send_loop(
@@ -315,11 +371,12 @@ async fn send_loop(
     // Bytes of chunks the server refused as malformed or too large: reported with the next one.
     let mut lost: u64 = 0;
     loop {
-        let (lines, dropped, closed) = {
-            let mut b = shared.buffer.lock().expect("output buffer lock");
-            let (lines, dropped) = take_chunk(&mut b);
-            (lines, dropped, b.closed)
+        let (lines, dropped, dropped_while, closed) = {
+            let mut b = shared.buffer();
+            let (lines, dropped, dropped_while) = take_chunk(&mut b);
+            (lines, dropped, dropped_while, b.closed)
         };
+        shared.room.notify_waiters();
         let dropped = dropped + lost;
         if lines.is_empty() && dropped == 0 {
             if closed {
@@ -329,18 +386,35 @@ async fn send_loop(
             let _ = tokio::time::timeout(SEND_INTERVAL, shared.wake.notified()).await;
             continue;
         }
+        if let Some(state) = dropped_while {
+            tracing::warn!(
+                seq,
+                dropped_bytes = dropped,
+                "output lines dropped while {state}; marked as a gap"
+            );
+        }
+        // The cause of the bytes dropped last; a refused chunk is reported as such.
+        let reason = match dropped_while {
+            _ if lost > 0 => DroppedReason::ChunkRefused,
+            Some(ServerState::Refusing(429)) => DroppedReason::ServerBusy,
+            Some(ServerState::Refusing(_)) => DroppedReason::ServerUnavailable,
+            _ => DroppedReason::ServerUnreachable,
+        };
+        let dropped_reason = (dropped > 0).then_some(reason);
         let text_bytes: u64 = lines.iter().map(|l| l.text.len() as u64).sum();
         let chunk = OutputChunk {
             agent_id,
             claim_id,
             seq,
             dropped_bytes: (dropped > 0).then_some(dropped as i64),
+            dropped_reason,
             lines,
         };
-        match deliver(&client, order_id, &chunk).await {
+        match deliver(&client, order_id, &chunk, &shared).await {
             Delivered::Yes => {
                 lost = 0;
                 seq += 1;
+                shared.buffer().delivered += 1;
             }
             Delivered::Refused(why) => {
                 lost = dropped + text_bytes;
@@ -348,15 +422,12 @@ async fn send_loop(
             }
             Delivered::Stop(why) => {
                 tracing::info!("output: {why}; sending no more for this claim");
-                let mut b = shared.buffer.lock().expect("output buffer lock");
-                b.stopped = true;
-                b.lines.clear();
-                b.bytes = 0;
+                shared.stop();
                 return;
             }
         }
         let (bytes, closed) = {
-            let b = shared.buffer.lock().expect("output buffer lock");
+            let b = shared.buffer();
             (b.bytes, b.closed)
         };
         if !closed && bytes < CHUNK_BUDGET_BYTES {
@@ -373,8 +444,14 @@ enum Delivered {
     Stop(String),
 }
 
-/// Sends one chunk until it is stored, retrying with the same `seq`.
-async fn deliver(client: &Client, order_id: Uuid, chunk: &OutputChunk) -> Delivered {
+/// Sends one chunk until it is stored, retrying with the same `seq`; records each answer in
+/// `shared`'s [`ServerState`].
+async fn deliver(
+    client: &Client,
+    order_id: Uuid,
+    chunk: &OutputChunk,
+    shared: &Shared,
+) -> Delivered {
     let mut backoff = Backoff::default();
     loop {
         let answer = match tokio::time::timeout(CHUNK_TIMEOUT, client.send_output(order_id, chunk))
@@ -382,6 +459,7 @@ async fn deliver(client: &Client, order_id: Uuid, chunk: &OutputChunk) -> Delive
         {
             Ok(a) => a,
             Err(_) => {
+                shared.server_is(ServerState::Away);
                 let wait = backoff.failed();
                 tracing::warn!(seq = chunk.seq, retry_in = ?wait, "output chunk timed out; sending it again");
                 tokio::time::sleep(wait).await;
@@ -390,6 +468,7 @@ async fn deliver(client: &Client, order_id: Uuid, chunk: &OutputChunk) -> Delive
         };
         match answer {
             Ok(_) => {
+                shared.server_is(ServerState::Accepting);
                 if backoff.succeeded() > 0 {
                     tracing::info!(seq = chunk.seq, "output delivered again");
                 }
@@ -402,6 +481,12 @@ async fn deliver(client: &Client, order_id: Uuid, chunk: &OutputChunk) -> Delive
                 return Delivered::Stop(format!("the token was refused ({e})"));
             }
             Err(e) if e.is_transient() || e.is_too_many_requests() => {
+                shared.server_is(match &e {
+                    ClientError::Api { status, .. } if matches!(status.as_u16(), 429 | 503) => {
+                        ServerState::Refusing(status.as_u16())
+                    }
+                    _ => ServerState::Away,
+                });
                 let fallback = backoff.failed();
                 let wait = e.retry_after().unwrap_or(fallback).min(MAX_BACKOFF);
                 if backoff.failures() == 1 || backoff.failures().is_multiple_of(10) {
@@ -409,7 +494,10 @@ async fn deliver(client: &Client, order_id: Uuid, chunk: &OutputChunk) -> Delive
                 }
                 tokio::time::sleep(wait).await;
             }
-            Err(e) => return Delivered::Refused(e),
+            Err(e) => {
+                shared.server_is(ServerState::Accepting);
+                return Delivered::Refused(e);
+            }
         }
     }
 }
@@ -418,74 +506,86 @@ async fn deliver(client: &Client, order_id: Uuid, chunk: &OutputChunk) -> Delive
 mod tests {
     use super::*;
 
-    fn red(values: &[&str]) -> Redactor {
-        Redactor::new(values.iter().map(|s| s.to_string()))
-    }
-
-    #[test]
-    fn redacts_whole_lines_longest_first_and_ignores_empty_values() {
-        let r = red(&["abc", "abcdef", "", "  "]);
-        assert_eq!(r.redact("x abcdef y abc z"), "x [REDACTED] y [REDACTED] z");
-        assert_eq!(r.redact("a  b"), "a  b");
-        assert!(red(&["", " "]).is_empty());
-    }
-
-    #[test]
-    fn a_secret_split_across_pieces_is_still_hidden() {
-        let r = red(&["s3cr3t-token"]);
-        let input = b"before s3cr3t-token after s3cr3t-token";
-        // Feed the input in every possible piece size, carrying the leftover forward.
-        for piece in 1..input.len() {
-            let mut out = Vec::new();
-            let mut carry: Vec<u8> = Vec::new();
-            for part in input.chunks(piece) {
-                carry.extend_from_slice(part);
-                let (o, used) = r.redact_bytes(&carry, false);
-                out.extend(o);
-                carry.drain(..used);
-            }
-            let (o, _) = r.redact_bytes(&carry, true);
-            out.extend(o);
-            assert_eq!(
-                String::from_utf8(out).unwrap(),
-                "before [REDACTED] after [REDACTED]",
-                "piece size {piece}"
-            );
-        }
-    }
-
-    #[test]
-    fn pieces_never_cut_a_utf8_character() {
-        let r = Redactor::default();
-        let text = "é".as_bytes();
-        let (o, used) = r.redact_bytes(&text[..1], false);
-        assert!(o.is_empty());
-        assert_eq!(used, 0);
-        let (o, used) = r.redact_bytes(text, false);
-        assert_eq!((o.as_slice(), used), (text, 2));
-    }
-
-    #[test]
-    fn the_buffer_drops_the_oldest_and_counts_them() {
-        let shared = Arc::new(Shared {
-            buffer: Mutex::new(Buffer::default()),
+    fn shared(server: ServerState) -> Arc<Shared> {
+        let buffer = Buffer {
+            server,
+            ..Buffer::default()
+        };
+        Arc::new(Shared {
+            buffer: Mutex::new(buffer),
             wake: Notify::new(),
+            room: Notify::new(),
             limit: CHUNK_BUDGET_BYTES,
             redactor: Redactor::default(),
-        });
-        let h = OutputHandle { shared };
+        })
+    }
+
+    #[tokio::test]
+    async fn while_the_server_is_away_the_buffer_drops_the_oldest_and_counts_them() {
+        let h = OutputHandle {
+            shared: shared(ServerState::Away),
+        };
         let line = "x".repeat(1000);
         let n = 2 * CHUNK_BUDGET_BYTES / 1000;
         for _ in 0..n {
-            h.push("stdout", &line, Utc::now());
+            h.push("stdout", &line, Utc::now()).await;
         }
-        let mut b = h.shared.buffer.lock().unwrap();
-        assert!(b.bytes <= CHUNK_BUDGET_BYTES);
+        let mut b = h.shared.buffer();
+        assert!(b.held <= CHUNK_BUDGET_BYTES);
         let kept = b.lines.len();
         assert_eq!(b.dropped, ((n - kept) * 1000) as u64);
-        let (lines, dropped) = take_chunk(&mut b);
-        assert_eq!(lines.len(), kept);
+        let (lines, dropped, cause) = take_chunk(&mut b);
+        assert!(
+            lines.len() < kept,
+            "a chunk also counts the JSON around each line"
+        );
         assert_eq!(dropped, ((n - kept) * 1000) as u64);
-        assert_eq!((b.bytes, b.dropped), (0, 0));
+        assert_eq!(cause, Some(ServerState::Away));
+        assert_eq!((b.dropped, b.dropped_while), (0, None));
+    }
+
+    #[tokio::test]
+    async fn while_the_server_accepts_a_full_buffer_holds_the_producer_back() {
+        let h = OutputHandle {
+            shared: shared(ServerState::Accepting),
+        };
+        let line = "y".repeat(1000);
+        let fits = CHUNK_BUDGET_BYTES / 1000;
+        for _ in 0..fits {
+            h.push("stdout", &line, Utc::now()).await;
+        }
+        let producer = {
+            let h = h.clone();
+            let line = line.clone();
+            tokio::spawn(async move { h.push("stdout", &line, Utc::now()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!producer.is_finished(), "waits for room");
+        let (lines, _, _) = take_chunk(&mut h.shared.buffer());
+        h.shared.room.notify_waiters();
+        producer.await.unwrap();
+        {
+            let b = h.shared.buffer();
+            assert_eq!(lines.len() + b.lines.len(), fits + 1);
+            assert_eq!(b.dropped, 0, "nothing dropped");
+        }
+
+        // A server that stops accepting lets a waiting producer in, dropping the oldest.
+        while h.shared.buffer().held + 1000 <= CHUNK_BUDGET_BYTES {
+            h.push("stdout", &line, Utc::now()).await;
+        }
+        let producer = {
+            let h = h.clone();
+            tokio::spawn(async move { h.push("stdout", &line, Utc::now()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!producer.is_finished());
+        h.shared.server_is(ServerState::Refusing(429));
+        producer.await.unwrap();
+        let b = h.shared.buffer();
+        assert_eq!(
+            (b.dropped, b.dropped_while),
+            (1000, Some(ServerState::Refusing(429)))
+        );
     }
 }

@@ -105,6 +105,15 @@ pub fn at_capacity(max_concurrency: Option<i32>, held: i64) -> bool {
     max_concurrency.is_some_and(|max| held >= i64::from(max))
 }
 
+/// docs/design.md §3 rule 4, for a multi-claim: how many more claims an agent holding `held` may
+/// take (`usize::MAX` without `max_concurrency`); 0 exactly when [`at_capacity`].
+pub fn room(max_concurrency: Option<i32>, held: i64) -> usize {
+    match max_concurrency {
+        None => usize::MAX,
+        Some(max) => usize::try_from(i64::from(max) - held).unwrap_or(0),
+    }
+}
+
 /// docs/design.md §2: a claim holds while `now` is before its `deadline` and before its lease end,
 /// if it has a lease.
 pub fn claim_is_live(
@@ -258,6 +267,12 @@ mod tests {
         assert!(!at_capacity(Some(2), 1));
         assert!(at_capacity(Some(2), 2));
         assert!(at_capacity(Some(0), 0));
+        assert_eq!(room(None, 1_000), usize::MAX);
+        assert_eq!(room(Some(3), 1), 2);
+        for (max, held) in [(2, 2), (2, 5), (0, 0)] {
+            assert_eq!(room(Some(max), held), 0);
+            assert!(at_capacity(Some(max), held));
+        }
         assert!(narrowed_to(&[], WorkType::Build));
         assert!(narrowed_to(&[WorkType::Build], WorkType::Build));
         assert!(!narrowed_to(&[WorkType::Custom], WorkType::Build));

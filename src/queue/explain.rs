@@ -13,8 +13,11 @@ use uuid::Uuid;
 
 use super::eligibility::{AgentProfile, OrderProfile};
 use super::rules::agent_health;
-use super::waiting::{self, AgentState, Explanation, OrderFacts, ReasonCount, Wait, WaitReason};
-use super::{ConflictCode, Lookup, OrderStatus, Queue, QueueError, Targeting, WorkType, sql};
+use super::waiting::{self, AgentState, OrderFacts, ReasonCount, Wait};
+use super::{
+    ConflictCode, Explanation, Lookup, OrderStatus, Queue, QueueError, Targeting, WaitReason,
+    WorkType, sql,
+};
 
 /// The order's side of eligibility and its state, as both statements below return them.
 #[derive(sqlx::FromRow)]

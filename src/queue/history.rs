@@ -1,5 +1,5 @@
 //! An order's history: its attempts (every claim, docs/design.md §5 `GET /work-orders/{id}/attempts`),
-//! re-runs (`POST /work-orders/{id}/rerun`), and finding orders by a prefix of their id.
+//! and re-runs (`POST /work-orders/{id}/rerun`).
 //!
 //! Where attempts are recorded (migration `20261203000001`): the live claim is its
 //! `work_order_claims` row; a claim that ended without finishing the order is a
@@ -45,41 +45,6 @@ impl From<AttemptRow> for Attempt {
             result,
             message: r.message,
         }
-    }
-}
-
-/// A prefix of a work order id as git and docker take them: 1–32 hex digits, dashes anywhere
-/// ignored, any case. Matches the ids in `[low, high]`, a range the primary key index serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdPrefix {
-    pub low: Uuid,
-    pub high: Uuid,
-}
-
-impl IdPrefix {
-    /// Parses `text`; the error names the `id_prefix` query parameter.
-    pub fn parse(text: &str) -> Result<Self, QueueError> {
-        let hex: String = text.chars().filter(|c| *c != '-').collect();
-        if hex.is_empty() || hex.len() > 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(QueueError::Invalid {
-                field: "id_prefix".into(),
-                message: format!(
-                    "id_prefix must be 1 to 32 hexadecimal digits (dashes allowed), got {text:?}"
-                ),
-            });
-        }
-        let padded = |fill: char| {
-            let full: String = hex
-                .chars()
-                .chain(std::iter::repeat(fill))
-                .take(32)
-                .collect();
-            Uuid::from_u128(u128::from_str_radix(&full, 16).expect("32 hex digits"))
-        };
-        Ok(IdPrefix {
-            low: padded('0'),
-            high: padded('f'),
-        })
     }
 }
 
@@ -139,26 +104,5 @@ impl Queue {
             targeting: entry.targeting,
         };
         self.create_api_order(&spec, key, Some(id)).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefixes_become_ranges() {
-        let p = IdPrefix::parse("0A1b-").unwrap();
-        assert_eq!(p.low.to_string(), "0a1b0000-0000-0000-0000-000000000000");
-        assert_eq!(p.high.to_string(), "0a1bffff-ffff-ffff-ffff-ffffffffffff");
-        let whole = "6f1c2a90-1b2c-4d3e-8f00-0123456789ab";
-        let p = IdPrefix::parse(whole).unwrap();
-        assert_eq!(
-            (p.low.to_string(), p.high.to_string()),
-            (whole.into(), whole.into())
-        );
-        for bad in ["", "-", "xyz", "0123456789abcdef0123456789abcdef0"] {
-            assert!(IdPrefix::parse(bad).is_err(), "{bad:?} accepted");
-        }
     }
 }

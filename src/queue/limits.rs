@@ -117,6 +117,22 @@ pub const MAX_CONCURRENCY: Range = Range {
     default: None,
 };
 
+/// Most orders one claim-next may hand out (`max_orders`, multi-claim). Absent means one order,
+/// answered as the order itself rather than a list.
+pub const MAX_ORDERS: Range = Range {
+    field: "max_orders",
+    min: 1,
+    max: 100,
+    default: None,
+};
+
+/// Most successful completes one group commit runs in one statement (`serve --complete-batch`,
+/// `queue::group_commit`); 1 turns batching off.
+pub const COMPLETE_BATCH_MAX: u64 = 1000;
+/// `serve --complete-batch` unless told: enough to cover every agent of a busy server in one
+/// commit, small enough that one statement stays a few milliseconds.
+pub const COMPLETE_BATCH_DEFAULT: u64 = 64;
+
 /// The lease `pullman worker` and `pullman executor` ask for on each claim unless told, in
 /// seconds; within [`LEASE_SECONDS`].
 pub const AGENT_LEASE_SECONDS: i64 = 60;
@@ -136,13 +152,14 @@ pub const MAX_AGENT_NAME_CHARS: usize = 253;
 pub const MAX_LIST_ENTRIES: usize = 256;
 
 /// Every integer range, for the tests and for the OpenAPI document.
-pub const RANGES: [Range; 6] = [
+pub const RANGES: [Range; 7] = [
     MAX_RETRIES,
     BACKOFF_SECONDS,
     CLAIM_TIMEOUT_SECONDS,
     MAX_RECLAIMS,
     LEASE_SECONDS,
     MAX_CONCURRENCY,
+    MAX_ORDERS,
 ];
 
 #[cfg(test)]

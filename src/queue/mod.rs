@@ -13,7 +13,8 @@
 //!   statement is assembled at run time.
 //! - **Rules**: eligibility (docs/design.md §3) and claim liveness (§2) in [`eligibility`], Rust and
 //!   SQL side by side, with the tests that keep the copies in step; retries, the watch budget
-//!   and agent health (§2, §4, §5) in [`rules`]; wake-ups of long-polls in `wake`.
+//!   and agent health (§2, §4, §5) in [`rules`]; claim-next's long-poll in `long_poll`, and the
+//!   wait list that wakes it in `wake`.
 //! - **Operations**: claiming in `claims` (pending list, claim by id, claim-next), holding a
 //!   claim in `claims::holder` (heartbeat; complete, success in one statement and failure as a
 //!   transaction), refusals and replays in `refusal`, orders and the log in `orders`,
@@ -29,8 +30,10 @@ pub mod eligibility;
 #[cfg(all(test, feature = "testing"))]
 mod eligibility_agreement;
 mod explain;
+mod group_commit;
 mod history;
 pub mod limits;
+mod long_poll;
 mod maintenance;
 pub mod model;
 mod notify;
@@ -57,11 +60,12 @@ use uuid::Uuid;
 pub use availability::spawn_availability_probe;
 pub use claims::{ClaimRequest, Heartbeat};
 pub use cursor::CursorError;
-pub use history::IdPrefix;
 pub use maintenance::{AgentHealthCounts, MaintenanceReport, run_maintenance};
 pub use model::*;
 pub use notify::{Notifications, spawn_listener};
-pub use orders::{Created, IDEMPOTENCY_KEY_RETENTION, IdempotencyKey, LogFilter, OrderFilter};
+pub use orders::{
+    Created, IDEMPOTENCY_KEY_RETENTION, IdPrefix, IdempotencyKey, LogFilter, OrderFilter,
+};
 pub use registry::StoredAgentToken;
 
 /// `source` of an order created through the REST API.
@@ -204,6 +208,8 @@ pub struct Queue {
     /// Rung when this process schedules a retry, so that maintenance can wake when it falls due
     /// (see [`run_maintenance`]).
     retry_scheduled: std::sync::Arc<tokio::sync::Notify>,
+    /// Successful completes share statements and commits when set ([`Queue::with_group_commit`]).
+    group_commit: Option<group_commit::GroupCommit>,
 }
 
 impl Queue {
@@ -214,7 +220,20 @@ impl Queue {
             token_revocations: Default::default(),
             availability: Default::default(),
             retry_scheduled: Default::default(),
+            group_commit: None,
         }
+    }
+
+    /// The same queue with group commit of successful completes (`queue::group_commit`):
+    /// completes arriving together share one statement and one commit, up to `max_batch`
+    /// (`queue::limits::COMPLETE_BATCH`; 1 = one statement per complete). Starts the runners on
+    /// the current tokio runtime; `serve` turns it on (`--complete-batch`).
+    pub fn with_group_commit(mut self, max_batch: usize) -> Self {
+        self.group_commit = Some(group_commit::GroupCommit::start(
+            self.pool.clone(),
+            max_batch,
+        ));
+        self
     }
 
     /// The underlying pool (for readiness checks and listeners).

@@ -1,4 +1,5 @@
-//! Wire and storage shapes of work orders, agents and log entries (docs/design.md §1, §5).
+//! Wire and storage shapes of work orders, agents and log entries (docs/design.md §1, §5), and of
+//! why an order waits (§10; the rule that decides it is `queue::waiting`).
 
 use std::collections::BTreeMap;
 
@@ -261,9 +262,73 @@ pub struct WorkOrder {
     /// Why the order waits (docs/design.md §10), as `GET /work-orders/{id}/explain` answers it;
     /// present in `GET /work-orders/{id}` for an unclaimed order (not in lists or claims).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiting: Option<super::waiting::Explanation>,
+    pub waiting: Option<Explanation>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// Why an unclaimed order waits (docs/design.md §10). The rule that picks one, and
+/// when each applies, is `queue::waiting`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    NoMatchingAgent,
+    NoAgentConnected,
+    AgentsBusy,
+    BackingOff,
+    Queued,
+}
+
+impl WaitReason {
+    /// Every reason, for metrics registered at zero.
+    pub const ALL: [WaitReason; 5] = [
+        WaitReason::NoMatchingAgent,
+        WaitReason::NoAgentConnected,
+        WaitReason::AgentsBusy,
+        WaitReason::BackingOff,
+        WaitReason::Queued,
+    ];
+
+    /// The wire name (`no_matching_agent`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitReason::NoMatchingAgent => "no_matching_agent",
+            WaitReason::NoAgentConnected => "no_agent_connected",
+            WaitReason::AgentsBusy => "agents_busy",
+            WaitReason::BackingOff => "backing_off",
+            WaitReason::Queued => "queued",
+        }
+    }
+}
+
+impl std::fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a work order waits (docs/design.md §10): the body of `GET /api/v1/work-orders/{id}/explain`
+/// and the `waiting` field of `GET /api/v1/work-orders/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Explanation {
+    pub reason: WaitReason,
+    /// The reason as a sentence for people.
+    pub message: String,
+    /// Names of live agents that may take the order once it is due, at most 10, by name.
+    pub matching_agents: Vec<String>,
+    /// How many live agents match in all (`matching_agents` shows at most 10).
+    pub matching_agent_count: usize,
+    /// For `queued`: 1 for the next order its agents will hand out, 2 for the one after, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<i64>,
+    /// For `backing_off`: when the retry becomes due (absent for a retry without a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backing_off_until: Option<DateTime<Utc>>,
+    /// Seconds since the order last became unclaimed (created, released by the reaper or a
+    /// retirement, its retry scheduled or come due), by the database's clock.
+    pub waiting_seconds: i64,
 }
 
 /// A finished work order: a row of `work_order_log` (docs/design.md §2).

@@ -1,10 +1,10 @@
-//! Creating, reading, listing and cancelling work orders, and the move to the log (docs/design.md §2, §5).
+//! Creating, reading, listing and cancelling work orders, the move to the log, and the filters of
+//! their lists (an id prefix among them) (docs/design.md §2, §5).
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use super::history::IdPrefix;
 use super::text;
 use super::validate::WorkOrderSpec;
 use super::{
@@ -48,6 +48,41 @@ pub struct LogFilter {
     /// 1–1000.
     pub limit: i64,
     pub cursor: Option<String>,
+}
+
+/// A prefix of a work order id as git and docker take them: 1–32 hex digits, dashes anywhere
+/// ignored, any case. Matches the ids in `[low, high]`, a range the primary key index serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdPrefix {
+    pub low: Uuid,
+    pub high: Uuid,
+}
+
+impl IdPrefix {
+    /// Parses `text`; the error names the `id_prefix` query parameter.
+    pub fn parse(text: &str) -> Result<Self, QueueError> {
+        let hex: String = text.chars().filter(|c| *c != '-').collect();
+        if hex.is_empty() || hex.len() > 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(QueueError::Invalid {
+                field: "id_prefix".into(),
+                message: format!(
+                    "id_prefix must be 1 to 32 hexadecimal digits (dashes allowed), got {text:?}"
+                ),
+            });
+        }
+        let padded = |fill: char| {
+            let full: String = hex
+                .chars()
+                .chain(std::iter::repeat(fill))
+                .take(32)
+                .collect();
+            Uuid::from_u128(u128::from_str_radix(&full, 16).expect("32 hex digits"))
+        };
+        Ok(IdPrefix {
+            low: padded('0'),
+            high: padded('f'),
+        })
+    }
 }
 
 /// Who ended an order; recorded so a late heartbeat can be told `cancelled` or `reclaimed`.
@@ -443,4 +478,25 @@ pub(super) async fn insert_order(
         .bind(rerun_of)
         .fetch_optional(exec)
         .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_become_ranges() {
+        let p = IdPrefix::parse("0A1b-").unwrap();
+        assert_eq!(p.low.to_string(), "0a1b0000-0000-0000-0000-000000000000");
+        assert_eq!(p.high.to_string(), "0a1bffff-ffff-ffff-ffff-ffffffffffff");
+        let whole = "6f1c2a90-1b2c-4d3e-8f00-0123456789ab";
+        let p = IdPrefix::parse(whole).unwrap();
+        assert_eq!(
+            (p.low.to_string(), p.high.to_string()),
+            (whole.into(), whole.into())
+        );
+        for bad in ["", "-", "xyz", "0123456789abcdef0123456789abcdef0"] {
+            assert!(IdPrefix::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }

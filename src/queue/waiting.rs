@@ -17,56 +17,13 @@
 //! unless an agent is registered, which a person needs to know more than when its retry is due.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::eligibility::{self, AgentProfile, OrderProfile};
-use super::model::{AgentHealth, OrderStatus};
+use super::model::{AgentHealth, Explanation, OrderStatus, WaitReason};
 
 /// Most agent names an explanation lists (docs/design.md §10).
 pub const MATCHING_AGENTS_SHOWN: usize = 10;
-
-/// Why an unclaimed order waits (docs/design.md §10). See the module docs for when each applies.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum WaitReason {
-    NoMatchingAgent,
-    NoAgentConnected,
-    AgentsBusy,
-    BackingOff,
-    Queued,
-}
-
-impl WaitReason {
-    /// Every reason, for metrics registered at zero.
-    pub const ALL: [WaitReason; 5] = [
-        WaitReason::NoMatchingAgent,
-        WaitReason::NoAgentConnected,
-        WaitReason::AgentsBusy,
-        WaitReason::BackingOff,
-        WaitReason::Queued,
-    ];
-
-    /// The wire name (`no_matching_agent`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitReason::NoMatchingAgent => "no_matching_agent",
-            WaitReason::NoAgentConnected => "no_agent_connected",
-            WaitReason::AgentsBusy => "agents_busy",
-            WaitReason::BackingOff => "backing_off",
-            WaitReason::Queued => "queued",
-        }
-    }
-}
-
-impl std::fmt::Display for WaitReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A live agent as the reasons see it: its side of eligibility, its derived health and the
 /// claims it holds.
@@ -153,28 +110,6 @@ pub struct ReasonCount {
     pub orders: i64,
     /// The longest wait among them, in seconds (0 when there are none).
     pub oldest_seconds: f64,
-}
-
-/// Why a work order waits (docs/design.md §10): the body of `GET /api/v1/work-orders/{id}/explain`
-/// and the `waiting` field of `GET /api/v1/work-orders/{id}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct Explanation {
-    pub reason: WaitReason,
-    /// The reason as a sentence for people.
-    pub message: String,
-    /// Names of live agents that may take the order once it is due, at most 10, by name.
-    pub matching_agents: Vec<String>,
-    /// How many live agents match in all (`matching_agents` shows at most 10).
-    pub matching_agent_count: usize,
-    /// For `queued`: 1 for the next order its agents will hand out, 2 for the one after, …
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub position: Option<i64>,
-    /// For `backing_off`: when the retry becomes due (absent for a retry without a time).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backing_off_until: Option<DateTime<Utc>>,
-    /// Seconds since the order last became unclaimed (created, released by the reaper or a
-    /// retirement, its retry scheduled or come due), by the database's clock.
-    pub waiting_seconds: i64,
 }
 
 /// What the sentence of an [`Explanation`] needs about the order.

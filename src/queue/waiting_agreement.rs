@@ -21,8 +21,10 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::claims::claim_in;
-use super::waiting::{Explanation, WaitReason};
-use super::{ClaimRequest, Completion, ConflictCode, Queue, QueueError, WorkOrder, WorkType};
+use super::{
+    ClaimRequest, Completion, ConflictCode, Explanation, Queue, QueueError, WaitReason, WorkOrder,
+    WorkType,
+};
 
 const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n";
 const BUILD: &str =

@@ -1,4 +1,5 @@
-//! Targeted wake-ups for long-polling claimers (docs/design.md §5 claim-next `max_wait_seconds`).
+//! Targeted wake-ups for long-polling claimers (docs/design.md §5 claim-next `max_wait_seconds`):
+//! the wait list they sleep on. The long-poll itself is `queue::long_poll`.
 //!
 //! Waking every long-poll on every new order makes all of them race for it: with 64 waiters one
 //! insert cost 64 claim transactions and a p99 wake-up of 70 ms on two cores (issue #7). Instead
@@ -15,55 +16,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use super::eligibility::{self, AgentProfile, OrderProfile};
-use super::{ClaimRequest, Notifications, Queue, QueueError, Targeting, WorkOrder, WorkType};
-
-impl Queue {
-    /// Claim-next with long-poll (docs/design.md §5 `max_wait_seconds`): claims the oldest eligible
-    /// order, or waits up to `wait` for one to become claimable and claims it. `None` when the
-    /// wait passed with nothing claimed. The caller bounds `wait` (the API caps it at 30 s).
-    pub async fn claim_next_waiting(
-        &self,
-        req: &ClaimRequest,
-        work_types: &[WorkType],
-        wait: Duration,
-        notifications: &Notifications,
-    ) -> Result<Option<WorkOrder>, QueueError> {
-        if wait.is_zero() {
-            return self.claim_next(req, work_types).await;
-        }
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut waiter = notifications.waits().join();
-        loop {
-            let woke_by = waiter.take_inbox();
-            let (order, claimer) = match self.claim_next_as(req, work_types).await {
-                Ok(attempt) => attempt,
-                Err(error) => {
-                    waiter.settle(woke_by, None);
-                    return Err(error);
-                }
-            };
-            waiter.set_filter(claimer.wake_filter(work_types));
-            waiter.settle(woke_by, order.as_ref().map(|o| o.id));
-            let stopping = notifications.draining();
-            if order.is_some() || tokio::time::Instant::now() >= deadline || stopping.is_cancelled()
-            {
-                return Ok(order);
-            }
-            tokio::select! {
-                _ = waiter.wait() => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = stopping.cancelled() => {}
-            }
-        }
-    }
-}
+use super::{Targeting, WorkType};
 
 /// What a `pullman_claimable` notification says about the order that became claimable.
 #[derive(Debug, Clone)]
@@ -283,8 +242,13 @@ impl Waiter {
 
     /// After a claim attempt: notices for orders this waiter did not get go to the next waiter.
     pub(crate) fn settle(&self, taken: Vec<Delivery>, claimed: Option<Uuid>) {
+        self.settle_many(taken, claimed.as_slice());
+    }
+
+    /// [`Self::settle`] after a multi-claim that took the orders `claimed`.
+    pub(crate) fn settle_many(&self, taken: Vec<Delivery>, claimed: &[Uuid]) {
         for mut delivery in taken {
-            if Some(delivery.order_id()) != claimed {
+            if !claimed.contains(&delivery.order_id()) {
                 delivery.visited.push(self.id);
                 self.list.deliver(delivery);
             }

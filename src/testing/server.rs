@@ -65,13 +65,34 @@ impl TestServer {
         Self::start_on_with(pool, max_long_polls, api::OutputSettings::default()).await
     }
 
+    /// [`Self::start_with`] with `complete_batch` as `serve --complete-batch` (1: no group
+    /// commit); the others take serve's default.
+    pub async fn start_with_batch(
+        max_connections: u32,
+        max_long_polls: usize,
+        complete_batch: usize,
+    ) -> Self {
+        let pool = fresh_pool(max_connections).await;
+        Self::start_full(pool, max_long_polls, Default::default(), complete_batch).await
+    }
+
     /// [`Self::start_on`] with output settings.
     pub async fn start_on_with(
         pool: PgPool,
         max_long_polls: usize,
         output: api::OutputSettings,
     ) -> Self {
-        let queue = Queue::new(pool.clone());
+        let batch = crate::queue::limits::COMPLETE_BATCH_DEFAULT as usize;
+        Self::start_full(pool, max_long_polls, output, batch).await
+    }
+
+    async fn start_full(
+        pool: PgPool,
+        max_long_polls: usize,
+        output: api::OutputSettings,
+        complete_batch: usize,
+    ) -> Self {
+        let queue = Queue::new(pool.clone()).with_group_commit(complete_batch);
         let notifications = Notifications::new();
         let shutdown = CancellationToken::new();
         queue::spawn_listener(&queue, notifications.clone(), shutdown.clone());

@@ -2,39 +2,18 @@
 //! kubelet is fake and has no logs to give: the executor says so once per container, as one
 //! line, not per line and not in a loop, and the order still completes.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use pullman::client::Client as PullClient;
-use pullman::executor::KubeCarrier;
-use pullman::pull::output::{OutputConfig, Redactor};
-use pullman::pull::{self, LoopConfig, Shutdown};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{job, order, setup};
+use super::{Executor, job, order, setup};
 use crate::support::kube::drop_namespace;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_without_logs_is_said_once_per_container() {
     let t = setup("out").await;
-    let shutdown = Shutdown::default();
-    let api = PullClient::new(&t.s.base, &t.token).unwrap();
-    let agent_id = t.agent.parse().unwrap();
-    let carrier = KubeCarrier::new(t.k.clone(), t.ns.clone()).with_output(OutputConfig {
-        client: api.clone(),
-        agent_id,
-        buffer_bytes: 8 << 20,
-        redactor: Redactor::new([t.token.clone()]),
-    });
-    let config = LoopConfig {
-        agent_id,
-        work_types: vec![],
-        lease_seconds: 15,
-        concurrency: 2,
-        max_wait_seconds: 5,
-    };
-    let task = tokio::spawn(pull::run(api, config, Arc::new(carrier), shutdown.clone()));
+    let (ex, _) = Executor::with_output(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, 2);
 
     // A Job whose pod has an init container and a main container.
     let yaml = job("talk", json!({})).replace(
@@ -105,8 +84,6 @@ async fn a_pod_without_logs_is_said_once_per_container() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["lines"], json!([]), "{v}");
 
-    shutdown.drain.cancel();
-    shutdown.abandon.cancel();
-    let _ = task.await;
+    ex.stop().await;
     drop_namespace(&t.k, &t.ns).await;
 }

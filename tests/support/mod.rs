@@ -1,10 +1,14 @@
 //! Test support: the shared set-up of `pullman::testing` (one throwaway PostgreSQL per test
 //! process, a fresh migrated database per test, an in-process API server), plus what only an
-//! integration test can name (the built binary) and the Kubernetes helpers.
+//! integration test can name (the built binary, `pullman worker` runs in [`worker`]) and the
+//! Kubernetes helpers.
 #![allow(dead_code)]
 
 #[cfg(feature = "k8s-tests")]
 pub mod kube;
+#[cfg(feature = "k8s-tests")]
+pub mod open_streams;
+pub mod worker;
 
 pub use pullman::testing::*;
 

@@ -20,7 +20,7 @@ use crate::queue::orders::{EndedBy, FinalClaim, finish};
 use crate::queue::rules::{self, FailureDecision};
 use crate::queue::sql;
 use crate::queue::{
-    Completion, CompletionResult, LogEntry, LogRow, Outcome, Queue, QueueError, text,
+    Completion, CompletionResult, LogEntry, Outcome, Queue, QueueError, group_commit, text,
 };
 
 impl Queue {
@@ -162,8 +162,9 @@ impl Queue {
 }
 
 impl Queue {
-    /// A successful complete in one statement (`sql/complete_success.sql`). `None` when the
-    /// agent holds no live claim on the order (the caller explains the 409).
+    /// A successful complete in one statement (`sql/complete_success.sql`), or in the next group
+    /// commit when it is on (`queue::group_commit`). `None` when the agent holds no live claim
+    /// on the order (the caller explains the 409).
     pub(super) async fn complete_success_one_trip(
         &self,
         order_id: Uuid,
@@ -171,14 +172,14 @@ impl Queue {
         claim_id: Option<Uuid>,
         message: Option<&str>,
     ) -> Result<Option<LogEntry>, QueueError> {
-        let row: Option<LogRow> = sqlx::query_as(sql::COMPLETE_SUCCESS)
-            .bind(order_id)
-            .bind(agent_id)
-            .bind(claim_id)
-            .bind(message)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(Into::into))
+        match &self.group_commit {
+            Some(group) => {
+                group
+                    .complete(&self.pool, order_id, agent_id, claim_id, message)
+                    .await
+            }
+            None => group_commit::single(&self.pool, order_id, agent_id, claim_id, message).await,
+        }
     }
 }
 

@@ -11,8 +11,10 @@ use sqlx::{FromRow, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 mod holder;
+#[cfg(all(test, feature = "testing"))]
+mod plan;
 
-use super::eligibility::{self, AgentProfile, OrderProfile, at_capacity};
+use super::eligibility::{self, AgentProfile, OrderProfile, at_capacity, room};
 use super::sql;
 use super::wake::WakeFilter;
 use super::{
@@ -117,15 +119,18 @@ async fn lock_claimer(
 }
 
 /// A claiming statement (`sql/claim_next.sql`, `claim_next_capped.sql`, `claim_by_id.sql`)
-/// with the parameters of the `take_claim.sql` it includes bound: `$1` the agent, `$2` a new
-/// claim id, `$3` the lease in seconds. The caller binds the statement's own `$4`.
+/// with the parameters of the `take_claim.sql` it includes bound: `$1` the agent, `$2` one new
+/// claim id per order it may claim (`claims`, at least 1), `$3` the lease in seconds. The
+/// caller binds the statement's own `$4`.
 fn take_claim<'q>(
     statement: &'q str,
     req: &ClaimRequest,
+    claims: usize,
 ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    let ids: Vec<Uuid> = (0..claims.max(1)).map(|_| Uuid::new_v4()).collect();
     sqlx::query(statement)
         .bind(req.agent_id)
-        .bind(Uuid::new_v4())
+        .bind(ids)
         .bind(req.lease_seconds)
 }
 
@@ -209,64 +214,85 @@ impl Queue {
         req: &ClaimRequest,
         work_types: &[WorkType],
     ) -> Result<Option<WorkOrder>, QueueError> {
-        Ok(self.claim_next_as(req, work_types).await?.0)
+        Ok(self.claim_next_many(req, work_types, 1).await?.pop())
     }
 
-    /// [`Self::claim_next`], also returning the claimer (the wait list learns from it which
+    /// Multi-claim: [`Self::claim_next`] for up to `max_orders` orders (at least 1) in one
+    /// statement and one commit, oldest first; an agent with `max_concurrency` gets no more than
+    /// its free room. Empty when nothing is eligible or the agent has no room. The caller
+    /// bounds `max_orders` (`queue::limits::MAX_ORDERS_PER_CLAIM`).
+    pub async fn claim_next_many(
+        &self,
+        req: &ClaimRequest,
+        work_types: &[WorkType],
+        max_orders: usize,
+    ) -> Result<Vec<WorkOrder>, QueueError> {
+        Ok(self.claim_next_as(req, work_types, max_orders).await?.0)
+    }
+
+    /// [`Self::claim_next_many`], also returning the claimer (the wait list learns from it which
     /// orders it may take). One statement (`sql/claim_next.sql`) for an agent without
     /// `max_concurrency`; a transaction for one with it ([`Self::claim_next_capped`]).
     pub(super) async fn claim_next_as(
         &self,
         req: &ClaimRequest,
         work_types: &[WorkType],
-    ) -> Result<(Option<WorkOrder>, Claimer), QueueError> {
-        let row: Option<PgRow> = take_claim(sql::CLAIM_NEXT, req)
+        max_orders: usize,
+    ) -> Result<(Vec<WorkOrder>, Claimer), QueueError> {
+        let rows: Vec<PgRow> = take_claim(sql::CLAIM_NEXT, req, max_orders)
             .bind(type_names(work_types))
-            .fetch_optional(&self.pool)
+            .fetch_all(&self.pool)
             .await?;
-        let row = row.ok_or_else(|| QueueError::NotFound {
+        let first = rows.first().ok_or_else(|| QueueError::NotFound {
             what: "agent",
             id: req.agent_id.to_string(),
         })?;
-        let claimer: Claimer = AgentLockRow::from_row(&row)?.into();
+        let claimer: Claimer = AgentLockRow::from_row(first)?.into();
         if claimer.profile.retired {
             return Err(retired(req.agent_id));
         }
-        let order: Option<WorkOrder> = match row.try_get::<Option<Uuid>, _>("id")? {
-            Some(_) => Some(OrderRow::from_row(&row)?.into()),
-            None => None,
-        };
-        if order.is_some() || claimer.max_concurrency.is_none() {
-            return Ok((order, claimer));
+        let mut orders = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.try_get::<Option<Uuid>, _>("id")?.is_some() {
+                orders.push(OrderRow::from_row(row)?.into());
+            }
         }
-        self.claim_next_capped(req, work_types).await
+        if !orders.is_empty() || claimer.max_concurrency.is_none() {
+            return Ok((orders, claimer));
+        }
+        self.claim_next_capped(req, work_types, max_orders).await
     }
 
     /// Claim-next for an agent with `max_concurrency`, as a transaction: locks the agent row,
     /// then counts its claims in a later statement (so with a fresh snapshot, which the cap
-    /// needs under concurrency), then claims (`sql/claim_next_capped.sql`).
+    /// needs under concurrency), then claims up to its free room
+    /// (`sql/claim_next_capped.sql`).
     async fn claim_next_capped(
         &self,
         req: &ClaimRequest,
         work_types: &[WorkType],
-    ) -> Result<(Option<WorkOrder>, Claimer), QueueError> {
+        max_orders: usize,
+    ) -> Result<(Vec<WorkOrder>, Claimer), QueueError> {
         let mut tx = self.pool.begin().await?;
         let claimer = lock_claimer(&mut tx, req).await?;
-        if at_capacity(
+        let room = room(
             claimer.max_concurrency,
             held_claims(&mut *tx, req.agent_id).await?,
-        ) {
+        );
+        if room == 0 {
             tx.commit().await?;
-            return Ok((None, claimer));
+            return Ok((Vec::new(), claimer));
         }
-        let row = take_claim(sql::CLAIM_NEXT_CAPPED, req)
+        let rows = take_claim(sql::CLAIM_NEXT_CAPPED, req, max_orders.min(room))
             .bind(type_names(work_types))
-            .fetch_optional(&mut *tx)
-            .await?
-            .map(|row| OrderRow::from_row(&row))
-            .transpose()?;
+            .fetch_all(&mut *tx)
+            .await?;
+        let orders = rows
+            .iter()
+            .map(|row| OrderRow::from_row(row).map(Into::into))
+            .collect::<Result<Vec<WorkOrder>, _>>()?;
         tx.commit().await?;
-        Ok((row.map(Into::into), claimer))
+        Ok((orders, claimer))
     }
 
     /// Claims one order by id (docs/design.md §5 `POST /work-orders/{id}/claim`). `404` when unknown
@@ -364,7 +390,7 @@ pub(in crate::queue) async fn claim_in(
             ),
         ));
     }
-    let row = take_claim(sql::CLAIM_BY_ID, req)
+    let row = take_claim(sql::CLAIM_BY_ID, req, 1)
         .bind(order_id)
         .fetch_one(&mut **tx)
         .await?;

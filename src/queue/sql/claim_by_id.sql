@@ -2,7 +2,7 @@
 -- transaction in which lock_claimer.sql locked the agent and claim_candidate.sql locked the
 -- order and the Rust side of eligibility (queue::eligibility) admitted it.
 -- $1 agent id (uuid)
--- $2 the new claim id (uuid)
+-- $2 the new claim's id (uuid[] of one)
 -- $3 lease seconds (int, NULL = no lease)
 -- $4 order id (uuid)
 -- Returns the claimed order with yaml_content and its claim.

@@ -1,13 +1,15 @@
--- claim_next: claims the oldest order eligible for an agent (docs/design.md §3) in one statement, one
+-- claim_next: claims the oldest orders eligible for an agent (docs/design.md §3; as many as $2 has
+-- claim ids, one for a plain claim-next) in one statement, one
 -- round trip and one commit (issue #7), for an agent without max_concurrency; a capped agent's
 -- claim is the transaction of claim_next_capped.sql (see queue::claims). Records the agent's
 -- contact at most once a second (or when its lease changes).
 -- $1 agent id (uuid)
--- $2 the new claim id (uuid)
+-- $2 the new claims' ids (uuid[]): one per order it may claim (multi-claim, `max_orders`)
 -- $3 lease seconds (int, NULL = no lease)
 -- $4 requested work types (text[], empty = any)
--- Returns one row when the agent exists: the agent's columns (a_*) and the claimed order's
--- (all NULL when nothing was claimed: none eligible, agent retired, or agent capped).
+-- Returns a row per claimed order: the agent's columns (a_*) and the order's; or, when nothing
+-- was claimed (none eligible, agent retired, or agent capped), one row with the agent's columns
+-- and the order's all NULL; no row for an unknown agent.
 -- Lock order agent → order → claim (queue docs): each CTE that locks later reads the earlier
 -- one through a sub-query, so the earlier one has run first. The agent row is locked FOR NO KEY
 -- UPDATE (which waits for a retirement in flight) rather than rewritten.
@@ -23,13 +25,21 @@ contact AS (
     AND (last_seen_at IS NULL OR last_seen_at < now() - interval '1 second'
          OR lease_seconds IS DISTINCT FROM COALESCE($3::int, lease_seconds))
 ),
+-- The walk: work_orders_claimable in hand-out order, stopping at the first eligible row. The rule
+-- is a per-row sub-select on purpose: written as top-level conditions, the planner (which cannot
+-- estimate the agent's targeting, read from `a`) turned its disjuncts into a BitmapOr over the
+-- work_orders_target_* GIN indexes and sorted every eligible order to hand out one, a cost that
+-- grows with the backlog (10 ms per claim at 10k pending). A sub-select cannot be an index
+-- condition, so the only path is the ordered walk; the rule's text stays the fragment's.
 target AS (
   SELECT w.id FROM work_orders w
-  WHERE (SELECT max_concurrency IS NULL FROM a)
-    AND
+  WHERE w.status IN ('PENDING', 'RETRY_PENDING')
+    AND (SELECT max_concurrency IS NULL FROM a)
+    AND (SELECT
     -- @include eligible.sql
+    )
   ORDER BY w.created_at, w.id
-  LIMIT 1
+  LIMIT cardinality($2::uuid[])
   FOR UPDATE SKIP LOCKED
 ),
 -- @include take_claim.sql

@@ -27,7 +27,7 @@ claim AS (
 ),
 w AS (DELETE FROM work_orders WHERE id = $1 AND EXISTS (SELECT 1 FROM claim) RETURNING *),
 ending AS (
-  SELECT 'succeeded'::text AS outcome, $4::text AS message, w.last_error, w.last_error_at,
+  SELECT w.id, 'succeeded'::text AS outcome, $4::text AS message, w.last_error, w.last_error_at,
          claim.agent_id AS claimed_by, claim.claim_id, claim.claimed_at, 'agent'::text AS ended_by
   FROM w CROSS JOIN claim
 )

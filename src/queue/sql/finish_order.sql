@@ -12,7 +12,7 @@
 -- Returns the log entry without yaml_content.
 WITH w AS (DELETE FROM work_orders WHERE id = $1 RETURNING *),
 ending AS (
-  SELECT $2::text AS outcome, $3::text AS message, COALESCE($4, w.last_error) AS last_error,
+  SELECT w.id, $2::text AS outcome, $3::text AS message, COALESCE($4, w.last_error) AS last_error,
          CASE WHEN $4::text IS NULL THEN w.last_error_at ELSE now() END AS last_error_at,
          COALESCE($5, w.last_claimed_by) AS claimed_by, COALESCE($6, w.last_claim_id) AS claim_id,
          $7::timestamptz AS claimed_at, $8::text AS ended_by

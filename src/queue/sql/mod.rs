@@ -76,6 +76,7 @@ statements! {
     RECORD_CONTACT = "record_contact";
     HEARTBEAT = "heartbeat";
     COMPLETE_SUCCESS = "complete_success";
+    COMPLETE_SUCCESS_MANY = "complete_success_many";
     LOCK_ORDER_FOR_FAILURE = "lock_order_for_failure";
     END_LIVE_CLAIM = "end_live_claim";
     SCHEDULE_RETRY = "schedule_retry";

@@ -9,14 +9,15 @@
 -- $6 streams (text[])
 -- $7 texts (text[])
 -- $8 times (timestamptz[])
+-- $9 gap reason (text, NULL = not said)
 -- Returns (line count, stored bytes of the order), or no row when this seq was stored before.
 WITH ins AS (
-  INSERT INTO work_order_output (work_order_id, claim_id, seq, attempt, gap_bytes, bytes,
-                                 line_count, streams, texts, ats)
+  INSERT INTO work_order_output (work_order_id, claim_id, seq, attempt, gap_bytes, gap_reason,
+                                 bytes, line_count, streams, texts, ats)
   VALUES ($1, $2, $3,
           -- attempts ended before this claim (work_order_attempts) + this one
           (SELECT count(*) + 1 FROM work_order_attempts WHERE work_order_id = $1)::integer,
-          $4, $5, cardinality($7::text[]), $6, $7, $8)
+          $4, $9, $5, cardinality($7::text[]), $6, $7, $8)
   ON CONFLICT (work_order_id, claim_id, seq) DO NOTHING
   RETURNING line_count, bytes
 ),

@@ -2,18 +2,22 @@
 -- statement's `target` CTE and marks the order CLAIMED. Included (`-- @include take_claim.sql`,
 -- build.rs) by claim_next.sql, claim_next_capped.sql and claim_by_id.sql, which number their
 -- parameters alike for it.
--- $1 agent id (uuid), $2 the new claim id (uuid), $3 lease seconds (int, NULL = no lease)
--- The claim lasts claim_timeout_seconds from now (its deadline); the lease, when given, ends
--- at the earlier of now + lease and the deadline (docs/design.md §2).
+-- $1 agent id (uuid), $2 the new claims' ids (uuid[], one per order the statement may claim:
+-- its length is the most it claims), $3 lease seconds (int, NULL = no lease)
+-- The n-th order of `target` gets the n-th claim id. Each claim lasts claim_timeout_seconds from
+-- now (its deadline); the lease, when given, ends at the earlier of now + lease and the
+-- deadline (docs/design.md §2).
 claim AS (
   INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, deadline,
                                  lease_seconds, lease_expires_at)
-  SELECT w.id, $2, $1, now(), now() + make_interval(secs => w.claim_timeout_seconds),
+  SELECT w.id, ids.claim_id, $1, now(), now() + make_interval(secs => w.claim_timeout_seconds),
          $3::int,
          CASE WHEN $3::int IS NULL THEN NULL
               ELSE LEAST(now() + make_interval(secs => $3::int),
                          now() + make_interval(secs => w.claim_timeout_seconds)) END
-  FROM target JOIN work_orders w ON w.id = target.id
+  FROM (SELECT id, row_number() OVER () AS n FROM target) t
+  JOIN unnest($2::uuid[]) WITH ORDINALITY AS ids (claim_id, n) ON ids.n = t.n
+  JOIN work_orders w ON w.id = t.id
   RETURNING *
 ),
 upd AS (

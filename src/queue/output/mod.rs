@@ -9,14 +9,18 @@
 //! A line's cursor is `chunk id × 65536 + index`: index 0 is the chunk's gap marker (when the
 //! agent reported lost bytes), its lines are 1, 2, …; the marker of bytes dropped by the cap sits
 //! just before the oldest chunk still stored.
+//!
+//! The output's wire shapes (the chunk an agent sends, a stored line, a page) are in `shapes`,
+//! re-exported here and by `wire`.
+
+mod shapes;
+
+pub use shapes::{DroppedReason, OutputAccepted, OutputChunk, OutputEntry, OutputLine, OutputPage};
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{Queue, QueueError, sql};
-use crate::wire::OutputChunk;
 
 /// Default per-order cap on stored output, in bytes of line text (docs/design.md §9: 16 MiB).
 pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 16 * 1024 * 1024;
@@ -36,48 +40,6 @@ pub fn cursor(chunk: i64, index: u32) -> i64 {
     (chunk << INDEX_BITS) | i64::from(index)
 }
 
-/// One stored line as read back (docs/design.md §9). Marker lines (`marker` set) are written by the
-/// server: `gap` for output the agent could not deliver, `dropped` for older output removed by
-/// the per-order cap; the text says how many bytes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct OutputEntry {
-    /// Pass as `after` to read the lines after this one.
-    pub cursor: i64,
-    /// The claim (attempt) that sent the line; absent only on a `dropped` marker.
-    #[schema(required = true)]
-    pub claim_id: Option<Uuid>,
-    /// The attempt number: 1 for the order's first claim, 2 for the second, …; absent only on a
-    /// `dropped` marker.
-    #[schema(required = true)]
-    pub attempt: Option<i32>,
-    /// The chunk's `seq` within its claim; absent only on a `dropped` marker.
-    #[schema(required = true)]
-    pub seq: Option<i64>,
-    /// `stdout`/`stderr`, `<pod>/<container>`, or `pullman` on a marker.
-    pub stream: String,
-    pub text: String,
-    /// When the agent read the line (a marker: when its chunk was stored, or now).
-    pub at: DateTime<Utc>,
-    /// `gap` or `dropped` on a line the server wrote; absent on the agent's lines.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub marker: Option<String>,
-}
-
-/// A page of an order's output (`GET /work-orders/{id}/output` without `follow`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct OutputPage {
-    /// Lines, oldest first.
-    pub lines: Vec<OutputEntry>,
-    /// The cursor of the last line returned (or the `after` asked, when none): pass it as
-    /// `after` for the next page. Absent when nothing was read and no `after` was given.
-    #[schema(required = true)]
-    pub next_cursor: Option<i64>,
-    /// True when the page was cut at `limit`: more lines are stored after `next_cursor`.
-    pub more: bool,
-    /// True when the order has finished: once `more` is false, no line will be added.
-    pub finished: bool,
-}
-
 /// A chunk checked and made storable ([`prepare_chunk`]).
 #[derive(Debug, Clone)]
 pub struct NewChunk {
@@ -85,6 +47,8 @@ pub struct NewChunk {
     pub claim_id: Uuid,
     pub seq: i64,
     pub gap_bytes: i64,
+    /// Why the gap: a [`DroppedReason`] name, when the agent said.
+    pub gap_reason: Option<&'static str>,
     pub streams: Vec<String>,
     pub texts: Vec<String>,
     pub ats: Vec<DateTime<Utc>>,
@@ -159,6 +123,7 @@ pub fn prepare_chunk(chunk: OutputChunk) -> Result<NewChunk, QueueError> {
         claim_id: chunk.claim_id,
         seq: chunk.seq,
         gap_bytes,
+        gap_reason: chunk.dropped_reason.map(DroppedReason::as_str),
         streams,
         texts,
         ats,
@@ -193,6 +158,7 @@ struct ChunkRow {
     seq: i64,
     attempt: i32,
     gap_bytes: i64,
+    gap_reason: Option<String>,
     streams: Vec<String>,
     texts: Vec<String>,
     ats: Vec<DateTime<Utc>>,
@@ -209,10 +175,7 @@ impl ChunkRow {
             attempt: Some(attempt),
             seq: Some(seq),
             stream: MARKER_STREAM.into(),
-            text: format!(
-                "[pullman: {} bytes of output were lost here: the agent could not deliver them]",
-                self.gap_bytes
-            ),
+            text: gap_text(self.gap_bytes, self.gap_reason.as_deref()),
             at: first_at,
             marker: Some("gap".into()),
         });
@@ -280,6 +243,7 @@ impl Queue {
             .bind(&chunk.streams)
             .bind(&chunk.texts)
             .bind(&chunk.ats)
+            .bind(chunk.gap_reason)
             .fetch_optional(&mut *tx)
             .await?;
         let Some((lines, stored_bytes)) = inserted else {
@@ -421,6 +385,21 @@ impl Queue {
     }
 }
 
+/// The text of a gap marker: how many bytes, and why when the agent said.
+fn gap_text(bytes: i64, reason: Option<&str>) -> String {
+    match reason.and_then(DroppedReason::parse) {
+        Some(r) => format!(
+            "[pullman: {bytes} bytes of output were lost here: the agent could not deliver them: {}]",
+            r.explained()
+        ),
+        None => {
+            format!(
+                "[pullman: {bytes} bytes of output were lost here: the agent could not deliver them]"
+            )
+        }
+    }
+}
+
 /// The marker of output dropped by the cap, for a reader positioned at `after`: only when bytes
 /// were dropped and the reader has not yet read past where they were.
 fn dropped_marker(state: &OutputState, after: i64) -> Option<OutputEntry> {
@@ -444,7 +423,6 @@ fn dropped_marker(state: &OutputState, after: i64) -> Option<OutputEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::OutputLine;
 
     fn chunk(lines: Vec<OutputLine>) -> OutputChunk {
         OutputChunk {
@@ -452,6 +430,7 @@ mod tests {
             claim_id: Uuid::nil(),
             seq: 0,
             dropped_bytes: None,
+            dropped_reason: None,
             lines,
         }
     }
@@ -462,6 +441,30 @@ mod tests {
             text: text.into(),
             at: Utc::now(),
         }
+    }
+
+    #[test]
+    fn a_gap_marker_names_the_cause_the_agent_gave() {
+        assert_eq!(
+            gap_text(120, Some("server_busy")),
+            "[pullman: 120 bytes of output were lost here: the agent could not deliver them: \
+             its buffer was full while the server refused output with 429 (too many writes)]"
+        );
+        assert!(gap_text(5, Some("server_unreachable")).ends_with("server was unreachable]"));
+        for r in [
+            DroppedReason::ServerUnreachable,
+            DroppedReason::ServerBusy,
+            DroppedReason::ServerUnavailable,
+            DroppedReason::ChunkRefused,
+        ] {
+            assert_eq!(DroppedReason::parse(r.as_str()), Some(r));
+            let sent = serde_json::to_value(r).unwrap();
+            assert_eq!(sent, r.as_str());
+        }
+        assert_eq!(
+            gap_text(7, None),
+            "[pullman: 7 bytes of output were lost here: the agent could not deliver them]"
+        );
     }
 
     #[test]

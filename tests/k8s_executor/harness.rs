@@ -1,0 +1,99 @@
+//! An executor running in-process over the real pull API, as the tests start it.
+
+use std::sync::Arc;
+
+use kube::Client;
+use pullman::client::Client as PullClient;
+use pullman::executor::KubeCarrier;
+use pullman::pull::output::{OutputConfig, Redactor};
+use pullman::pull::{self, LoopConfig, Shutdown};
+
+use crate::support::TestServer;
+
+/// An executor running in-process over the real pull API, for one namespace.
+pub struct Executor {
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<Result<(), pull::PullError>>,
+}
+
+impl Executor {
+    pub fn start(
+        s: &TestServer,
+        k: &Client,
+        agent_id: &str,
+        token: &str,
+        ns: &str,
+        lease: u32,
+    ) -> Self {
+        Self::start_with(s, k, agent_id, token, ns, lease, 4).0
+    }
+
+    /// Like `start`, with `concurrency` orders at once; also hands back the carrier.
+    pub fn start_with(
+        s: &TestServer,
+        k: &Client,
+        agent_id: &str,
+        token: &str,
+        ns: &str,
+        lease: u32,
+        concurrency: usize,
+    ) -> (Self, Arc<KubeCarrier>) {
+        let carrier = KubeCarrier::new(k.clone(), ns.to_string());
+        Self::run(s, agent_id, token, lease, concurrency, |_, _| carrier)
+    }
+
+    /// Like `start_with`, sending the pods' logs as each order's output.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_output(
+        s: &TestServer,
+        k: &Client,
+        agent_id: &str,
+        token: &str,
+        ns: &str,
+        lease: u32,
+        concurrency: usize,
+    ) -> (Self, Arc<KubeCarrier>) {
+        Self::run(s, agent_id, token, lease, concurrency, |api, agent_id| {
+            KubeCarrier::new(k.clone(), ns.to_string()).with_output(OutputConfig {
+                client: api.clone(),
+                agent_id,
+                buffer_bytes: 8 << 20,
+                redactor: Redactor::new([token.to_string()]),
+            })
+        })
+    }
+
+    fn run(
+        s: &TestServer,
+        agent_id: &str,
+        token: &str,
+        lease: u32,
+        concurrency: usize,
+        carrier: impl FnOnce(&PullClient, uuid::Uuid) -> KubeCarrier,
+    ) -> (Self, Arc<KubeCarrier>) {
+        let shutdown = Shutdown::default();
+        let api = PullClient::new(&s.base, token).unwrap();
+        let agent_id = agent_id.parse().unwrap();
+        let carrier = Arc::new(carrier(&api, agent_id));
+        let config = LoopConfig {
+            agent_id,
+            work_types: vec![],
+            lease_seconds: lease,
+            concurrency,
+            max_wait_seconds: 5,
+        };
+        let task = tokio::spawn(pull::run(api, config, carrier.clone(), shutdown.clone()));
+        (Executor { shutdown, task }, carrier)
+    }
+
+    /// Like `kill -9`: nothing reported, nothing cleaned up.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.drain.cancel();
+        self.shutdown.abandon.cancel();
+        let _ = self.task.await;
+    }
+}
