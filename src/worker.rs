@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::pull::lines::LineCutter;
 use crate::pull::output::{self, OutputConfig, OutputHandle, OutputSender, REDACTED, Redactor};
 use crate::pull::redact::{MIN_SECRET_BYTES, SecretParts};
 use crate::pull::{
@@ -452,88 +453,60 @@ struct Sink {
 }
 
 /// Logs a stream line by line as it comes and sends each line to the order's output, keeping the
-/// last 2 × [`MESSAGE_TAIL_BYTES`] (redacted) for the result message. The bytes are redacted as
-/// read, before they are cut into lines (or pieces of [`output::MAX_LINE_BYTES`] for longer
-/// lines), so no cut splits a secret, a multi-line one included (docs/design.md §9). While the
-/// output buffer is full and the server accepts output, this waits, and CMD blocks on its pipe.
+/// last 2 × [`MESSAGE_TAIL_BYTES`] (redacted) for the result message. Lines are cut as the
+/// executor cuts its containers' ([`LineCutter`]: redacted before any cut, pieces of
+/// [`output::MAX_LINE_BYTES`] for longer lines, invalid UTF-8 as U+FFFD; docs/design.md §9).
+/// While the output buffer is full and the server accepts output, this waits, and CMD blocks on
+/// its pipe.
 async fn stream_lines(
-    r: impl AsyncRead + Unpin,
+    mut r: impl AsyncRead + Unpin,
     stream: &'static str,
     sink: Sink,
 ) -> std::io::Result<Vec<u8>> {
     let keep = 2 * MESSAGE_TAIL_BYTES;
-    let mut reader = BufReader::new(r);
-    let mut tail = Vec::with_capacity(keep);
-    // Bytes read and not yet redacted: they may end inside a secret.
-    let mut raw: Vec<u8> = Vec::new();
-    // Redacted bytes of the line being read.
-    let mut line: Vec<u8> = Vec::new();
+    let mut tail: Vec<u8> = Vec::with_capacity(keep);
+    let mut cutter = LineCutter::new(sink.redactor.clone(), output::MAX_LINE_BYTES);
+    let mut buf = vec![0u8; READ_BYTES];
     loop {
-        let n = (&mut reader)
-            .take(output::MAX_LINE_BYTES as u64)
-            .read_until(b'\n', &mut raw)
-            .await?;
-        let end = n == 0;
-        let (clean, used) = sink.redactor.redact_bytes(&raw, end);
-        raw.drain(..used);
-        tail.extend_from_slice(&clean);
-        if tail.len() > keep {
-            tail.drain(..tail.len() - keep);
-        }
-        line.extend_from_slice(&clean);
-        let mut start = 0;
-        while let Some(nl) = line[start..].iter().position(|&b| b == b'\n') {
-            emit_line(&line[start..start + nl], stream, &sink).await;
-            start += nl + 1;
-        }
-        line.drain(..start);
-        while line.len() >= output::MAX_LINE_BYTES {
-            let mut cut = output::MAX_LINE_BYTES;
-            // Not inside a UTF-8 character (continuation bytes are 0b10xxxxxx).
-            while cut > output::MAX_LINE_BYTES - 3 && line[cut] & 0xC0 == 0x80 {
-                cut -= 1;
+        let n = r.read(&mut buf).await?;
+        let pieces = if n == 0 {
+            cutter.finish()
+        } else {
+            cutter.feed(&buf[..n])
+        };
+        for piece in pieces {
+            if piece.starts_line && !tail.is_empty() {
+                tail.push(b'\n');
             }
-            emit_line(&line[..cut], stream, &sink).await;
-            line.drain(..cut);
-        }
-        if end {
-            if !line.is_empty() {
-                emit_line(&line, stream, &sink).await;
+            tail.extend_from_slice(piece.text.as_bytes());
+            if tail.len() > keep {
+                tail.drain(..tail.len() - keep);
             }
+            emit_line(piece.text, stream, &sink).await;
+        }
+        if n == 0 {
             return Ok(tail);
         }
     }
 }
 
-/// One redacted line (without its `\n`) into the worker's log and the order's output.
-async fn emit_line(bytes: &[u8], stream: &'static str, sink: &Sink) {
-    let text = String::from_utf8_lossy(bytes);
-    let text = text.trim_end_matches('\r');
-    for piece in pieces(text, LOG_LINE_BYTES) {
-        tracing::info!(stream, "{piece}");
+/// Bytes asked of a command's pipe per read.
+const READ_BYTES: usize = 16 * 1024;
+
+/// One redacted line (or piece of one) into the worker's log and the order's output.
+async fn emit_line(text: String, stream: &'static str, sink: &Sink) {
+    let mut rest = text.as_str();
+    loop {
+        let cut = rest.floor_char_boundary(LOG_LINE_BYTES);
+        tracing::info!(stream, "{}", &rest[..cut]);
+        rest = &rest[cut..];
+        if rest.is_empty() {
+            break;
+        }
     }
     if let Some(h) = &sink.handle {
-        h.push_redacted(stream, text.to_string(), chrono::Utc::now())
-            .await;
+        h.push_redacted(stream, text, chrono::Utc::now()).await;
     }
-}
-
-/// `text` cut into pieces of at most `max` bytes, never inside a character.
-fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
-    let mut rest = text;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let mut cut = rest.len().min(max);
-        while !rest.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let (piece, more) = rest.split_at(cut.max(1));
-        rest = more;
-        Some(piece)
-    })
-    .chain(text.is_empty().then_some(""))
 }
 
 fn failure_message(what: &str, stderr: &[u8], stdout: &[u8]) -> String {
@@ -568,11 +541,7 @@ async fn stop_group(child: &mut tokio::process::Child) {
 pub fn tail_utf8(bytes: &[u8], max: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
     let text = text.trim();
-    let mut start = text.len().saturating_sub(max);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    text[start..].to_string()
+    text[text.ceil_char_boundary(text.len().saturating_sub(max))..].to_string()
 }
 
 #[cfg(test)]

@@ -35,13 +35,7 @@ const MAX_NOTE_BYTES: usize = 1024;
 
 /// `note` cut at a character boundary to at most [`MAX_NOTE_BYTES`].
 fn cut(mut note: String) -> String {
-    if note.len() > MAX_NOTE_BYTES {
-        let mut end = MAX_NOTE_BYTES;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-    }
+    note.truncate(note.floor_char_boundary(MAX_NOTE_BYTES));
     note
 }
 

@@ -8,6 +8,8 @@
 //!   reporting, or abandoned).
 //! - `heartbeat`: the heartbeats of one order.
 //! - [`output`]: the order's output sent to the server in numbered chunks, redacted and bounded.
+//! - [`lines`]: a stream's bytes cut into lines the same way for both: redacted first, invalid
+//!   UTF-8 replaced, long lines in pieces.
 //! - [`redact`]: the secret values hidden in that output, multi-line ones included.
 //!
 //! Shutdown: the first signal stops claiming and lets running orders finish; the second abandons
@@ -17,6 +19,7 @@
 
 pub mod connect;
 mod heartbeat;
+pub mod lines;
 pub mod order;
 pub mod output;
 pub mod redact;

@@ -64,10 +64,7 @@ pub fn storable(text: &str, max_bytes: usize) -> Cow<'_, str> {
     if clean.len() <= max_bytes {
         return clean;
     }
-    let mut end = max_bytes.saturating_sub(CUT_MARKER.len());
-    while !clean.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = clean.floor_char_boundary(max_bytes.saturating_sub(CUT_MARKER.len()));
     let mut cut = String::with_capacity(end + CUT_MARKER.len());
     cut.push_str(&clean[..end]);
     cut.push_str(CUT_MARKER);
