@@ -480,6 +480,24 @@ for t in start done; do
 done
 ok "long's output across its executor's restart: start and done, each once"
 
+# Bytes a build log really holds: invalid UTF-8, and one 4 MiB line without a newline inside
+# (under the kubelet's 10 MiB log rotation, which is not what this checks).
+job_order odd "printf 'bad \\377\\376 bytes\\n'; head -c 4194304 /dev/zero | tr '\\000' a; echo; echo after" \
+  | k apply -n "$DEMO" -f - >/dev/null
+until_true 120 "WorkOrder odd Succeeded" has_phase odd Succeeded
+"$PULLMAN" work-orders logs "$(order_id odd)" > "$WORK/odd.out" || fail "work-orders logs odd"
+python3 - "$WORK/odd.out" <<'PY' || fail "odd's output is not what its container printed"
+import sys
+lines = [l.rstrip("\n").split("] ", 1)[1] for l in open(sys.argv[1], encoding="utf-8")]
+assert lines[0] == "bad \ufffd\ufffd bytes", lines[:1]
+assert lines[-1] == "after", lines[-1:]
+pieces = lines[1:-1]
+assert all(set(p) == {"a"} and len(p) <= 65536 for p in pieces), [len(p) for p in pieces][:5]
+assert sum(map(len, pieces)) == 4 << 20, sum(map(len, pieces))
+print(f"odd: {len(pieces)} pieces of at most 64 KiB, 4 MiB in all", file=sys.stderr)
+PY
+ok "invalid UTF-8 became U+FFFD and a 4 MiB line came in 64 KiB pieces; the stream went on to its last line"
+
 # --- 10. why an order waits ---------------------------------------------------------------------
 step "an order no agent can take says why; an Executor declared for it clears that and runs it"
 schedulable() { k get -n "$DEMO" workorder "$1" -o jsonpath='{.status.conditions[?(@.type=="Schedulable")].status}/{.status.conditions[?(@.type=="Schedulable")].reason}' 2>/dev/null; }

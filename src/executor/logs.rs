@@ -7,117 +7,143 @@
 //!
 //! Bounded: the pods come from the executor's shared pod watches ([`super::PodWatches`]: one per
 //! namespace and label, not one per followed object); one task and one log stream per run of a
-//! container, all cancelled when the order ends. A container whose logs cannot be read (kwok nodes have no
-//! kubelet; the executor's Role may lack `pods/log`) is said once, as one line, and not retried.
+//! container, all cancelled when the order ends. How one container's stream is read, cut,
+//! reopened when it breaks, and said missing when it cannot be read is [`container_log`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, SubsecRound, Utc};
-use futures::{AsyncBufReadExt, StreamExt};
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::LogParams;
 use kube::{Api, Client};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::container_log::{self, KubeLog, LineSink, ResumePoint, Run, StreamSink};
 use super::podwatch::{PodSubscription, PodWatches};
-use crate::client::Client as ApiClient;
-use crate::pull::output::{MAX_LINE_BYTES, OutputHandle};
-use crate::wire::MAX_OUTPUT_PAGE_LINES;
+use crate::client::{Client as ApiClient, ClientError};
+use crate::pull::Backoff;
+use crate::pull::output::OutputHandle;
+use crate::wire::{MAX_OUTPUT_PAGE_LINES, WorkOrder};
 
 /// After the Job's verdict, its containers' streams get this long to deliver their last lines.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
-/// Most pages of the order's stored output read to find where each stream stopped.
-const RESUME_PAGES: usize = 100;
+/// How long a claim tries to read where its order's streams stopped before it starts them at
+/// the claim's time instead ([`read_resume_points`]).
+pub const RESUME_READ_LIMIT: Duration = Duration::from_secs(8);
 
 /// The label that names a Job's pods.
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// The label Shipwright (through Tekton) puts on a BuildRun's pods.
 pub const BUILDRUN_LABEL: &str = "buildrun.shipwright.io/name";
 
-/// Where one container's stream stopped on the server: the time of its last stored line and how
-/// many stored lines carry exactly that time (PostgreSQL keeps microseconds, and lines printed
-/// within one microsecond share it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResumePoint {
-    pub at: DateTime<Utc>,
-    pub lines_at: usize,
+/// Per stream (`<pod>/<container>`), where the server's copy of the order's output stopped
+/// (all earlier claims), read once per claim in the background so the verdict's watch never
+/// waits for it ([`read_resume_points`]).
+pub type ResumeAt = Shared<BoxFuture<'static, Arc<Resumes>>>;
+
+/// Where each stream of an order starts (see [`ResumeAt`]).
+#[derive(Debug, Default)]
+pub struct Resumes {
+    known: HashMap<String, ResumePoint>,
+    /// The stored output could not be read: every stream starts at this time (the claim's), so
+    /// nothing is sent twice, and says why its earlier lines may be missing.
+    unknown: Option<(DateTime<Utc>, String)>,
 }
 
-impl ResumePoint {
-    /// Adds one stored line of the stream.
-    fn see(point: &mut Option<ResumePoint>, at: DateTime<Utc>) {
-        match point {
-            Some(p) if at < p.at => {}
-            Some(p) if at == p.at => p.lines_at += 1,
-            _ => *point = Some(ResumePoint { at, lines_at: 1 }),
+impl Resumes {
+    /// Where `stream` starts, and a line to say first when its earlier lines may be missing.
+    fn start(&self, stream: &str) -> (Option<ResumePoint>, Option<String>) {
+        if let Some(p) = self.known.get(stream) {
+            return (Some(*p), None);
+        }
+        match &self.unknown {
+            None => (None, None),
+            Some((at, why)) => (
+                Some(ResumePoint {
+                    at: *at,
+                    lines_at: 0,
+                }),
+                Some(format!(
+                    "[pullman] lines of this container before {} are not sent again: the output \
+                     earlier attempts stored could not be read ({why})",
+                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                )),
+            ),
         }
     }
 }
 
-/// Per stream (`<pod>/<container>`), where the server's copy of the order's output stopped, read
-/// once (all claims). Errors leave the map empty, so every container starts from its beginning
-/// (logged).
-pub async fn resume_points(client: &ApiClient, order_id: Uuid) -> HashMap<String, ResumePoint> {
+/// Starts reading where the order's streams stopped on the server. A first claim (no retry, no
+/// reclaim) has nothing stored and reads nothing. A read that fails is retried for at most
+/// [`RESUME_READ_LIMIT`]; after that every stream starts at the claim's time: a line is never
+/// sent twice, and a line printed before the claim that an earlier claim did not deliver is
+/// said missing.
+pub fn read_resume_points(client: ApiClient, order: &WorkOrder) -> ResumeAt {
+    if order.retry_count == 0 && order.reclaim_count == 0 {
+        return futures::future::ready(Arc::new(Resumes::default()))
+            .boxed()
+            .shared();
+    }
+    let (order_id, claimed_at) = (order.id, order.claimed_at.unwrap_or_else(Utc::now));
+    async move {
+        let mut backoff = Backoff::default();
+        let read = tokio::time::timeout(RESUME_READ_LIMIT, async {
+            loop {
+                match resume_points(&client, order_id).await {
+                    Ok(known) => return known,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot read the order's output to resume; retrying");
+                        tokio::time::sleep(backoff.failed()).await;
+                    }
+                }
+            }
+        })
+        .await;
+        Arc::new(match read {
+            Ok(known) => Resumes {
+                known,
+                unknown: None,
+            },
+            Err(_) => Resumes {
+                known: HashMap::new(),
+                unknown: Some((claimed_at, "the server did not answer in time".into())),
+            },
+        })
+    }
+    .boxed()
+    .shared()
+}
+
+/// Every page of the order's stored output, read to its end (bounded by the per-order cap).
+async fn resume_points(
+    client: &ApiClient,
+    order_id: Uuid,
+) -> Result<HashMap<String, ResumePoint>, ClientError> {
     let mut last: HashMap<String, Option<ResumePoint>> = HashMap::new();
     let mut after = None;
-    for _ in 0..RESUME_PAGES {
+    loop {
         let query = match after {
             Some(cursor) => format!("limit={MAX_OUTPUT_PAGE_LINES}&after={cursor}"),
             None => format!("limit={MAX_OUTPUT_PAGE_LINES}"),
         };
-        match client.read_output(order_id, &query).await {
-            Ok(page) => {
-                for l in page.lines.iter().filter(|l| l.marker.is_none()) {
-                    ResumePoint::see(last.entry(l.stream.clone()).or_default(), l.at);
-                }
-                after = page.next_cursor;
-                if !page.more {
-                    break;
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot read the order's output to resume; streams start from the beginning");
-                break;
-            }
+        let page = client.read_output(order_id, &query).await?;
+        for l in page.lines.iter().filter(|l| l.marker.is_none()) {
+            ResumePoint::see(last.entry(l.stream.clone()).or_default(), l.at);
+        }
+        after = page.next_cursor;
+        if !page.more {
+            break;
         }
     }
-    last.into_iter()
+    Ok(last
+        .into_iter()
         .filter_map(|(stream, p)| Some((stream, p?)))
-        .collect()
-}
-
-/// Decides, line by line, which lines of a container's log the server has already: those before
-/// the resume point, and the first `lines_at` at its exact time.
-#[derive(Debug)]
-pub struct Resume {
-    point: Option<ResumePoint>,
-    skipped_at: usize,
-}
-
-impl Resume {
-    pub fn new(point: Option<ResumePoint>) -> Self {
-        Resume {
-            point,
-            skipped_at: 0,
-        }
-    }
-
-    /// Whether the line stamped `at` (already cut to microseconds) was sent before.
-    pub fn sent_before(&mut self, at: DateTime<Utc>) -> bool {
-        let Some(p) = self.point else { return false };
-        if at < p.at {
-            return true;
-        }
-        if at == p.at && self.skipped_at < p.lines_at {
-            self.skipped_at += 1;
-            return true;
-        }
-        false
-    }
+        .collect())
 }
 
 /// The followers of one order's pods.
@@ -135,19 +161,24 @@ impl PodLogs {
         namespace: &str,
         (label, value): (&'static str, &str),
         out: OutputHandle,
-        resume: Arc<HashMap<String, ResumePoint>>,
+        resume: ResumeAt,
     ) -> Self {
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let subscription = watches.subscribe(namespace, label, value);
-        let runs = Runs {
-            pods: Api::namespaced(kube, namespace),
-            out,
-            resume,
-            started: HashSet::new(),
-            followers: JoinSet::new(),
-        };
-        tasks.spawn(follow_pods(subscription, runs, stop.clone()));
+        let pods = Api::namespaced(kube, namespace);
+        let stopped = stop.clone();
+        tasks.spawn(async move {
+            let runs = Runs {
+                pods,
+                out,
+                resume: resume.await,
+                started: HashSet::new(),
+                followers: JoinSet::new(),
+                stop: stopped.clone(),
+            };
+            follow_pods(subscription, runs, stopped).await;
+        });
         PodLogs { stop, tasks }
     }
 
@@ -201,10 +232,12 @@ async fn follow_pods(mut subscription: PodSubscription, mut runs: Runs, stop: Ca
 struct Runs {
     pods: Api<Pod>,
     out: OutputHandle,
-    resume: Arc<HashMap<String, ResumePoint>>,
+    resume: Arc<Resumes>,
     /// `<pod>/<container>#<restart count>` of each run followed.
     started: HashSet<String>,
     followers: JoinSet<()>,
+    /// The order's verdict is in (see [`container_log::follow`]).
+    stop: CancellationToken,
 }
 
 impl Runs {
@@ -228,159 +261,34 @@ impl Runs {
                     .started
                     .insert(format!("{stream}#{}", c.restart_count - 1))
             {
-                self.spawn(name, &c.name, &stream, Run::Previous);
+                self.spawn(name, &c.name, &stream, Run::Previous, c.restart_count - 1);
             }
             if has_started && self.started.insert(format!("{stream}#{}", c.restart_count)) {
-                self.spawn(name, &c.name, &stream, Run::Current);
+                self.spawn(name, &c.name, &stream, Run::Current, c.restart_count);
             }
         }
     }
 
-    fn spawn(&mut self, pod: &str, container: &str, stream: &str, run: Run) {
-        self.followers.spawn(follow_container(
-            self.pods.clone(),
-            pod.to_string(),
-            container.to_string(),
-            stream.to_string(),
+    fn spawn(&mut self, pod: &str, container: &str, stream: &str, run: Run, restart_count: i32) {
+        let source = KubeLog {
+            pods: self.pods.clone(),
+            pod: pod.to_string(),
+            container: container.to_string(),
             run,
-            self.resume.clone(),
-            self.out.clone(),
-        ));
-    }
-}
-
-/// Which run of a container to read.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Run {
-    /// The one running (or ended and not yet restarted), followed to its end.
-    Current,
-    /// The one before it, ended: its log as the kubelet kept it.
-    Previous,
-}
-
-/// Streams one run of a container's log until it ends, skipping the lines the server already
-/// has ([`Resume`]).
-async fn follow_container(
-    pods: Api<Pod>,
-    pod: String,
-    container: String,
-    stream: String,
-    run: Run,
-    resume: Arc<HashMap<String, ResumePoint>>,
-    out: OutputHandle,
-) {
-    let point = resume.get(&stream).copied();
-    let params = LogParams {
-        container: Some(container),
-        follow: run == Run::Current,
-        previous: run == Run::Previous,
-        timestamps: true,
-        since_time: point
-            .and_then(|p| k8s_openapi::jiff::Timestamp::from_second(p.at.timestamp()).ok()),
-        ..LogParams::default()
-    };
-    let reader = match pods.log_stream(&pod, &params).await {
-        Ok(r) => r,
-        Err(error) => {
-            // Said once per container: a fake kubelet (kwok) or a missing `pods/log` right will
-            // not answer differently on a retry.
-            out.push(
-                &stream,
-                &format!("[pullman] no logs from this container: {error}"),
-                Utc::now(),
-            )
-            .await;
-            return;
-        }
-    };
-    let mut resume = Resume::new(point);
-    let mut lines = reader.lines();
-    while let Some(line) = lines.next().await {
-        let line = match line {
-            Ok(l) => l,
-            Err(error) => {
-                tracing::debug!(%error, stream, "container log broke off");
-                break;
-            }
+            restart_count,
         };
-        let (at, text) = split_timestamp(&line);
-        // Cut to what the server stores, so a resumed stream compares like with like.
-        let at = at.unwrap_or_else(Utc::now).trunc_subsecs(6);
-        if resume.sent_before(at) {
-            continue;
-        }
-        let mut text = text.trim_end_matches('\r');
-        if text.len() > MAX_LINE_BYTES {
-            let mut cut = MAX_LINE_BYTES;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
+        let sink = StreamSink {
+            out: self.out.clone(),
+            stream: stream.to_string(),
+        };
+        let (start, notice) = self.resume.start(stream);
+        let stop = self.stop.clone();
+        self.followers.spawn(async move {
+            if let Some(text) = notice {
+                sink.line(text, Utc::now()).await;
             }
-            text = &text[..cut];
-        }
-        out.push(&stream, text, at).await;
-    }
-}
-
-/// `2026-01-02T03:04:05.123456789Z text` → the time and the text. A line without a timestamp
-/// (should not happen with `timestamps`) is kept whole.
-pub fn split_timestamp(line: &str) -> (Option<DateTime<Utc>>, &str) {
-    if let Some((ts, text)) = line.split_once(' ')
-        && let Ok(at) = DateTime::parse_from_rfc3339(ts)
-    {
-        return (Some(at.with_timezone(&Utc)), text);
-    }
-    (None, line)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kubelet_timestamps_are_split_off_with_their_nanoseconds() {
-        let (at, text) = split_timestamp("2026-01-02T03:04:05.123456789Z hello world");
-        assert_eq!(text, "hello world");
-        let at = at.unwrap();
-        assert_eq!(at.timestamp_subsec_nanos(), 123_456_789);
-        let (at2, _) = split_timestamp("2026-01-02T03:04:05.123456790Z next");
-        assert!(at2.unwrap() > at);
-        assert_eq!(split_timestamp("no stamp here"), (None, "no stamp here"));
-        assert_eq!(split_timestamp("2026-01-02T03:04:05Z ").1, "");
-    }
-
-    #[test]
-    fn a_resumed_stream_skips_exactly_the_lines_stored_before() {
-        let t =
-            |micros: i64| DateTime::from_timestamp_micros(1_800_000_000_000_000 + micros).unwrap();
-        // Stored: lines at 1, 2, 2 (two within one microsecond). The log gives 1, 2, 2, 2, 3.
-        let mut point = None;
-        for at in [t(1), t(2), t(2)] {
-            ResumePoint::see(&mut point, at);
-        }
-        assert_eq!(
-            point,
-            Some(ResumePoint {
-                at: t(2),
-                lines_at: 2
-            })
-        );
-        let mut resume = Resume::new(point);
-        let sent: Vec<bool> = [t(1), t(2), t(2), t(2), t(3)]
-            .into_iter()
-            .map(|at| !resume.sent_before(at))
-            .collect();
-        assert_eq!(sent, [false, false, false, true, true]);
-        // Nothing stored: everything goes.
-        let mut fresh = Resume::new(None);
-        assert!(!fresh.sent_before(t(0)));
-    }
-
-    #[test]
-    fn a_kubelet_time_cut_to_microseconds_equals_the_stored_one() {
-        let (at, _) = split_timestamp("2026-01-02T03:04:05.123456789Z x");
-        let cut = at.unwrap().trunc_subsecs(6);
-        assert_eq!(cut.timestamp_subsec_nanos(), 123_456_000);
-        let stored: DateTime<Utc> = "2026-01-02T03:04:05.123456Z".parse().unwrap();
-        assert_eq!(cut, stored);
+            let redactor = sink.out.redactor().clone();
+            container_log::follow(&source, &sink, &redactor, start, &stop).await;
+        });
     }
 }

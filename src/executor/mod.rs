@@ -15,6 +15,7 @@
 
 mod apply;
 mod cleanup;
+pub mod container_log;
 pub mod logs;
 mod plan;
 mod pods;
@@ -177,7 +178,7 @@ impl KubeCarrier {
 
     /// Starts following the pods of what `plan` watches: the sender, and one follower per Job or
     /// BuildRun (by their pods' label), each subscribed to the shared pod watch.
-    async fn follow_logs(
+    fn follow_logs(
         &self,
         order: &WorkOrder,
         plan: &Plan,
@@ -192,7 +193,7 @@ impl KubeCarrier {
         if targets.is_empty() {
             return None;
         }
-        let resume = Arc::new(logs::resume_points(&config.client, order.id).await);
+        let resume = logs::read_resume_points(config.client.clone(), order);
         let sender = OutputSender::start(config, order.id, claim, 0);
         let followers = targets
             .into_iter()
@@ -230,7 +231,7 @@ impl Carrier for KubeCarrier {
     }
 
     async fn finish(&self, order: &WorkOrder, plan: Plan, stop: &CancellationToken) -> Verdict {
-        let following = self.follow_logs(order, &plan).await;
+        let following = self.follow_logs(order, &plan);
         let verdict = plan.watch(&self.watches, stop).await;
         if let Some((sender, followers)) = following {
             // Finished: the last lines are in before the order completes (docs/design.md §9), within

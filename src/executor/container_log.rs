@@ -1,0 +1,352 @@
+//! One run of one container's log, read to its end (docs/design.md §9).
+//!
+//! The log is read as bytes and cut by [`LineCutter`], as the worker cuts a command's output:
+//! redacted before any cut, invalid UTF-8 as U+FFFD (a line of garbage never ends the stream), a
+//! long line sent in pieces as it is read (never held whole). Each line carries the kubelet's
+//! timestamp; the pieces of a long line share their line's.
+//!
+//! A stream that ends while its container still runs, or breaks (API server or kubelet restart,
+//! network), is opened again from the last line sent ([`ResumePoint`]: `sinceTime` to the
+//! second, then the lines already sent at that time skipped), after a capped backoff. Only
+//! refusals that a retry cannot change end it at once: `401`/`403` (the Role lacks `pods/log`),
+//! `404` (the pod is gone), `400` (no such container). Nothing is lost in silence:
+//! - an open that fails before any line was read says so at once, as one line (`[pullman] no logs
+//!   from this container: …`; a kwok node, which has no kubelet, always answers so), and is then
+//!   retried quietly;
+//! - lines that still cannot be read when the order's verdict is in (one last try) get one line
+//!   saying from when on they are missing.
+
+use std::future::Future;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use futures::{AsyncBufRead, AsyncBufReadExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::LogParams;
+use tokio_util::sync::CancellationToken;
+
+use crate::pull::Backoff;
+use crate::pull::lines::LineCutter;
+use crate::pull::output::{MAX_LINE_BYTES, OutputHandle, Redactor};
+
+/// Where one container's stream stopped on the server: the time of its last stored line and how
+/// many stored lines carry exactly that time (PostgreSQL keeps microseconds, and lines printed
+/// within one microsecond, or the pieces of one long line, share it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResumePoint {
+    pub at: DateTime<Utc>,
+    pub lines_at: usize,
+}
+
+impl ResumePoint {
+    /// Adds one stored line of the stream.
+    pub fn see(point: &mut Option<ResumePoint>, at: DateTime<Utc>) {
+        match point {
+            Some(p) if at < p.at => {}
+            Some(p) if at == p.at => p.lines_at += 1,
+            _ => *point = Some(ResumePoint { at, lines_at: 1 }),
+        }
+    }
+}
+
+/// Decides, line by line, which lines of a container's log the server has already: those before
+/// the resume point, and the first `lines_at` at its exact time.
+#[derive(Debug)]
+pub struct Resume {
+    point: Option<ResumePoint>,
+    skipped_at: usize,
+}
+
+impl Resume {
+    pub fn new(point: Option<ResumePoint>) -> Self {
+        Resume {
+            point,
+            skipped_at: 0,
+        }
+    }
+
+    /// Whether the line stamped `at` (already cut to microseconds) was sent before.
+    pub fn sent_before(&mut self, at: DateTime<Utc>) -> bool {
+        let Some(p) = self.point else { return false };
+        if at < p.at {
+            return true;
+        }
+        if at == p.at && self.skipped_at < p.lines_at {
+            self.skipped_at += 1;
+            return true;
+        }
+        false
+    }
+}
+
+/// Which run of a container to read.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Run {
+    /// The one running (or ended and not yet restarted), followed to its end.
+    Current,
+    /// The one before it, ended: its log as the kubelet kept it.
+    Previous,
+}
+
+/// Why a log could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    /// A retry cannot change the answer.
+    Final(String),
+    /// The API server or the kubelet may answer later.
+    Transient(String),
+}
+
+/// Where a container's log comes from: the API server's `pods/log`, or a test's script.
+pub trait LogSource: Sync {
+    type Reader: AsyncBufRead + Unpin + Send;
+    /// Opens the log at `since` (whole seconds; `None`: from its beginning).
+    fn open(
+        &self,
+        since: Option<DateTime<Utc>>,
+    ) -> impl Future<Output = Result<Self::Reader, OpenError>> + Send;
+    /// Whether the run read still runs, so its log may go on (`true` when unknown).
+    fn still_running(&self) -> impl Future<Output = bool> + Send;
+}
+
+/// Where the lines go: one stream of the order's output.
+pub trait LineSink: Sync {
+    /// Sends one line, already redacted, stamped `at`.
+    fn line(&self, text: String, at: DateTime<Utc>) -> impl Future<Output = ()> + Send;
+}
+
+/// One stream (`<pod>/<container>`) of an order's output.
+pub struct StreamSink {
+    pub out: OutputHandle,
+    pub stream: String,
+}
+
+impl LineSink for StreamSink {
+    async fn line(&self, text: String, at: DateTime<Utc>) {
+        self.out.push_redacted(&self.stream, text, at).await;
+    }
+}
+
+/// A run of a container in a pod, read through the API server.
+pub struct KubeLog {
+    pub pods: Api<Pod>,
+    pub pod: String,
+    pub container: String,
+    pub run: Run,
+    /// The run's `restartCount`: a higher one means this run ended.
+    pub restart_count: i32,
+}
+
+impl LogSource for KubeLog {
+    type Reader = std::pin::Pin<Box<dyn AsyncBufRead + Send>>;
+
+    async fn open(&self, since: Option<DateTime<Utc>>) -> Result<Self::Reader, OpenError> {
+        let params = LogParams {
+            container: Some(self.container.clone()),
+            follow: self.run == Run::Current,
+            previous: self.run == Run::Previous,
+            timestamps: true,
+            since_time: since
+                .and_then(|at| k8s_openapi::jiff::Timestamp::from_second(at.timestamp()).ok()),
+            ..LogParams::default()
+        };
+        match self.pods.log_stream(&self.pod, &params).await {
+            Ok(reader) => Ok(Box::pin(reader)),
+            Err(kube::Error::Api(status)) if [400, 401, 403, 404].contains(&status.code) => {
+                Err(OpenError::Final(kube::Error::Api(status).to_string()))
+            }
+            Err(error) => Err(OpenError::Transient(error.to_string())),
+        }
+    }
+
+    async fn still_running(&self) -> bool {
+        if self.run == Run::Previous {
+            return false;
+        }
+        let pod = match self.pods.get_opt(&self.pod).await {
+            Ok(Some(pod)) => pod,
+            Ok(None) => return false,
+            Err(_) => return true,
+        };
+        let Some(status) = pod.status else {
+            return true;
+        };
+        let statuses = status.init_container_statuses.iter().flatten();
+        statuses
+            .chain(status.container_statuses.iter().flatten())
+            .find(|c| c.name == self.container)
+            .is_some_and(|c| {
+                c.restart_count == self.restart_count
+                    && c.state.as_ref().is_some_and(|s| s.running.is_some())
+            })
+    }
+}
+
+/// Reads one run of a container's log to its end into `sink`, from just after `start` (what the
+/// server has of the stream already), opening it again while it breaks off before the run ends
+/// (see the module documentation). `stop`: the order's verdict is in; a stream that cannot be
+/// opened gets one last try instead of more backoff.
+pub async fn follow(
+    source: &impl LogSource,
+    sink: &impl LineSink,
+    redactor: &Redactor,
+    start: Option<ResumePoint>,
+    stop: &CancellationToken,
+) {
+    let mut sent = start;
+    let mut read_any = false;
+    // The current outage has been said on the stream already.
+    let mut said = false;
+    let mut backoff = Backoff::default();
+    loop {
+        let last_try = stop.is_cancelled();
+        let broke = match source.open(sent.map(|p| p.at)).await {
+            Ok(reader) => {
+                let mut reading = Reading::new(redactor, sent);
+                let ended = reading.pump(reader, sink).await;
+                if reading.delivered {
+                    read_any = true;
+                    said = false;
+                    backoff.succeeded();
+                }
+                let running = source.still_running().await;
+                if ended.is_ok() && !running {
+                    reading.finish(sink).await;
+                    return;
+                }
+                sent = reading.sent;
+                match ended {
+                    Ok(()) => "the log ended while the container runs".to_string(),
+                    Err(error) => error.to_string(),
+                }
+            }
+            Err(OpenError::Final(error)) => {
+                if !said {
+                    say_lost(sink, sent, &error).await;
+                }
+                return;
+            }
+            Err(OpenError::Transient(error)) => {
+                if !read_any && !said {
+                    // Said at once: a node without a kubelet never gives logs, and a user
+                    // watching the order should know why it is silent. Retried quietly.
+                    say_lost(sink, sent, &error).await;
+                    said = true;
+                }
+                error
+            }
+        };
+        if last_try {
+            // The verdict is in and the run is over: what is not read now will not be.
+            if !said {
+                say_lost(sink, sent, &broke).await;
+            }
+            return;
+        }
+        let wait = backoff.failed();
+        tracing::debug!(%broke, ?wait, "container log broke off; opening it again");
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+}
+
+/// One line on the stream saying its lines are missing, and from when.
+async fn say_lost(sink: &impl LineSink, sent: Option<ResumePoint>, error: &str) {
+    let (text, at) = match sent {
+        Some(p) => (
+            format!(
+                "[pullman] lines of this container after {} could not be read: {error}",
+                p.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            ),
+            p.at.max(Utc::now()),
+        ),
+        None => (
+            format!("[pullman] no logs from this container: {error}"),
+            Utc::now(),
+        ),
+    };
+    sink.line(text, at).await;
+}
+
+/// One open stream of a container's log being cut into lines.
+struct Reading {
+    cutter: LineCutter,
+    resume: Resume,
+    /// The time of the line being read (its later pieces share it).
+    at: DateTime<Utc>,
+    /// Where the server's copy of the stream stands, this stream's lines included.
+    sent: Option<ResumePoint>,
+    delivered: bool,
+}
+
+impl Reading {
+    fn new(redactor: &Redactor, sent: Option<ResumePoint>) -> Self {
+        Reading {
+            cutter: LineCutter::new(redactor.clone(), MAX_LINE_BYTES),
+            resume: Resume::new(sent),
+            at: Utc::now(),
+            sent,
+            delivered: false,
+        }
+    }
+
+    /// Reads until the stream ends (`Ok`) or breaks; a line still unfinished is kept for
+    /// [`Reading::finish`], which is only right once the run is over (else it is read again
+    /// whole).
+    async fn pump(
+        &mut self,
+        mut reader: impl AsyncBufRead + Unpin,
+        sink: &impl LineSink,
+    ) -> std::io::Result<()> {
+        loop {
+            let buf = reader.fill_buf().await?;
+            if buf.is_empty() {
+                return Ok(());
+            }
+            let pieces = self.cutter.feed(buf);
+            let n = buf.len();
+            reader.consume_unpin(n);
+            self.send(pieces, sink).await;
+        }
+    }
+
+    async fn finish(&mut self, sink: &impl LineSink) {
+        let pieces = self.cutter.finish();
+        self.send(pieces, sink).await;
+    }
+
+    async fn send(&mut self, pieces: Vec<crate::pull::lines::Piece>, sink: &impl LineSink) {
+        for piece in pieces {
+            let mut text = piece.text;
+            if piece.starts_line {
+                let (at, rest) = split_timestamp(&text);
+                // Cut to what the server stores, so a resumed stream compares like with like.
+                self.at = at.unwrap_or_else(Utc::now).trunc_subsecs(6);
+                text = rest.to_string();
+            }
+            if self.resume.sent_before(self.at) {
+                continue;
+            }
+            ResumePoint::see(&mut self.sent, self.at);
+            self.delivered = true;
+            sink.line(text, self.at).await;
+        }
+    }
+}
+
+/// `2026-01-02T03:04:05.123456789Z text` → the time and the text. A line without a timestamp
+/// (should not happen with `timestamps`) is kept whole.
+pub fn split_timestamp(line: &str) -> (Option<DateTime<Utc>>, &str) {
+    if let Some((ts, text)) = line.split_once(' ')
+        && let Ok(at) = DateTime::parse_from_rfc3339(ts)
+    {
+        return (Some(at.with_timezone(&Utc)), text);
+    }
+    (None, line)
+}
+
+#[cfg(test)]
+#[path = "container_log_tests.rs"]
+mod tests;
