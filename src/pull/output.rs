@@ -43,9 +43,8 @@ use crate::wire::{DroppedReason, OutputChunk, OutputLine};
 /// Text bytes in one chunk, leaving room under the server's 1 MiB body limit (docs/design.md §9) for
 /// the JSON around each line (see [`LINE_OVERHEAD_BYTES`]).
 pub const CHUNK_BUDGET_BYTES: usize = 768 * 1024;
-/// Bytes counted per line on top of its text and stream name when a chunk is formed: the JSON
-/// keys, quotes and the timestamp. Escapes can make a line's JSON up to 6 × its text (`\u0001`);
-/// the budget's margin covers ordinary text, and a `413` is logged and counted as a gap.
+/// Bytes counted per line on top of its text and stream name (as JSON strings, escapes counted)
+/// when a chunk is formed: the JSON keys, quotes and the timestamp.
 pub const LINE_OVERHEAD_BYTES: usize = 64;
 /// Default bound of the output text held (`--output-buffer-bytes`), bytes.
 pub const DEFAULT_BUFFER_BYTES: usize = 8 << 20;
@@ -130,6 +129,18 @@ impl Default for Buffer {
 }
 
 impl Buffer {
+    /// Puts a chunk the server refused as too large back in front, with the bytes dropped before
+    /// it, to be sent again in smaller chunks.
+    fn put_back(&mut self, lines: Vec<OutputLine>, dropped: u64, why: Option<ServerState>) {
+        for line in lines.into_iter().rev() {
+            self.held += line.text.len();
+            self.bytes += cost(&line);
+            self.lines.push_front(line);
+        }
+        self.dropped += dropped;
+        self.dropped_while = self.dropped_while.or(why);
+    }
+
     /// Appends `line`, dropping the oldest lines past `limit` text bytes (counted, with the
     /// server's state as the cause).
     fn push_dropping(&mut self, line: OutputLine, limit: usize) {
@@ -198,8 +209,22 @@ impl Shared {
     }
 }
 
+/// What `line` adds to a chunk's body: its text and stream as JSON strings (escapes counted:
+/// `\u001b` is 6 bytes for 1, so colour codes grow a line up to 6 ×), and the rest of the line's
+/// JSON ([`LINE_OVERHEAD_BYTES`]).
 fn cost(line: &OutputLine) -> usize {
-    line.text.len() + line.stream.len() + LINE_OVERHEAD_BYTES
+    json_len(&line.text) + json_len(&line.stream) + LINE_OVERHEAD_BYTES
+}
+
+/// Bytes of `text` as a JSON string's contents, escaped as `serde_json` writes it.
+fn json_len(text: &str) -> usize {
+    text.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        })
+        .sum()
 }
 
 /// Appends lines to an order's output; cheap to clone.
@@ -337,14 +362,14 @@ impl OutputSender {
     }
 }
 
-/// Takes the next chunk's lines (at most [`CHUNK_BUDGET_BYTES`], at least one line), the bytes
+/// Takes the next chunk's lines (at most `budget` bytes as JSON, at least one line), the bytes
 /// dropped before them and why they were dropped.
-fn take_chunk(b: &mut Buffer) -> (Vec<OutputLine>, u64, Option<ServerState>) {
+fn take_chunk(b: &mut Buffer, budget: usize) -> (Vec<OutputLine>, u64, Option<ServerState>) {
     let mut lines = Vec::new();
     let mut size = 0;
     while let Some(front) = b.lines.front() {
         let c = cost(front);
-        if !lines.is_empty() && size + c > CHUNK_BUDGET_BYTES {
+        if !lines.is_empty() && size + c > budget {
             break;
         }
         size += c;
@@ -370,14 +395,16 @@ async fn send_loop(
     let mut seq = first_seq;
     // Bytes of chunks the server refused as malformed or too large: reported with the next one.
     let mut lost: u64 = 0;
+    // Halved at each `413` for a chunk of several lines: the server takes less than we thought.
+    let mut budget = CHUNK_BUDGET_BYTES;
     loop {
-        let (lines, dropped, dropped_while, closed) = {
+        let (lines, from_buffer, dropped_while, closed) = {
             let mut b = shared.buffer();
-            let (lines, dropped, dropped_while) = take_chunk(&mut b);
+            let (lines, dropped, dropped_while) = take_chunk(&mut b, budget);
             (lines, dropped, dropped_while, b.closed)
         };
         shared.room.notify_waiters();
-        let dropped = dropped + lost;
+        let dropped = from_buffer + lost;
         if lines.is_empty() && dropped == 0 {
             if closed {
                 return;
@@ -402,6 +429,7 @@ async fn send_loop(
         };
         let dropped_reason = (dropped > 0).then_some(reason);
         let text_bytes: u64 = lines.iter().map(|l| l.text.len() as u64).sum();
+        let size: usize = lines.iter().map(cost).sum();
         let chunk = OutputChunk {
             agent_id,
             claim_id,
@@ -415,6 +443,20 @@ async fn send_loop(
                 lost = 0;
                 seq += 1;
                 shared.buffer().delivered += 1;
+            }
+            Delivered::Refused(ClientError::Api { status, .. })
+                if status == reqwest::StatusCode::PAYLOAD_TOO_LARGE && chunk.lines.len() > 1 =>
+            {
+                budget = (size / 2).max(1);
+                tracing::warn!(
+                    seq,
+                    budget,
+                    "output chunk too large for the server; sending it in smaller chunks"
+                );
+                shared
+                    .buffer()
+                    .put_back(chunk.lines, from_buffer, dropped_while);
+                continue;
             }
             Delivered::Refused(why) => {
                 lost = dropped + text_bytes;
@@ -503,89 +545,5 @@ async fn deliver(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shared(server: ServerState) -> Arc<Shared> {
-        let buffer = Buffer {
-            server,
-            ..Buffer::default()
-        };
-        Arc::new(Shared {
-            buffer: Mutex::new(buffer),
-            wake: Notify::new(),
-            room: Notify::new(),
-            limit: CHUNK_BUDGET_BYTES,
-            redactor: Redactor::default(),
-        })
-    }
-
-    #[tokio::test]
-    async fn while_the_server_is_away_the_buffer_drops_the_oldest_and_counts_them() {
-        let h = OutputHandle {
-            shared: shared(ServerState::Away),
-        };
-        let line = "x".repeat(1000);
-        let n = 2 * CHUNK_BUDGET_BYTES / 1000;
-        for _ in 0..n {
-            h.push("stdout", &line, Utc::now()).await;
-        }
-        let mut b = h.shared.buffer();
-        assert!(b.held <= CHUNK_BUDGET_BYTES);
-        let kept = b.lines.len();
-        assert_eq!(b.dropped, ((n - kept) * 1000) as u64);
-        let (lines, dropped, cause) = take_chunk(&mut b);
-        assert!(
-            lines.len() < kept,
-            "a chunk also counts the JSON around each line"
-        );
-        assert_eq!(dropped, ((n - kept) * 1000) as u64);
-        assert_eq!(cause, Some(ServerState::Away));
-        assert_eq!((b.dropped, b.dropped_while), (0, None));
-    }
-
-    #[tokio::test]
-    async fn while_the_server_accepts_a_full_buffer_holds_the_producer_back() {
-        let h = OutputHandle {
-            shared: shared(ServerState::Accepting),
-        };
-        let line = "y".repeat(1000);
-        let fits = CHUNK_BUDGET_BYTES / 1000;
-        for _ in 0..fits {
-            h.push("stdout", &line, Utc::now()).await;
-        }
-        let producer = {
-            let h = h.clone();
-            let line = line.clone();
-            tokio::spawn(async move { h.push("stdout", &line, Utc::now()).await })
-        };
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(!producer.is_finished(), "waits for room");
-        let (lines, _, _) = take_chunk(&mut h.shared.buffer());
-        h.shared.room.notify_waiters();
-        producer.await.unwrap();
-        {
-            let b = h.shared.buffer();
-            assert_eq!(lines.len() + b.lines.len(), fits + 1);
-            assert_eq!(b.dropped, 0, "nothing dropped");
-        }
-
-        // A server that stops accepting lets a waiting producer in, dropping the oldest.
-        while h.shared.buffer().held + 1000 <= CHUNK_BUDGET_BYTES {
-            h.push("stdout", &line, Utc::now()).await;
-        }
-        let producer = {
-            let h = h.clone();
-            tokio::spawn(async move { h.push("stdout", &line, Utc::now()).await })
-        };
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(!producer.is_finished());
-        h.shared.server_is(ServerState::Refusing(429));
-        producer.await.unwrap();
-        let b = h.shared.buffer();
-        assert_eq!(
-            (b.dropped, b.dropped_while),
-            (1000, Some(ServerState::Refusing(429)))
-        );
-    }
-}
+#[path = "output_tests.rs"]
+mod tests;
