@@ -144,7 +144,8 @@ pub struct ServeArgs {
     #[arg(long, env = "PULLMAN_MAX_LONG_POLLS", default_value_t = 1024)]
     pub max_long_polls: usize,
 
-    /// Bytes of output (line text) kept per work order (docs/design.md §9); past it the oldest
+    /// Bytes of output kept per work order (each line's text and stream, plus 16 bytes per line;
+    /// docs/design.md §9); past it the oldest
     /// output is dropped and readers see a marker saying how many bytes. At least 1 MiB (one
     /// chunk).
     #[arg(long, env = "PULLMAN_OUTPUT_CAP_BYTES", default_value_t = crate::queue::output::DEFAULT_OUTPUT_CAP_BYTES,

@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use pullman::api::OutputSettings;
+use pullman::queue::output::STORED_LINE_OVERHEAD_BYTES;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::{ADMIN_TOKEN, TestServer, configmap_order};
@@ -268,11 +269,46 @@ async fn the_cap_drops_the_oldest_output_with_a_marker_and_gaps_are_marked() {
     let page = read(&s, &order, "").await;
     let lines = page["lines"].as_array().unwrap();
     assert_eq!(lines[0]["marker"], "dropped", "{page}");
+    // A line costs its text, its stream and a fixed overhead: 8 such lines fit the cap of 1000.
+    let per_line = 100 + "stdout".len() as i64 + STORED_LINE_OVERHEAD_BYTES;
+    let kept = 1000 / per_line;
+    assert_eq!(kept, 8);
+    let dropped = (30 - kept) * per_line;
     assert!(
-        lines[0]["text"].as_str().unwrap().contains("2000 bytes"),
+        lines[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{dropped} bytes")),
         "{page}"
     );
-    assert_eq!(lines.len(), 11, "10 lines of 100 bytes fit the cap of 1000");
+    assert_eq!(lines.len() as i64, kept + 1, "{page}");
+    // Marker times are the database's, when the chunk was stored, and the same at every read
+    // (the agent's lines here carry a time long past).
+    let received = |seq: i64| {
+        let (order, pool) = (order.clone(), s.pool.clone());
+        async move {
+            let (at,): (chrono::DateTime<chrono::Utc>,) = sqlx::query_as(
+                "SELECT received_at FROM work_order_output WHERE work_order_id = $1::uuid AND seq = $2",
+            )
+            .bind(&order)
+            .bind(seq)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            serde_json::to_value(at).unwrap()
+        }
+    };
+    assert_eq!(
+        lines[0]["at"],
+        received(30 - kept).await,
+        "the oldest chunk kept: {page}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert_eq!(
+        read(&s, &order, "").await["lines"][0],
+        lines[0],
+        "read again"
+    );
     let (stored,): (i64,) = sqlx::query_as(
         "SELECT sum(bytes)::bigint FROM work_order_output WHERE work_order_id = $1::uuid",
     )
@@ -300,6 +336,7 @@ async fn the_cap_drops_the_oldest_output_with_a_marker_and_gaps_are_marked() {
     let lines = tail["lines"].as_array().unwrap();
     assert_eq!(lines[0]["marker"], "gap", "{tail}");
     assert!(lines[0]["text"].as_str().unwrap().contains("4096 bytes"));
+    assert_eq!(lines[0]["at"], received(30).await, "{tail}");
     assert_eq!(lines[1]["text"], "after the gap");
     let metrics = s.metrics.encode();
     assert!(
@@ -307,7 +344,11 @@ async fn the_cap_drops_the_oldest_output_with_a_marker_and_gaps_are_marked() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("pullman_output_dropped_bytes_total{reason=\"cap\"} 2100"),
+        // The gap's chunk pushed one more 100-byte chunk out.
+        metrics.contains(&format!(
+            "pullman_output_dropped_bytes_total{{reason=\"cap\"}} {}",
+            dropped + per_line
+        )),
         "{metrics}"
     );
 }

@@ -22,8 +22,13 @@ use uuid::Uuid;
 
 use super::{Queue, QueueError, sql};
 
-/// Default per-order cap on stored output, in bytes of line text (docs/design.md §9: 16 MiB).
+/// Default per-order cap on stored output, in bytes as counted by [`NewChunk::bytes`] (docs/design.md
+/// §9: 16 MiB).
 pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 16 * 1024 * 1024;
+/// Bytes a stored line costs against the cap besides its text and stream: its time (8) and the
+/// array headers of its text and stream (4 each). Counted so that `yes ''` cannot store many
+/// times the cap in empty lines (docs/design.md §9).
+pub const STORED_LINE_OVERHEAD_BYTES: i64 = 16;
 /// Largest chunk body accepted, in bytes as sent (docs/design.md §9: 1 MiB; `413` above).
 pub const MAX_CHUNK_BYTES: usize = 1024 * 1024;
 /// Longest `stream` name, in characters (a Kubernetes pod name and container name fit).
@@ -52,7 +57,8 @@ pub struct NewChunk {
     pub streams: Vec<String>,
     pub texts: Vec<String>,
     pub ats: Vec<DateTime<Utc>>,
-    /// Sum of the texts' UTF-8 lengths.
+    /// What the lines cost against the cap: each line's text and stream (UTF-8 bytes) plus
+    /// [`STORED_LINE_OVERHEAD_BYTES`].
     pub bytes: i64,
 }
 
@@ -113,8 +119,9 @@ pub fn prepare_chunk(chunk: OutputChunk) -> Result<NewChunk, QueueError> {
             ));
         }
         let text = without_nul(line.text);
-        bytes += text.len() as i64;
-        streams.push(without_nul(line.stream));
+        let stream = without_nul(line.stream);
+        bytes += (text.len() + stream.len()) as i64 + STORED_LINE_OVERHEAD_BYTES;
+        streams.push(stream);
         texts.push(text);
         ats.push(line.at);
     }
@@ -149,6 +156,8 @@ pub struct OutputState {
     pub dropped_bytes: i64,
     /// The oldest chunk still stored.
     pub first_chunk: Option<i64>,
+    /// When that chunk arrived, by the database's clock: the time of the `dropped` marker.
+    pub first_received_at: Option<DateTime<Utc>>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -162,13 +171,15 @@ struct ChunkRow {
     streams: Vec<String>,
     texts: Vec<String>,
     ats: Vec<DateTime<Utc>>,
+    received_at: DateTime<Utc>,
 }
 
 impl ChunkRow {
     /// The chunk's lines, its gap marker first.
     fn into_entries(self) -> impl Iterator<Item = OutputEntry> {
         let (id, claim_id, seq, attempt) = (self.id, self.claim_id, self.seq, self.attempt);
-        let first_at = self.ats.first().copied().unwrap_or_else(Utc::now);
+        // The database's clock: the same at every read, whatever replica answers.
+        let received_at = self.received_at;
         let gap = (self.gap_bytes > 0).then(|| OutputEntry {
             cursor: cursor(id, 0),
             claim_id: Some(claim_id),
@@ -176,7 +187,7 @@ impl ChunkRow {
             seq: Some(seq),
             stream: MARKER_STREAM.into(),
             text: gap_text(self.gap_bytes, self.gap_reason.as_deref()),
-            at: first_at,
+            at: received_at,
             marker: Some("gap".into()),
         });
         let lines = self
@@ -415,7 +426,7 @@ fn dropped_marker(state: &OutputState, after: i64) -> Option<OutputEntry> {
             "[pullman: {} bytes of older output were dropped here: the order's output is kept up to its cap]",
             state.dropped_bytes
         ),
-        at: Utc::now(),
+        at: state.first_received_at.unwrap_or_default(),
         marker: Some("dropped".into()),
     })
 }
@@ -472,7 +483,8 @@ mod tests {
         let c = prepare_chunk(chunk(vec![line("std\0out", "a\0b"), line("stderr", "é")])).unwrap();
         assert_eq!(c.texts, vec!["a\u{FFFD}b".to_string(), "é".to_string()]);
         assert_eq!(c.streams[0], "std\u{FFFD}out");
-        assert_eq!(c.bytes, "a\u{FFFD}b".len() as i64 + 2);
+        let stored = "a\u{FFFD}b".len() + "std\u{FFFD}out".len() + "é".len() + "stderr".len();
+        assert_eq!(c.bytes, stored as i64 + 2 * STORED_LINE_OVERHEAD_BYTES);
     }
 
     #[test]
@@ -498,8 +510,12 @@ mod tests {
 
     #[test]
     fn cursors_order_markers_before_lines() {
-        assert!(cursor(7, 0) - 1 < cursor(7, 0));
-        assert!(cursor(6, MAX_CHUNK_LINES as u32) < cursor(7, 0) - 1 + 1);
+        // The `dropped` marker in front of chunk 7 (see `dropped_marker`).
+        let dropped = cursor(7, 0) - 1;
+        // After the last line chunk 6 can hold (fails if a chunk could fill all 16 bits).
+        assert!(cursor(6, MAX_CHUNK_LINES as u32) < dropped);
+        // A reader resuming after the marker starts its scan before chunk 7, so reads it whole.
+        assert_eq!(dropped >> INDEX_BITS, 6);
         assert_eq!(cursor(7, 3) >> INDEX_BITS, 7);
     }
 }

@@ -27,7 +27,9 @@ pub struct OutputEntry {
     /// `stdout`/`stderr`, `<pod>/<container>`, or `pullman` on a marker.
     pub stream: String,
     pub text: String,
-    /// When the agent read the line (a marker: when its chunk was stored, or now).
+    /// When the agent read the line. A `gap` marker: when its chunk was stored; a `dropped`
+    /// marker: when the oldest chunk still kept was stored (both by the database's clock, so the
+    /// same at every read).
     pub at: DateTime<Utc>,
     /// `gap` or `dropped` on a line the server wrote; absent on the agent's lines.
     #[serde(default, skip_serializing_if = "Option::is_none")]

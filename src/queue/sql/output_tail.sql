@@ -3,7 +3,7 @@
 -- $1 order id (uuid)
 -- $2 attempt (integer, NULL = every attempt)
 -- $3 N (bigint)
-SELECT id, claim_id, seq, attempt, gap_bytes, gap_reason, streams, texts, ats FROM (
+SELECT id, claim_id, seq, attempt, gap_bytes, gap_reason, streams, texts, ats, received_at FROM (
   SELECT *, sum(line_count + (gap_bytes > 0)::integer) OVER (ORDER BY id DESC) AS newest_through,
          line_count + (gap_bytes > 0)::integer AS own
   FROM work_order_output
