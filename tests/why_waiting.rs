@@ -171,6 +171,12 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     assert_eq!(st, 200);
     let (_, v) = s.call(Method::GET, &path, Some(&a_token), None).await;
     assert_eq!(v["count"], 2);
+    // What a Deployment of such agents is sized on: waiting plus in flight.
+    assert_eq!(
+        (v["in_flight"].clone(), v["total"].clone()),
+        (json!(1), json!(3)),
+        "{v}"
+    );
     let (_, v) = s
         .call(
             Method::GET,
@@ -184,6 +190,11 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     // A profile not registered: the same rule over its labels, work types and tenant.
     let (st, v) = get(&s, "/api/v1/backlog?label=gpu&label=cpu").await;
     assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
+    assert_eq!(
+        (v["in_flight"].clone(), v["total"].clone()),
+        (json!(0), json!(3)),
+        "a profile runs nothing: {v}"
+    );
     let (_, v) = get(&s, "/api/v1/backlog?label=gpu&work_type=build").await;
     assert_eq!(v["count"], 0);
     let (_, v) = get(&s, "/api/v1/backlog?label=gpu&tenant=team-a").await;

@@ -11,14 +11,21 @@ use super::eligibility::{AgentProfile, annotation_pairs};
 use super::{Queue, QueueError, sql};
 
 /// `GET /api/v1/agents/{id}/backlog` and `GET /api/v1/backlog` (docs/design.md §10): unclaimed
-/// orders the agent may take now (eligible and due), whether or not it has room, and the longest
-/// wait among them. Small and flat so that KEDA's `metrics-api` scaler reads `count` with
-/// `valueLocation: count`.
+/// orders the agent may take now (eligible and due), whether or not it has room, the longest
+/// wait among them, and the orders it runs now. Small and flat so that KEDA's `metrics-api`
+/// scaler reads one field: `total` (`valueLocation: total`) to size a Deployment of agents, so
+/// replicas running orders are not scaled away when the waiting ones are all taken (as SQS's
+/// `scaleOnInFlight`); `count` for waiting orders alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Backlog {
+    /// Orders waiting that the agent may take now.
     pub count: i64,
     /// Seconds since the longest-waiting of them last became unclaimed; 0 when there are none.
     pub oldest_seconds: i64,
+    /// Orders the agent holds a claim on now (all its replicas); 0 for a profile not registered.
+    pub in_flight: i64,
+    /// `count + in_flight`: the orders a scaler sizes the agent's replicas for.
+    pub total: i64,
 }
 
 impl Queue {
@@ -45,7 +52,7 @@ impl Queue {
         // The statement reads retirement as the agents row has it; only its being set matters.
         let retired_at: Option<DateTime<Utc>> = a.retired.then(Utc::now);
         let types: Vec<&str> = a.work_types.iter().map(|t| t.as_str()).collect();
-        let (count, oldest_seconds): (i64, i64) = sqlx::query_as(sql::BACKLOG)
+        let (count, oldest_seconds, in_flight): (i64, i64, i64) = sqlx::query_as(sql::BACKLOG)
             .bind(a.id)
             .bind(name)
             .bind(&a.labels)
@@ -58,6 +65,8 @@ impl Queue {
         Ok(Backlog {
             count,
             oldest_seconds: oldest_seconds.max(0),
+            in_flight,
+            total: count + in_flight,
         })
     }
 }

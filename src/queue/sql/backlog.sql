@@ -9,8 +9,9 @@
 -- $5 work types (text[], empty = all)
 -- $6 tenant (text, NULL = instance-wide)
 -- $7 retired at (timestamptz, NULL = live)
--- Returns the count and the seconds since the longest-waiting one last became unclaimed (0 when
--- none), as waiting_order.sql counts them.
+-- Returns the count, the seconds since the longest-waiting one last became unclaimed (0 when
+-- none), as waiting_order.sql counts them, and the claims the agent holds now (in flight; 0 for a
+-- profile, whose fresh id holds none), as count_held_claims.sql counts them.
 WITH a AS (
   SELECT $1::uuid AS id, $2::text AS name, $3::text[] AS labels, $4::text[] AS annotation_pairs,
          $5::text[] AS work_types, $6::text AS tenant, $7::timestamptz AS retired_at,
@@ -18,7 +19,8 @@ WITH a AS (
 )
 SELECT count(*) AS count,
        COALESCE(floor(EXTRACT(EPOCH FROM (now() - min(w.updated_at)))), 0)::bigint
-         AS oldest_seconds
+         AS oldest_seconds,
+       (SELECT count(*) FROM work_order_claims WHERE agent_id = $1) AS in_flight
 FROM work_orders w
 WHERE
   -- @include eligible.sql
