@@ -68,12 +68,48 @@
 //!   burst cheap is apart, in `controller::burst`.
 //! - **Output of running orders** (docs/design.md §9): stored and read in `queue::output` (chunks,
 //!   the per-order cap, cursors, and the wire shapes), over HTTP in `api::output` (the append,
-//!   pages and the NDJSON follow), printed by `admin::logs` (`pullman work-orders logs`).
+//!   pages and the NDJSON follow), printed by `admin::logs` (`pullman work-orders logs`). The whole
+//!   path, from a pod or a command to `logs -f`, is traced below.
 //! - **Where a stale complete becomes `409`**: `queue::claims::holder` (`complete` matches only the
 //!   live claim); when none matches, `queue::refusal::replay_or_refuse` answers a repeat of the
 //!   agent's own completion again (or `already_completed` for a different outcome), and
 //!   otherwise `explain_refusal` says `cancelled`, `reclaimed` or `not_claim_holder`; `api::error`
 //!   turns each into HTTP `409`.
+//!
+//! # Two traces, hop by hop
+//!
+//! **Why an order waits** (docs/design.md §10). The API and the WorkOrder condition ask the same
+//! classifier, built on the claim's own eligibility rule, so neither can contradict a claim.
+//! 1. `pullman work-orders explain ID` (`src/admin/orders.rs`) calls `Client::explain_work_order`.
+//! 2. `GET /api/v1/work-orders/{id}/explain` is `api::work_orders::explain` (routed in `api::router`).
+//! 3. `queue::Queue::explain` (`src/queue/explain.rs`) asks `Queue::waiting`; else `404` or `409`.
+//! 4. `Queue::waiting` reads the order (`waiting_order.sql`) and `live_agents` in one snapshot.
+//! 5. The private `WaitingColumns::verdict` makes the order's `OrderProfile` and calls `classify`.
+//! 6. `queue::waiting::classify` matches by `eligibility::agent_may_see`, then picks the first reason.
+//! 7. Only for `queued`, `queue_position.sql` counts the orders the same takers take first.
+//! 8. `waiting::explanation` builds the answer, a `queue::model::Explanation`, sent as JSON.
+//!
+//! The `Schedulable` condition asks the same classifier from the controller:
+//! 1. `controller::workorders::apply` asks `waiting_reason` about an unclaimed order.
+//! 2. `Queue::waits` (`waiting_orders.sql`) runs `classify` once per group of like orders.
+//! 3. `waiting::wait` turns each verdict into a reason and one sentence.
+//! 4. `status_of` calls `controller::schedulable::condition_of`; `parts` maps reason to status.
+//! 5. `write_status` patches the status and records `schedulable::unschedulable_event` once.
+//! 6. `schedulable::refreshes` asks again every `REFRESH_EVERY`: agent changes never touch the order.
+//!
+//! **A running order's output, from a pod or a command to `logs -f`** (docs/design.md §9).
+//! 1. Executor: `KubeCarrier::follow_logs` starts the sender and `executor::logs::PodLogs::follow`.
+//! 2. Executor: each container run is `executor::container_log::follow`, reopened when it breaks.
+//! 3. Worker: `worker::spawn_command` starts the `OutputSender` and a `stream_lines` per pipe.
+//! 4. Both cut bytes with `pull::lines::LineCutter` (`feed`, `finish`), redacted before any cut.
+//! 5. Lines go to `pull::output::OutputHandle::push_redacted` (`StreamSink`, `emit_line`).
+//! 6. The `OutputSender` task (`send_loop`, `take_chunk`, `deliver`) sends numbered chunks each second.
+//! 7. `client::Client::send_output` is `POST /api/v1/work-orders/{id}/output`, resent with one `seq`.
+//! 8. `api::output::append` (`src/api/output.rs`) checks size, caller and write permits.
+//! 9. `Queue::append_output` (`src/queue/output/mod.rs`) stores it and sends `NOTIFY pullman_output`.
+//! 10. The `queue::notify` listener passes that on as `Notifications::output_stored`.
+//! 11. `…/output?follow=true`: `api::output::read`'s `Follower` reads `Queue::read_output` when woken.
+//! 12. `work-orders logs -f`: `admin::logs::logs`, whose `follow_once` reads `Client::follow_output`.
 
 // Printing to stdout goes through `stdout` (a closed pipe must not panic).
 #![deny(clippy::print_stdout)]
