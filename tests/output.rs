@@ -636,3 +636,46 @@ async fn output_answers_503_while_the_database_is_down_and_is_stored_after() {
     .await;
     assert_eq!(texts(&read(&s, &order, "").await), ["before", "after"]);
 }
+
+/// The write bound holds from the first byte of a body: a chunk still being uploaded takes its
+/// permit, so bodies being read count against `--max-output-writes`, not only database writes.
+#[tokio::test]
+async fn a_chunk_being_uploaded_holds_its_write_permit() {
+    use tokio::io::AsyncWriteExt;
+    let s = TestServer::start_with_output(OutputSettings {
+        cap_bytes: 1 << 20,
+        max_writes: 1,
+    })
+    .await;
+    let (agent, token, order, claim) = claimed(&s, "out-p").await;
+    let body = serde_json::to_vec(&chunk(&agent, &claim, 0, &["slow"])).unwrap();
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /api/v1/work-orders/{order}/output HTTP/1.1\r\nHost: {addr}\r\n\
+         Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    slow.write_all(&body[..10]).await.unwrap();
+    slow.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, 1, &["fast"])).await;
+    assert_eq!(st, 429, "the only permit is held by the upload: {v}");
+    assert_eq!(v["error"]["code"], "too_many_output_writes");
+    // The upload ends: stored, and the permit is free again.
+    slow.write_all(&body[10..]).await.unwrap();
+    let mut answer = vec![0u8; 1024];
+    let n = tokio::io::AsyncReadExt::read(&mut slow, &mut answer)
+        .await
+        .unwrap();
+    assert!(
+        answer[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, 1, &["fast"])).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(texts(&read(&s, &order, "").await), ["slow", "fast"]);
+}

@@ -68,20 +68,8 @@ pub async fn append(
     if declared.is_some_and(|n| n > MAX_CHUNK_BYTES as u64) {
         return Err(too_large());
     }
-    let bytes = axum::body::to_bytes(body, MAX_CHUNK_BYTES)
-        .await
-        .map_err(|_| too_large())?;
-    // Invalid UTF-8 is replaced (U+FFFD), never refused: output is whatever a program printed.
-    let text = String::from_utf8_lossy(&bytes);
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        ApiError::bad_request(
-            "malformed_json",
-            format!("request body is not valid JSON: {e}"),
-        )
-    })?;
-    let chunk: OutputChunk = from_json_object(value)?;
-    caller.require_agent(chunk.agent_id)?;
-    let chunk = prepare_chunk(chunk)?;
+    // Taken before the body is read: the bound holds the memory of bodies being read and parsed
+    // too, not only the database writes (docs/design.md §9).
     let Ok(_permit) = state.output_writes.clone().try_acquire_owned() else {
         let mut e = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -91,6 +79,14 @@ pub async fn append(
         e.retry_after = Some(1);
         return Err(e);
     };
+    let bytes = axum::body::to_bytes(body, MAX_CHUNK_BYTES)
+        .await
+        .map_err(|_| too_large())?;
+    // Invalid UTF-8 is replaced (U+FFFD), never refused: output is whatever a program printed.
+    let text = String::from_utf8_lossy(&bytes);
+    let chunk = parse_chunk(&text)?;
+    caller.require_agent(chunk.agent_id)?;
+    let chunk = prepare_chunk(chunk)?;
     let cap = i64::try_from(state.output.cap_bytes).unwrap_or(i64::MAX);
     let appended = state.queue.append_output(id, &chunk, cap).await?;
     if appended.new {
@@ -105,6 +101,22 @@ pub async fn append(
         seq: chunk.seq,
         lines: appended.lines,
     }))
+}
+
+/// The chunk in `text`. An agent's chunk is parsed straight into [`OutputChunk`] (no JSON tree of
+/// a megabyte of lines in between); anything else goes the way every body goes, whose errors
+/// say what is wrong (and which takes `1.0` for an integer, as every route does).
+fn parse_chunk(text: &str) -> Result<OutputChunk, ApiError> {
+    if let Ok(chunk) = serde_json::from_str(text) {
+        return Ok(chunk);
+    }
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        ApiError::bad_request(
+            "malformed_json",
+            format!("request body is not valid JSON: {e}"),
+        )
+    })?;
+    from_json_object(value)
 }
 
 /// Query of `GET /api/v1/work-orders/{id}/output`.
