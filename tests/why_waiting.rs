@@ -173,7 +173,7 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     assert_eq!(v["count"], 2);
     // What a Deployment of such agents is sized on: waiting plus in flight.
     assert_eq!(
-        (v["in_flight"].clone(), v["total"].clone()),
+        (v["claimed"].clone(), v["total"].clone()),
         (json!(1), json!(3)),
         "{v}"
     );
@@ -191,7 +191,7 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     let (st, v) = get(&s, "/api/v1/backlog?label=gpu&label=cpu").await;
     assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
     assert_eq!(
-        (v["in_flight"].clone(), v["total"].clone()),
+        (v["claimed"].clone(), v["total"].clone()),
         (json!(0), json!(3)),
         "a profile runs nothing: {v}"
     );

@@ -23,8 +23,8 @@ pub struct Backlog {
     /// Seconds since the longest-waiting of them last became unclaimed; 0 when there are none.
     pub oldest_seconds: i64,
     /// Orders the agent holds a claim on now (all its replicas); 0 for a profile not registered.
-    pub in_flight: i64,
-    /// `count + in_flight`: the orders a scaler sizes the agent's replicas for.
+    pub claimed: i64,
+    /// `count + claimed`: the orders a scaler sizes the agent's replicas for.
     pub total: i64,
 }
 
@@ -52,7 +52,7 @@ impl Queue {
         // The statement reads retirement as the agents row has it; only its being set matters.
         let retired_at: Option<DateTime<Utc>> = a.retired.then(Utc::now);
         let types: Vec<&str> = a.work_types.iter().map(|t| t.as_str()).collect();
-        let (count, oldest_seconds, in_flight): (i64, i64, i64) = sqlx::query_as(sql::BACKLOG)
+        let (count, oldest_seconds, claimed): (i64, i64, i64) = sqlx::query_as(sql::BACKLOG)
             .bind(a.id)
             .bind(name)
             .bind(&a.labels)
@@ -65,8 +65,8 @@ impl Queue {
         Ok(Backlog {
             count,
             oldest_seconds: oldest_seconds.max(0),
-            in_flight,
-            total: count + in_flight,
+            claimed,
+            total: count + claimed,
         })
     }
 }

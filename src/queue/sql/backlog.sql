@@ -20,7 +20,7 @@ WITH a AS (
 SELECT count(*) AS count,
        COALESCE(floor(EXTRACT(EPOCH FROM (now() - min(w.updated_at)))), 0)::bigint
          AS oldest_seconds,
-       (SELECT count(*) FROM work_order_claims WHERE agent_id = $1) AS in_flight
+       (SELECT count(*) FROM work_order_claims WHERE agent_id = $1) AS claimed
 FROM work_orders w
 WHERE
   -- @include eligible.sql
