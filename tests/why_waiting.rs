@@ -305,3 +305,45 @@ async fn the_cli_says_why_by_id_prefix() {
     assert!(!ok);
     assert!(err.contains("finished"), "{err}");
 }
+
+/// DESIGN §10: past 10,000 orders ahead, `explain` says so instead of counting on.
+#[tokio::test]
+async fn a_position_past_the_bound_says_so_not_the_number() {
+    let s = TestServer::start().await;
+    let (a, token) = s.agent(json!({"name": "deep-1", "labels": ["deep"]})).await;
+    // In contact, with room: a claim attempt that finds nothing.
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{a}/claim"),
+            Some(&token),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(st, 204, "{v}");
+    let ahead = pullman::queue::limits::MAX_POSITION_COUNTED + 1;
+    sqlx::query(
+        "INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds, \
+         claim_timeout_seconds, max_reclaims, target_labels, status, created_at, updated_at) \
+         SELECT gen_random_uuid(), 'custom', 'x', 3, 60, 3600, 5, ARRAY['deep'], 'PENDING', \
+           now() - interval '1 hour' + make_interval(secs => g / 1000.0), now() \
+         FROM generate_series(1, $1) g",
+    )
+    .bind(ahead)
+    .execute(&s.pool)
+    .await
+    .unwrap();
+    let o = s.order(configmap_order("deep")).await;
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(e["reason"], "queued", "{e}");
+    assert!(e.get("position").is_none(), "{e}");
+    assert_eq!(e["position_past"], 10_000, "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 10000 orders go first"),
+        "{e}"
+    );
+}

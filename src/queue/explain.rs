@@ -16,7 +16,7 @@ use super::rules::agent_health;
 use super::waiting::{self, AgentState, OrderFacts, ReasonCount, Wait};
 use super::{
     ConflictCode, Explanation, Lookup, OrderStatus, Queue, QueueError, Targeting, WaitReason,
-    WorkType, sql,
+    WorkType, limits, sql,
 };
 
 /// The order's side of eligibility and its state, as both statements below return them.
@@ -183,6 +183,7 @@ impl Queue {
             let (ahead,): (i64,) = sqlx::query_as(sql::QUEUE_POSITION)
                 .bind(id)
                 .bind(&verdict.takers)
+                .bind(limits::MAX_POSITION_COUNTED)
                 .fetch_one(&mut *tx)
                 .await?;
             Some(ahead + 1)

@@ -133,6 +133,11 @@ pub const COMPLETE_BATCH_MAX: u64 = 1000;
 /// commit, small enough that one statement stays a few milliseconds.
 pub const COMPLETE_BATCH_DEFAULT: u64 = 64;
 
+/// Orders ahead of a queued one that `explain` counts (docs/design.md §10, DESIGN §10: "past
+/// 10,000 it says so, not the number"): the count stops there, so a position costs the same with
+/// 10,000 orders ahead as with a million.
+pub const MAX_POSITION_COUNTED: i64 = 10_000;
+
 /// The lease `pullman worker` and `pullman executor` ask for on each claim unless told, in
 /// seconds; within [`LEASE_SECONDS`].
 pub const AGENT_LEASE_SECONDS: i64 = 60;

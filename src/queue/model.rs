@@ -320,9 +320,14 @@ pub struct Explanation {
     pub matching_agents: Vec<String>,
     /// How many live agents match in all (`matching_agents` shows at most 10).
     pub matching_agent_count: usize,
-    /// For `queued`: 1 for the next order its agents will hand out, 2 for the one after, …
+    /// For `queued`: 1 for the next order its agents will hand out, 2 for the one after, …;
+    /// absent past 10,000 orders ahead (`position_past` then says so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<i64>,
+    /// For `queued` with more orders ahead than are counted: that bound (10,000). Counting stops
+    /// there, so a position costs the same behind 10,000 orders as behind a million.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_past: Option<i64>,
     /// For `backing_off`: when the retry becomes due (absent for a retry without a time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backing_off_until: Option<DateTime<Utc>>,

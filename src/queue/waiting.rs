@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::eligibility::{self, AgentProfile, OrderProfile};
+use super::limits::MAX_POSITION_COUNTED;
 use super::model::{AgentHealth, Explanation, OrderStatus, WaitReason};
 
 /// Most agent names an explanation lists (docs/design.md §10).
@@ -166,6 +167,10 @@ pub fn explanation(
             Some(1) | None => {
                 format!("Work order {id} is next in line for {list}.")
             }
+            Some(p) if p > MAX_POSITION_COUNTED => format!(
+                "Work order {id} is in line for {list}: more than {MAX_POSITION_COUNTED} orders \
+                 go first."
+            ),
             Some(p) => format!(
                 "Work order {id} is number {p} in line for {list}: {} order(s) go first.",
                 p - 1
@@ -177,11 +182,14 @@ pub fn explanation(
         message,
         matching_agents: shown,
         matching_agent_count: names.len(),
-        position: if verdict.reason == WaitReason::Queued {
-            Some(position.unwrap_or(1))
-        } else {
-            None
+        position: match position.unwrap_or(1) {
+            _ if verdict.reason != WaitReason::Queued => None,
+            p if p > MAX_POSITION_COUNTED => None,
+            p => Some(p),
         },
+        position_past: (verdict.reason == WaitReason::Queued
+            && position.is_some_and(|p| p > MAX_POSITION_COUNTED))
+        .then_some(MAX_POSITION_COUNTED),
         backing_off_until: if verdict.reason == WaitReason::BackingOff {
             order.next_retry_after
         } else {
