@@ -216,15 +216,29 @@ pub struct Wait {
 /// `no_matching_agent`, `no_agent_connected` and `backing_off`; for `agents_busy` and `queued`
 /// one sentence naming the matching agents.
 pub fn wait(order: &OrderFacts, verdict: &Verdict<'_>) -> Wait {
-    let explained = explanation(order, verdict, None);
+    let id = order.id;
+    // No agent names or counts: registering, retiring or reaching an agent must not rewrite the
+    // status of every waiting WorkOrder. `explain` names them.
     let message = match verdict.reason {
-        WaitReason::AgentsBusy | WaitReason::Queued => format!(
-            "Work order {} matches {}; one of them in contact claims it when it has room \
-             (pullman work-orders explain gives its place in line).",
-            order.id,
-            name_list(&explained.matching_agents, explained.matching_agent_count)
+        WaitReason::NoMatchingAgent => explanation(order, verdict, None).message,
+        WaitReason::BackingOff => match order.next_retry_after {
+            Some(t) => format!(
+                "Work order {id} failed attempt {} and is backing off until {}; then a matching \
+                 agent may take it.",
+                order.retry_count,
+                t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            None => format!("Work order {id} is waiting for a retry with no time set."),
+        },
+        WaitReason::NoAgentConnected => format!(
+            "Work order {id} matches registered agents, but none of them is in contact (never \
+             seen, or stale). It waits until one connects (pullman work-orders explain names \
+             them)."
         ),
-        _ => explained.message,
+        WaitReason::AgentsBusy | WaitReason::Queued => format!(
+            "Work order {id} waits for a matching agent in contact to claim it when it has room \
+             (pullman work-orders explain names them and gives its place in line)."
+        ),
     };
     Wait {
         reason: verdict.reason,
@@ -409,18 +423,25 @@ mod tests {
         assert_eq!(when_busy.reason, WaitReason::AgentsBusy);
         assert_eq!(with_room.reason, WaitReason::Queued);
         assert_eq!(when_busy.message, with_room.message);
-        assert!(
-            when_busy.message.contains("agent a1"),
-            "{}",
-            when_busy.message
-        );
-        // Other reasons say what the explanation says.
+        // Agents coming and going do not change it either: no names, no counts.
+        let more = [
+            agent(1, Active, Some(1), 0),
+            agent(2, Active, None, 3),
+            agent(3, Stale, None, 0),
+        ];
+        let with_more = wait(&facts, &classify(&order, Pending, false, &more).unwrap());
+        assert_eq!(with_more.message, with_room.message);
+        assert!(!with_room.message.contains("a1"), "{}", with_room.message);
         let stale = [agent(1, Stale, None, 0)];
-        let verdict = classify(&order, Pending, false, &stale).unwrap();
-        assert_eq!(
-            wait(&facts, &verdict).message,
-            explanation(&facts, &verdict, None).message
+        let stale_more = [agent(1, Stale, None, 0), agent(2, NeverSeen, None, 0)];
+        let one = wait(&facts, &classify(&order, Pending, false, &stale).unwrap());
+        let two = wait(
+            &facts,
+            &classify(&order, Pending, false, &stale_more).unwrap(),
         );
+        assert_eq!(one.reason, WaitReason::NoAgentConnected);
+        assert_eq!(one.message, two.message);
+        assert!(!one.message.contains("a1"), "{}", one.message);
     }
 
     #[test]
