@@ -158,6 +158,12 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub max_output_writes: u64,
 
+    /// Open `follow=true` output streams (`work-orders logs -f`) this replica serves at once;
+    /// past it a new one is answered 503 with Retry-After.
+    #[arg(long, env = "PULLMAN_MAX_OUTPUT_FOLLOWERS", default_value_t = crate::queue::limits::MAX_FOLLOWERS_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..=crate::queue::limits::MAX_FOLLOWERS_MAX))]
+    pub max_output_followers: u64,
+
     /// Most successful completes committed together (group commit): completes arriving from
     /// many agents at once share one statement and one commit, each answered after it. 1 runs
     /// each complete alone.

@@ -253,6 +253,7 @@ async fn run_server(
     .with_output(api::OutputSettings {
         cap_bytes: args.output_cap_bytes,
         max_writes: args.max_output_writes as usize,
+        max_followers: args.max_output_followers as usize,
     })
     .with_stopping(stopping.clone());
     tracing::info!(listen = %listener.local_addr()?, "pullman API listening");

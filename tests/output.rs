@@ -257,7 +257,7 @@ async fn a_chunk_of_a_claim_that_is_not_live_is_409_and_bad_input_is_refused_cle
 async fn the_cap_drops_the_oldest_output_with_a_marker_and_gaps_are_marked() {
     let s = TestServer::start_with_output(OutputSettings {
         cap_bytes: 1000,
-        max_writes: 8,
+        ..OutputSettings::default()
     })
     .await;
     let (agent, token, order, claim) = claimed(&s, "out-c").await;
@@ -643,8 +643,8 @@ async fn output_answers_503_while_the_database_is_down_and_is_stored_after() {
 async fn a_chunk_being_uploaded_holds_its_write_permit() {
     use tokio::io::AsyncWriteExt;
     let s = TestServer::start_with_output(OutputSettings {
-        cap_bytes: 1 << 20,
         max_writes: 1,
+        ..OutputSettings::default()
     })
     .await;
     let (agent, token, order, claim) = claimed(&s, "out-p").await;
@@ -678,4 +678,34 @@ async fn a_chunk_being_uploaded_holds_its_write_permit() {
     let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, 1, &["fast"])).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(texts(&read(&s, &order, "").await), ["slow", "fast"]);
+}
+
+/// `serve --max-output-followers`: past it a new follower is refused with `503` and
+/// `Retry-After`; a follower that leaves gives its place back.
+#[tokio::test]
+async fn followers_past_the_limit_are_told_to_come_back() {
+    let s = TestServer::start_with_output(OutputSettings {
+        max_followers: 1,
+        ..OutputSettings::default()
+    })
+    .await;
+    let (_, _, order, _) = claimed(&s, "out-f").await;
+    let url = s.url(&format!("/api/v1/work-orders/{order}/output?follow=true"));
+    let http = reqwest::Client::new();
+    let follow = || http.get(&url).bearer_auth(ADMIN_TOKEN).send();
+    let first = follow().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let refused = follow().await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_followers", "{body}");
+    // Pages are not followers: still served.
+    let page = read(&s, &order, "").await;
+    assert_eq!(page["lines"], json!([]), "{page}");
+    drop(first);
+    support::eventually(5, "a follower's place given back", || async {
+        (follow().await.unwrap().status() == 200).then_some(())
+    })
+    .await;
 }

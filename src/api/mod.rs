@@ -55,6 +55,8 @@ pub struct AppState {
     pub output: OutputSettings,
     /// Permits for concurrent output writes (`OutputSettings::max_writes`).
     pub output_writes: Arc<Semaphore>,
+    /// Permits for open `follow=true` streams (`OutputSettings::max_followers`).
+    pub output_followers: Arc<Semaphore>,
     /// When `/metrics` last computed the waiting-by-reason gauges (`ops::WAITING_REFRESH`).
     pub waiting_refreshed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
     /// Cancelled when the process starts to stop (`serve --shutdown-delay-seconds`): `/readyz`
@@ -81,6 +83,7 @@ impl AppState {
             long_polls: Arc::new(Semaphore::new(max_long_polls)),
             output: OutputSettings::default(),
             output_writes: Arc::new(Semaphore::new(OutputSettings::default().max_writes)),
+            output_followers: Arc::new(Semaphore::new(OutputSettings::default().max_followers)),
             stopping: CancellationToken::new(),
         }
     }
@@ -94,12 +97,14 @@ impl AppState {
     /// The same state with other output settings.
     pub fn with_output(mut self, output: OutputSettings) -> Self {
         self.output_writes = Arc::new(Semaphore::new(output.max_writes));
+        self.output_followers = Arc::new(Semaphore::new(output.max_followers));
         self.output = output;
         self
     }
 }
 
-/// Settings of order output (docs/design.md §9; `serve --output-cap-bytes`, `--max-output-writes`).
+/// Settings of order output (docs/design.md §9; `serve --output-cap-bytes`, `--max-output-writes`,
+/// `--max-output-followers`).
 #[derive(Debug, Clone, Copy)]
 pub struct OutputSettings {
     /// Bytes of line text kept per order; past it the oldest chunks are dropped.
@@ -107,6 +112,9 @@ pub struct OutputSettings {
     /// Output chunks stored at once; past it `429` with `Retry-After`, so output never takes
     /// the connections claims need.
     pub max_writes: usize,
+    /// Open `follow=true` streams of this replica; past it `503 too_many_followers` with
+    /// `Retry-After`, so followers cannot take the memory and the database reads claims need.
+    pub max_followers: usize,
 }
 
 impl Default for OutputSettings {
@@ -114,6 +122,7 @@ impl Default for OutputSettings {
         OutputSettings {
             cap_bytes: crate::queue::output::DEFAULT_OUTPUT_CAP_BYTES,
             max_writes: 8,
+            max_followers: crate::queue::limits::MAX_FOLLOWERS_DEFAULT as usize,
         }
     }
 }

@@ -24,6 +24,8 @@ use crate::telemetry::Metrics;
 use crate::wire::{OutputAccepted, OutputChunk};
 
 use crate::wire::MAX_OUTPUT_PAGE_LINES as MAX_PAGE_LINES;
+/// `Retry-After` of a follow refused for `serve --max-output-followers`, seconds.
+const FOLLOWERS_RETRY_AFTER_SECONDS: u64 = 5;
 /// Lines of one page when `limit` is not given.
 const DEFAULT_PAGE_LINES: i64 = 1_000;
 /// Most lines `tail` may ask for.
@@ -154,7 +156,7 @@ pub struct ReadQuery {
                 (OutputEntry = "application/x-ndjson"))),
         (status = 404, description = "No such order, active or finished", body = ErrorBody),
         (status = 400, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+        (status = 503, description = "`too_many_followers` (`follow=true` past `serve --max-output-followers`) or `database_unavailable`: retry after `Retry-After` seconds", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn read(
     State(state): State<AppState>,
@@ -242,6 +244,16 @@ pub async fn read(
         })
         .into_response());
     }
+    let Ok(permit) = state.output_followers.clone().try_acquire_owned() else {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_followers",
+            "this server follows its maximum of output streams (serve --max-output-followers); \
+             follow again shortly, or read pages",
+        );
+        e.retry_after = Some(FOLLOWERS_RETRY_AFTER_SECONDS);
+        return Err(e);
+    };
     let follower = Follower {
         queue: state.queue.clone(),
         stored: state.notifications.output_stored(),
@@ -251,6 +263,7 @@ pub async fn read(
         attempt: q.attempt,
         first: (!first.is_empty()).then(|| ndjson(&first)),
         _gauge: FollowerGauge::enter(&state.metrics),
+        _permit: permit,
     };
     let stream = futures::stream::unfold(follower, |mut f| async move {
         f.next_batch().await.map(|item| (item, f))
@@ -301,6 +314,8 @@ struct Follower {
     /// The `tail` lines, sent first.
     first: Option<Bytes>,
     _gauge: FollowerGauge,
+    /// One of `serve --max-output-followers`, given back when the stream ends.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Follower {

@@ -133,6 +133,11 @@ pub const COMPLETE_BATCH_MAX: u64 = 1000;
 /// commit, small enough that one statement stays a few milliseconds.
 pub const COMPLETE_BATCH_DEFAULT: u64 = 64;
 
+/// Default of `serve --max-output-followers`: open `follow=true` output streams per replica.
+pub const MAX_FOLLOWERS_DEFAULT: u64 = 1000;
+/// Most `serve --max-output-followers` accepts.
+pub const MAX_FOLLOWERS_MAX: u64 = 100_000;
+
 /// Orders ahead of a queued one that `explain` counts (docs/design.md §10, DESIGN §10: "past
 /// 10,000 it says so, not the number"): the count stops there, so a position costs the same with
 /// 10,000 orders ahead as with a million.
