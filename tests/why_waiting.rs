@@ -301,9 +301,39 @@ async fn the_cli_says_why_by_id_prefix() {
         .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
         .await;
     assert_eq!(st, 200);
-    let (ok, _, err) = cli(&s, &["work-orders", "explain", prefix]).await;
-    assert!(!ok);
-    assert!(err.contains("finished"), "{err}");
+    // An order that no longer waits is described, not an error.
+    let (ok, out, err) = cli(&s, &["work-orders", "explain", prefix]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("finished: cancelled"), "{out}");
+    let (ok, out, err) = cli(&s, &["work-orders", "explain", prefix, "-o", "json"]).await;
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["reason"].clone(), v["outcome"].clone()),
+        (json!("finished"), json!("cancelled"))
+    );
+
+    let (a, token) = s.agent(json!({"name": "laptop", "labels": ["gpu"]})).await;
+    let running = s.order(configmap_order("gpu")).await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{a}/claim"),
+            Some(&token),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!((st, v["id"].clone()), (200, json!(running)), "{v}");
+    let (ok, out, err) = cli(&s, &["work-orders", "explain", &running[..8]]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("is running on agent laptop since"), "{out}");
+    let (ok, out, _) = cli(&s, &["work-orders", "explain", &running, "-o", "json"]).await;
+    assert!(ok);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["reason"].clone(), v["agent"].clone()),
+        (json!("running"), json!("laptop"))
+    );
 }
 
 /// DESIGN §10: past 10,000 orders ahead, `explain` says so instead of counting on.

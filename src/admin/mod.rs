@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod args;
+pub mod explain;
 pub mod history;
 pub mod log;
 pub mod logs;

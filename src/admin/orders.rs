@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::agents::agent_names;
 use super::args::{Connection, CreateWorkOrder, LogsArgs, Output, WorkOrdersCommand};
+use super::explain::waiting_sentence;
 use super::history::print_attempts;
 use super::lookup::{Scope, resolve_order};
 use super::order_list::{list_orders, next_event, print_orders, targeting_text};
@@ -20,7 +21,7 @@ use super::render::{
 };
 use super::wait;
 use crate::client::Client;
-use crate::wire::{Explanation, WorkOrder};
+use crate::wire::WorkOrder;
 
 /// The `get` view of one active order (as `kubectl describe`): fields, attempts, YAML last.
 fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>, wide: bool) {
@@ -253,13 +254,7 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
         }
         WorkOrdersCommand::Explain { id } => {
             let id = resolve_order(&client, &id, Scope::Either).await?;
-            let explanation = client.explain_work_order(id).await?;
-            if !print_document(output, &explanation)? {
-                match output {
-                    Output::Name => crate::outln!("{}", explanation.reason),
-                    _ => crate::outln!("{}", waiting_sentence(&explanation)),
-                }
-            }
+            super::explain::explain(&client, id, output).await?;
         }
         WorkOrdersCommand::Wait { id, wait } => {
             let id = resolve_order(&client, &id, Scope::Either).await?;
@@ -294,15 +289,4 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// An explanation as a person reads it (docs/design.md §10): its message, how long the order has
-/// waited, and its reason code for scripts that grep.
-fn waiting_sentence(e: &Explanation) -> String {
-    format!(
-        "{} Waiting {} ({}).",
-        e.message,
-        super::render::span_text(e.waiting_seconds.unsigned_abs()),
-        e.reason
-    )
 }
