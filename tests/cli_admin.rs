@@ -573,3 +573,22 @@ async fn get_watch_prints_each_change_until_the_order_finishes() {
     assert_eq!(states, ["PENDING", "CLAIMED", "SUCCEEDED"], "{text}");
     assert!(lines[2].contains("watched"), "{text}");
 }
+
+/// `logs <full id> -f` against a server that was never reached fails at once, as `wait` does,
+/// instead of retrying forever (a wrong `--server` is not a restart).
+#[tokio::test]
+async fn logs_follow_fails_at_once_when_the_server_was_never_reached() {
+    let server = TestServer::start().await;
+    let id = uuid::Uuid::new_v4().to_string();
+    let mut cmd = cli_command(&server, &["work-orders", "logs", &id, "-f"]);
+    cmd.env("PULLMAN_SERVER", "http://127.0.0.1:9");
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        tokio::task::spawn_blocking(move || cmd.output().unwrap()),
+    )
+    .await
+    .expect("logs -f gave up at once")
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
+}

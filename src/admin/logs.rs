@@ -18,7 +18,8 @@ const RETRY: Duration = Duration::from_secs(1);
 /// Prints order `id`'s output as `args` says. Without `-f`: every stored line (or the last
 /// `--tail`), exit 0. With `-f`: then every new line until the order finishes, and the order's
 /// outcome as exit status; a cut connection or a server restart is resumed from the last line
-/// printed (no line twice), with a note on stderr.
+/// printed (no line twice), with a note on stderr. A server never reached is an error at once
+/// (exit 1), as for `wait`: a wrong `--server` is not waited out.
 pub async fn logs(client: &Client, id: Uuid, args: &LogsArgs) -> anyhow::Result<ExitCode> {
     let mut filter = String::new();
     if let Some(a) = args.attempt {
@@ -41,6 +42,8 @@ pub async fn logs(client: &Client, id: Uuid, args: &LogsArgs) -> anyhow::Result<
     let mut after: Option<i64> = None;
     let mut reported = false;
     let mut first = true;
+    // Whether the server has answered once: only then is a failure a restart to wait out.
+    let mut reached = false;
     loop {
         let query = match (after, args.tail) {
             (Some(c), _) => format!("{filter}after={c}"),
@@ -48,7 +51,16 @@ pub async fn logs(client: &Client, id: Uuid, args: &LogsArgs) -> anyhow::Result<
             (None, _) => filter.clone(),
         };
         first = false;
-        match follow_once(client, id, &query, &mut after, args.timestamps).await {
+        match follow_once(
+            client,
+            id,
+            &query,
+            &mut after,
+            &mut reached,
+            args.timestamps,
+        )
+        .await
+        {
             Ok(()) => {
                 // A clean end: the order finished (or the server is stopping: look).
                 match client.get_log_entry(id).await {
@@ -66,7 +78,7 @@ pub async fn logs(client: &Client, id: Uuid, args: &LogsArgs) -> anyhow::Result<
                     Err(e) => return Err(e.into()),
                 }
             }
-            Err(e) if e.is_transient() => {
+            Err(e) if e.is_transient() && reached => {
                 if !reported {
                     eprintln!("{e}; still following");
                     reported = true;
@@ -83,15 +95,17 @@ fn is_not_found(e: &ClientError) -> bool {
 }
 
 /// One follow request: prints lines until the stream ends (`Ok`) or is cut (a transport error,
-/// transient). `after` tracks the last line printed.
+/// transient). `after` tracks the last line printed; `reached` is set once the server answers.
 async fn follow_once(
     client: &Client,
     id: Uuid,
     query: &str,
     after: &mut Option<i64>,
+    reached: &mut bool,
     timestamps: bool,
 ) -> Result<(), ClientError> {
     let mut resp = client.follow_output(id, query).await?;
+    *reached = true;
     let mut pending: Vec<u8> = Vec::new();
     loop {
         let chunk = resp
