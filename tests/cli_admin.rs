@@ -592,3 +592,43 @@ async fn logs_follow_fails_at_once_when_the_server_was_never_reached() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
 }
+
+/// `create --timeout` without `--wait` would be ignored: it is refused, and nothing is created.
+#[tokio::test]
+async fn create_timeout_without_wait_is_refused_before_creating() {
+    let server = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: t}\n",
+    )
+    .unwrap();
+    let out = cli(
+        &server,
+        &[
+            "work-orders",
+            "create",
+            "-f",
+            file.to_str().unwrap(),
+            "--label",
+            "x",
+            "--timeout",
+            "30s",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--timeout applies to --wait"),
+        "{}",
+        stderr(&out)
+    );
+    let list = cli(&server, &["work-orders", "list", "-o", "json"]).await;
+    assert_eq!(
+        json_of(&list),
+        serde_json::json!([]),
+        "{}",
+        stdout(&list)
+    );
+}

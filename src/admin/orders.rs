@@ -170,6 +170,10 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
     match cmd {
         WorkOrdersCommand::Create(c) => {
             let (then_wait, wait_args, then_logs) = (c.wait, c.wait_args.clone(), c.logs);
+            // Checked before anything is created: a timeout that nothing waits on is a mistake.
+            if !then_wait && !wait_args.timeout.is_zero() {
+                bail!("--timeout applies to --wait: add --wait, or leave --timeout out");
+            }
             let mut order = create(&client, c).await?;
             if then_wait {
                 // `-o name` prints the id at once: `ID=$(… -o name --wait)` has it even when

@@ -65,11 +65,13 @@ pub async fn own(
 #[into_params(parameter_in = Query)]
 pub struct ProfileQuery {
     /// Labels of the agent.
+    #[param(required = false)]
     label: Vec<String>,
     /// Annotations of the agent, each `KEY=VALUE`.
+    #[param(required = false)]
     annotation: Vec<String>,
     /// Work types it would take (`build`, `custom`); none means all.
-    #[param(value_type = Vec<WorkType>)]
+    #[param(value_type = Vec<WorkType>, required = false)]
     work_type: Vec<String>,
     /// Tenant it would serve; absent means instance-wide.
     tenant: Option<String>,
