@@ -14,7 +14,7 @@ use crate::wire::{
 };
 use crate::wire::{
     ClaimNextBody, ClaimedOrders, CompleteBody, ErrorBody, HeartbeatBody, OutputAccepted,
-    OutputChunk, OutputPage, RetryScheduled, WhoAmI,
+    OutputChunk, OutputPage, OutputQuery, RetryScheduled, WhoAmI,
 };
 
 /// Reads a bearer token from a file (surrounding whitespace ignored), naming the file in errors.
@@ -433,16 +433,20 @@ impl Client {
         .await
     }
 
-    /// `GET /work-orders/{id}/output?…` (docs/design.md §9): one page of an order's output; `query`
-    /// is the query string without `?` (`after=`, `tail=`, `attempt=`, `limit=`).
+    /// `GET /work-orders/{id}/output` (docs/design.md §9): one page of an order's output, or its last
+    /// lines (`query.follow` is ignored: see [`Client::follow_output`]).
     pub async fn read_output(
         &self,
         order_id: Uuid,
-        query: &str,
+        query: &OutputQuery,
     ) -> Result<OutputPage, ClientError> {
+        let query = OutputQuery {
+            follow: None,
+            ..query.clone()
+        };
         self.json(
             Method::GET,
-            &format!("/work-orders/{order_id}/output?{query}"),
+            &format!("/work-orders/{order_id}/output?{}", query.to_query_string()),
             None::<&()>,
         )
         .await
@@ -454,11 +458,17 @@ impl Client {
     pub async fn follow_output(
         &self,
         order_id: Uuid,
-        query: &str,
+        query: &OutputQuery,
     ) -> Result<reqwest::Response, ClientError> {
+        let query = OutputQuery {
+            follow: Some(true),
+            limit: None,
+            ..query.clone()
+        };
         let url = format!(
-            "{}/api/v1/work-orders/{order_id}/output?follow=true&{query}",
-            self.base
+            "{}/api/v1/work-orders/{order_id}/output?{}",
+            self.base,
+            query.to_query_string()
         );
         let resp = self
             .http

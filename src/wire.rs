@@ -17,7 +17,7 @@ pub use crate::queue::model::{
     WorkType,
 };
 pub use crate::queue::output::{
-    DroppedReason, OutputAccepted, OutputChunk, OutputEntry, OutputLine, OutputPage,
+    DroppedReason, OutputAccepted, OutputChunk, OutputEntry, OutputLine, OutputPage, OutputQuery,
 };
 /// Ends a result message the server cut at its limit (docs/design.md §5).
 pub use crate::queue::text::CUT_MARKER;

@@ -625,10 +625,5 @@ async fn create_timeout_without_wait_is_refused_before_creating() {
         stderr(&out)
     );
     let list = cli(&server, &["work-orders", "list", "-o", "json"]).await;
-    assert_eq!(
-        json_of(&list),
-        serde_json::json!([]),
-        "{}",
-        stdout(&list)
-    );
+    assert_eq!(json_of(&list), serde_json::json!([]), "{}", stdout(&list));
 }

@@ -10,8 +10,10 @@ use uuid::Uuid;
 use super::args::LogsArgs;
 use super::wait::exit_code_of;
 use crate::client::{Client, ClientError};
-use crate::wire::OutputEntry;
+use crate::wire::{OutputEntry, OutputQuery};
 
+/// Lines asked for per page.
+const PAGE_LINES: i64 = 1000;
 /// Pause before following again after the server could not be reached.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -21,20 +23,32 @@ const RETRY: Duration = Duration::from_secs(1);
 /// printed (no line twice), with a note on stderr. A server never reached is an error at once
 /// (exit 1), as for `wait`: a wrong `--server` is not waited out.
 pub async fn logs(client: &Client, id: Uuid, args: &LogsArgs) -> anyhow::Result<ExitCode> {
-    let mut filter = String::new();
-    if let Some(a) = args.attempt {
-        filter.push_str(&format!("attempt={a}&"));
-    }
+    let filter = OutputQuery {
+        attempt: args.attempt.map(|a| a as i32),
+        ..OutputQuery::default()
+    };
     if !args.follow {
         let mut query = match args.tail {
-            Some(n) => format!("{filter}tail={n}"),
-            None => format!("{filter}limit=1000"),
+            Some(n) => OutputQuery {
+                tail: Some(i64::from(n)),
+                ..filter.clone()
+            },
+            None => OutputQuery {
+                limit: Some(PAGE_LINES),
+                ..filter.clone()
+            },
         };
         loop {
             let page = client.read_output(id, &query).await?;
             print_lines(&page.lines, args.timestamps);
             match (page.more, page.next_cursor) {
-                (true, Some(c)) => query = format!("{filter}limit=1000&after={c}"),
+                (true, Some(c)) => {
+                    query = OutputQuery {
+                        limit: Some(PAGE_LINES),
+                        after: Some(c),
+                        ..filter.clone()
+                    }
+                }
                 _ => return Ok(ExitCode::SUCCESS),
             }
         }
@@ -46,8 +60,14 @@ pub async fn logs(client: &Client, id: Uuid, args: &LogsArgs) -> anyhow::Result<
     let mut reached = false;
     loop {
         let query = match (after, args.tail) {
-            (Some(c), _) => format!("{filter}after={c}"),
-            (None, Some(n)) if first => format!("{filter}tail={n}"),
+            (Some(c), _) => OutputQuery {
+                after: Some(c),
+                ..filter.clone()
+            },
+            (None, Some(n)) if first => OutputQuery {
+                tail: Some(i64::from(n)),
+                ..filter.clone()
+            },
             (None, _) => filter.clone(),
         };
         first = false;
@@ -99,7 +119,7 @@ fn is_not_found(e: &ClientError) -> bool {
 async fn follow_once(
     client: &Client,
     id: Uuid,
-    query: &str,
+    query: &OutputQuery,
     after: &mut Option<i64>,
     reached: &mut bool,
     timestamps: bool,

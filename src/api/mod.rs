@@ -26,7 +26,6 @@ pub use agents::WhoAmI;
 pub use claims::{ClaimBody, ClaimNextBody, CompleteBody, HeartbeatBody, RetryScheduled};
 pub use error::{ApiError, DatabaseUnavailable, ErrorBody};
 pub use ops::ApiDoc;
-pub use output::ReadQuery as OutputQuery;
 
 use crate::auth::{AdminToken, Principal, VerifiedTokens, authenticate};
 use crate::queue::{Notifications, Queue};

@@ -9,10 +9,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
-use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::error::{ApiPath, ApiQuery, from_json_object};
@@ -21,7 +19,7 @@ use crate::auth::Principal;
 use crate::queue::output::{MAX_CHUNK_BYTES, OutputEntry, OutputPage, OutputState, prepare_chunk};
 use crate::queue::{Queue, QueueError};
 use crate::telemetry::Metrics;
-use crate::wire::{OutputAccepted, OutputChunk};
+use crate::wire::{OutputAccepted, OutputChunk, OutputQuery};
 
 use crate::wire::MAX_OUTPUT_PAGE_LINES as MAX_PAGE_LINES;
 /// `Retry-After` of a follow refused for `serve --max-output-followers`, seconds.
@@ -121,34 +119,12 @@ fn parse_chunk(text: &str) -> Result<OutputChunk, ApiError> {
     from_json_object(value)
 }
 
-/// Query of `GET /api/v1/work-orders/{id}/output`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ReadQuery {
-    /// Only lines after this cursor (a line's `cursor`, or a page's `next_cursor`).
-    #[param(minimum = 0)]
-    after: Option<i64>,
-    /// Only the last N lines (1–10000); not with `after`.
-    #[param(minimum = 1, maximum = 10000)]
-    tail: Option<i64>,
-    /// Only the lines of this attempt (1 = the order's first claim).
-    #[param(minimum = 1)]
-    attempt: Option<i32>,
-    /// `true`: answer `application/x-ndjson`, one line object per line, streaming new lines as
-    /// they are stored, ending when the order has finished and its last lines were sent.
-    follow: Option<bool>,
-    /// Most lines of a page, 1–10000 (default 1000); not with `follow`.
-    #[param(minimum = 1, maximum = 10000)]
-    limit: Option<i64>,
-}
-
 /// Read an order's output (admin, or the agent holding its live claim): a page from the start or
 /// after a cursor, the last lines, or (`follow=true`) a stream until the order finishes. Page on
 /// by passing `next_cursor` as `after` while `more` is true; a finished order with `more` false
 /// has no further lines.
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}/output", tag = "output",
-    params(("id" = Uuid, Path, description = "Work order id (active or finished)"), ReadQuery),
+    params(("id" = Uuid, Path, description = "Work order id (active or finished)"), OutputQuery),
     responses(
         (status = 200, description = "A page (JSON); with `follow=true` a stream of line objects, one per line (`application/x-ndjson`)",
             content(
@@ -162,88 +138,141 @@ pub async fn read(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
-    ApiQuery(q): ApiQuery<ReadQuery>,
+    ApiQuery(q): ApiQuery<OutputQuery>,
 ) -> Result<Response, ApiError> {
-    let bad = |m: String| ApiError::bad_request("invalid_query", m);
-    if let Some(after) = q.after
-        && after < 0
-    {
-        return Err(bad(format!("after must be 0 or more, got {after}")));
-    }
-    if let Some(tail) = q.tail {
-        if !(1..=MAX_TAIL).contains(&tail) {
-            return Err(bad(format!(
-                "tail must be between 1 and {MAX_TAIL}, got {tail}"
-            )));
+    let asked = Read::of(&q)?;
+    may_read(&state.queue, &caller, id).await?;
+    let order_state = known(&state.queue, id).await?;
+    let queue = &state.queue;
+    match asked {
+        Read::Page { after, limit } => {
+            let (lines, more) = queue
+                .read_output(id, &order_state, after, q.attempt, limit)
+                .await?;
+            let next_cursor = lines.last().map(|l| l.cursor).or(after);
+            Ok(page(lines, next_cursor, more, &order_state))
         }
-        if q.after.is_some() {
-            return Err(bad("tail and after exclude each other".into()));
+        Read::Tail(n) => {
+            let lines = queue.tail_output(id, &order_state, q.attempt, n).await?;
+            let next_cursor = lines.last().map(|l| l.cursor);
+            Ok(page(lines, next_cursor, false, &order_state))
+        }
+        Read::Follow { tail, after } => {
+            let first = match tail {
+                Some(n) => queue.tail_output(id, &order_state, q.attempt, n).await?,
+                None => Vec::new(),
+            };
+            follow(&state, id, first, after, q.attempt)
         }
     }
-    if let Some(attempt) = q.attempt
-        && attempt < 1
-    {
-        return Err(bad(format!("attempt must be 1 or more, got {attempt}")));
-    }
-    let follow = q.follow.unwrap_or(false);
-    let limit = match q.limit {
-        Some(_) if follow => return Err(bad("limit applies to pages, not to follow".into())),
-        Some(l) if !(1..=MAX_PAGE_LINES).contains(&l) => {
-            return Err(bad(format!(
-                "limit must be between 1 and {MAX_PAGE_LINES}, got {l}"
-            )));
+}
+
+/// What a read asks for, its query checked (`400 invalid_query` naming the parameter).
+enum Read {
+    /// Up to `limit` lines after `after` (from the start when absent).
+    Page { after: Option<i64>, limit: usize },
+    /// The last N lines.
+    Tail(usize),
+    /// The last `tail` lines (or from after `after`, or from the start), then every new line.
+    Follow {
+        tail: Option<usize>,
+        after: Option<i64>,
+    },
+}
+
+impl Read {
+    fn of(q: &OutputQuery) -> Result<Read, ApiError> {
+        let bad = |m: String| ApiError::bad_request("invalid_query", m);
+        if let Some(after) = q.after
+            && after < 0
+        {
+            return Err(bad(format!("after must be 0 or more, got {after}")));
         }
-        Some(l) => l as usize,
-        None => DEFAULT_PAGE_LINES as usize,
-    };
-    match caller {
-        Principal::Admin => {}
-        Principal::Agent(agent) => {
-            if !state.queue.holds_live_claim(id, agent).await? {
-                return Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    format!(
-                        "agent {agent} may read the output only of an order it holds the live claim on; work order {id} is not one"
-                    ),
-                ));
+        if let Some(tail) = q.tail {
+            if !(1..=MAX_TAIL).contains(&tail) {
+                return Err(bad(format!(
+                    "tail must be between 1 and {MAX_TAIL}, got {tail}"
+                )));
+            }
+            if q.after.is_some() {
+                return Err(bad("tail and after exclude each other".into()));
             }
         }
-    }
-    let order_state = known(&state.queue, id).await?;
-    let first: Vec<OutputEntry> = match q.tail {
-        Some(n) => {
-            state
-                .queue
-                .tail_output(id, &order_state, q.attempt, n as usize)
-                .await?
+        if let Some(attempt) = q.attempt
+            && attempt < 1
+        {
+            return Err(bad(format!("attempt must be 1 or more, got {attempt}")));
         }
-        None if follow => Vec::new(),
-        None => {
-            let (lines, more) = state
-                .queue
-                .read_output(id, &order_state, q.after, q.attempt, limit)
-                .await?;
-            let next_cursor = lines.last().map(|l| l.cursor).or(q.after);
-            return Ok(Json(OutputPage {
-                lines,
-                next_cursor,
-                more,
-                finished: order_state.finished,
-            })
-            .into_response());
+        let tail = q.tail.map(|n| n as usize);
+        if q.follow.unwrap_or(false) {
+            if q.limit.is_some() {
+                return Err(bad("limit applies to pages, not to follow".into()));
+            }
+            return Ok(Read::Follow {
+                tail,
+                after: q.after,
+            });
         }
-    };
-    if !follow {
-        let next_cursor = first.last().map(|l| l.cursor);
-        return Ok(Json(OutputPage {
-            lines: first,
-            next_cursor,
-            more: false,
-            finished: order_state.finished,
+        if let Some(n) = tail {
+            return Ok(Read::Tail(n));
+        }
+        let limit = match q.limit {
+            Some(l) if !(1..=MAX_PAGE_LINES).contains(&l) => {
+                return Err(bad(format!(
+                    "limit must be between 1 and {MAX_PAGE_LINES}, got {l}"
+                )));
+            }
+            Some(l) => l as usize,
+            None => DEFAULT_PAGE_LINES as usize,
+        };
+        Ok(Read::Page {
+            after: q.after,
+            limit,
         })
-        .into_response());
     }
+}
+
+/// The admin reads any order's output; an agent only that of an order it holds the live claim
+/// on (an executor restarted mid-order reads back what it sent).
+async fn may_read(queue: &Queue, caller: &Principal, id: Uuid) -> Result<(), ApiError> {
+    match caller {
+        Principal::Admin => Ok(()),
+        Principal::Agent(agent) if queue.holds_live_claim(id, *agent).await? => Ok(()),
+        Principal::Agent(agent) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "agent {agent} may read the output only of an order it holds the live claim on; work order {id} is not one"
+            ),
+        )),
+    }
+}
+
+fn page(
+    lines: Vec<OutputEntry>,
+    next_cursor: Option<i64>,
+    more: bool,
+    order: &OutputState,
+) -> Response {
+    Json(OutputPage {
+        lines,
+        next_cursor,
+        more,
+        finished: order.finished,
+    })
+    .into_response()
+}
+
+/// The NDJSON stream of `follow=true`: `first` (the `tail` lines), then every line stored after
+/// them (or after `after`) until the order finishes. `503 too_many_followers` past
+/// `serve --max-output-followers`.
+fn follow(
+    state: &AppState,
+    id: Uuid,
+    first: Vec<OutputEntry>,
+    after: Option<i64>,
+    attempt: Option<i32>,
+) -> Result<Response, ApiError> {
     let Ok(permit) = state.output_followers.clone().try_acquire_owned() else {
         let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -259,8 +288,8 @@ pub async fn read(
         stored: state.notifications.output_stored(),
         draining: state.notifications.draining().clone(),
         order: id,
-        after: first.last().map(|l| l.cursor).or(q.after),
-        attempt: q.attempt,
+        after: first.last().map(|l| l.cursor).or(after),
+        attempt,
         first: (!first.is_empty()).then(|| ndjson(&first)),
         _gauge: FollowerGauge::enter(&state.metrics),
         _permit: permit,

@@ -28,7 +28,7 @@ use super::podwatch::{PodSubscription, PodWatches};
 use crate::client::{Client as ApiClient, ClientError};
 use crate::pull::Backoff;
 use crate::pull::output::OutputHandle;
-use crate::wire::{MAX_OUTPUT_PAGE_LINES, WorkOrder};
+use crate::wire::{MAX_OUTPUT_PAGE_LINES, OutputQuery, WorkOrder};
 
 /// After the Job's verdict, its containers' streams get this long to deliver their last lines.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
@@ -127,9 +127,10 @@ async fn resume_points(
     let mut last: HashMap<String, Option<ResumePoint>> = HashMap::new();
     let mut after = None;
     loop {
-        let query = match after {
-            Some(cursor) => format!("limit={MAX_OUTPUT_PAGE_LINES}&after={cursor}"),
-            None => format!("limit={MAX_OUTPUT_PAGE_LINES}"),
+        let query = OutputQuery {
+            limit: Some(MAX_OUTPUT_PAGE_LINES),
+            after,
+            ..OutputQuery::default()
         };
         let page = client.read_output(order_id, &query).await?;
         for l in page.lines.iter().filter(|l| l.marker.is_none()) {

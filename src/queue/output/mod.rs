@@ -15,7 +15,9 @@
 
 mod shapes;
 
-pub use shapes::{DroppedReason, OutputAccepted, OutputChunk, OutputEntry, OutputLine, OutputPage};
+pub use shapes::{
+    DroppedReason, OutputAccepted, OutputChunk, OutputEntry, OutputLine, OutputPage, OutputQuery,
+};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;

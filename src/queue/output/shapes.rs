@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 /// One stored line as read back (docs/design.md §9). Marker lines (`marker` set) are written by the
@@ -151,4 +151,79 @@ pub struct OutputAccepted {
     pub seq: i64,
     /// Lines of the chunk as stored.
     pub lines: i64,
+}
+
+/// Query of `GET /work-orders/{id}/output` (docs/design.md §9), as the server reads it and as
+/// clients send it ([`OutputQuery::to_query_string`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct OutputQuery {
+    /// Only lines after this cursor (a line's `cursor`, or a page's `next_cursor`).
+    #[param(minimum = 0)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<i64>,
+    /// Only the last N lines (1–10000); not with `after`.
+    #[param(minimum = 1, maximum = 10000)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<i64>,
+    /// Only the lines of this attempt (1 = the order's first claim).
+    #[param(minimum = 1)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i32>,
+    /// `true`: answer `application/x-ndjson`, one line object per line, streaming new lines as
+    /// they are stored, ending when the order has finished and its last lines were sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow: Option<bool>,
+    /// Most lines of a page, 1–10000 (default 1000); not with `follow`.
+    #[param(minimum = 1, maximum = 10000)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+impl OutputQuery {
+    /// The query string (without `?`) that asks for this.
+    pub fn to_query_string(&self) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        let mut pair = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                q.append_pair(k, &v);
+            }
+        };
+        pair("after", self.after.map(|v| v.to_string()));
+        pair("tail", self.tail.map(|v| v.to_string()));
+        pair("attempt", self.attempt.map(|v| v.to_string()));
+        pair("follow", self.follow.map(|v| v.to_string()));
+        pair("limit", self.limit.map(|v| v.to_string()));
+        q.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_string_reads_back_as_the_query_it_was_made_from() {
+        let queries = [
+            OutputQuery::default(),
+            OutputQuery {
+                after: Some(65_537),
+                attempt: Some(2),
+                limit: Some(1000),
+                ..OutputQuery::default()
+            },
+            OutputQuery {
+                tail: Some(20),
+                follow: Some(true),
+                ..OutputQuery::default()
+            },
+        ];
+        for q in queries {
+            let uri: axum::http::Uri = format!("/x?{}", q.to_query_string()).parse().unwrap();
+            let axum::extract::Query(back) =
+                axum::extract::Query::<OutputQuery>::try_from_uri(&uri).unwrap();
+            assert_eq!(back, q);
+        }
+    }
 }
