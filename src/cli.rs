@@ -148,13 +148,13 @@ pub struct ServeArgs {
     /// docs/design.md §9); past it the oldest
     /// output is dropped and readers see a marker saying how many bytes. At least 1 MiB (one
     /// chunk).
-    #[arg(long, env = "PULLMAN_OUTPUT_CAP_BYTES", default_value_t = crate::queue::output::DEFAULT_OUTPUT_CAP_BYTES,
-          value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+    #[arg(long, env = "PULLMAN_OUTPUT_CAP_BYTES", default_value_t = crate::queue::limits::OUTPUT_CAP_BYTES_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(crate::queue::limits::OUTPUT_CAP_BYTES_MIN..))]
     pub output_cap_bytes: u64,
 
     /// Output chunks stored at once; past it agents are answered 429 with Retry-After, so
     /// output never takes the database connections that claims need.
-    #[arg(long, env = "PULLMAN_MAX_OUTPUT_WRITES", default_value_t = 8,
+    #[arg(long, env = "PULLMAN_MAX_OUTPUT_WRITES", default_value_t = crate::queue::limits::MAX_OUTPUT_WRITES_DEFAULT,
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub max_output_writes: u64,
 

@@ -124,4 +124,4 @@ pub struct WhoAmI {
 }
 
 /// Most lines one page of `GET /work-orders/{id}/output` returns (its `limit`, docs/design.md §9).
-pub const MAX_OUTPUT_PAGE_LINES: i64 = 10_000;
+pub const MAX_OUTPUT_PAGE_LINES: i64 = crate::queue::limits::MAX_OUTPUT_PAGE_LINES;

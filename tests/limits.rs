@@ -268,3 +268,80 @@ fn the_chart_states_serves_drain_timeout() {
         assert!(values.contains(&said), "values.yaml lacks {said:?}");
     }
 }
+
+/// The output limits (docs/design.md §9) as the served document, the server's answers and
+/// `--help` state them.
+#[tokio::test]
+async fn the_output_limits_are_stated_where_they_are_used() {
+    use pullman::queue::limits::{
+        MAX_FOLLOWERS_DEFAULT, MAX_OUTPUT_CHUNK_BYTES, MAX_OUTPUT_PAGE_LINES, MAX_OUTPUT_TAIL,
+        MAX_OUTPUT_WRITES_DEFAULT, OUTPUT_CAP_BYTES_DEFAULT, OUTPUT_PAGE_LINES_DEFAULT,
+    };
+    let s = TestServer::start().await;
+    let (_, doc) = s
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    let params = doc["paths"]["/api/v1/work-orders/{id}/output"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no parameter {name}"))
+            .clone()
+    };
+    assert_eq!(
+        number(&param("tail")["schema"]["maximum"], "tail"),
+        MAX_OUTPUT_TAIL as f64
+    );
+    let limit = param("limit");
+    assert_eq!(
+        number(&limit["schema"]["maximum"], "limit"),
+        MAX_OUTPUT_PAGE_LINES as f64
+    );
+    let said = limit["description"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(&format!("(default {OUTPUT_PAGE_LINES_DEFAULT})")),
+        "{said}"
+    );
+    // The server answers by the same numbers.
+    let o = s.order(configmap_order("limits-out")).await;
+    let path = |q: String| format!("/api/v1/work-orders/{o}/output?{q}");
+    for (q, ok) in [
+        (format!("tail={MAX_OUTPUT_TAIL}"), 200),
+        (format!("tail={}", MAX_OUTPUT_TAIL + 1), 400),
+        (format!("limit={MAX_OUTPUT_PAGE_LINES}"), 200),
+        (format!("limit={}", MAX_OUTPUT_PAGE_LINES + 1), 400),
+    ] {
+        let (status, v) = s.admin(Method::GET, &path(q.clone()), None).await;
+        assert_eq!(status, ok, "{q}: {v}");
+    }
+    let help = flag_help(&["work-orders", "logs"], "--tail");
+    assert!(help.contains(&format!("1-{MAX_OUTPUT_TAIL}")), "{help}");
+    let help = flag_help(&["serve"], "--output-cap-bytes");
+    assert!(
+        help.contains(&format!("[default: {OUTPUT_CAP_BYTES_DEFAULT}]")),
+        "{help}"
+    );
+    let help = flag_help(&["serve"], "--max-output-writes");
+    assert!(
+        help.contains(&format!("[default: {MAX_OUTPUT_WRITES_DEFAULT}]")),
+        "{help}"
+    );
+    let help = flag_help(&["serve"], "--max-output-followers");
+    assert!(
+        help.contains(&format!("[default: {MAX_FOLLOWERS_DEFAULT}]")),
+        "{help}"
+    );
+    // docs/design.md states the chunk limit.
+    let design =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/design.md")).unwrap();
+    let mib = MAX_OUTPUT_CHUNK_BYTES >> 20;
+    assert_eq!(mib << 20, MAX_OUTPUT_CHUNK_BYTES, "a whole number of MiB");
+    assert!(
+        design.contains(&format!("A chunk is at most\n{mib} MiB (`413`)")),
+        "docs/design.md §9 states another chunk limit"
+    );
+}

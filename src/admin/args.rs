@@ -240,7 +240,7 @@ pub struct LogsArgs {
     #[arg(short = 'f', long)]
     pub follow: bool,
     /// Start with only the last N lines (1-10000). Default: from the first line.
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=10000))]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=crate::queue::limits::MAX_OUTPUT_TAIL))]
     pub tail: Option<u16>,
     /// Only the lines of this attempt (1 = the order's first claim, 2 = its first retry or
     /// reclaim, ...). Default: every attempt.

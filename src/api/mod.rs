@@ -120,7 +120,7 @@ impl Default for OutputSettings {
     fn default() -> Self {
         OutputSettings {
             cap_bytes: crate::queue::output::DEFAULT_OUTPUT_CAP_BYTES,
-            max_writes: 8,
+            max_writes: crate::queue::limits::MAX_OUTPUT_WRITES_DEFAULT as usize,
             max_followers: crate::queue::limits::MAX_FOLLOWERS_DEFAULT as usize,
         }
     }

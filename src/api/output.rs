@@ -21,13 +21,13 @@ use crate::queue::{Queue, QueueError};
 use crate::telemetry::Metrics;
 use crate::wire::{OutputAccepted, OutputChunk, OutputQuery};
 
-use crate::wire::MAX_OUTPUT_PAGE_LINES as MAX_PAGE_LINES;
+use crate::queue::limits::{
+    MAX_OUTPUT_PAGE_LINES as MAX_PAGE_LINES, MAX_OUTPUT_TAIL as MAX_TAIL,
+    OUTPUT_PAGE_LINES_DEFAULT as DEFAULT_PAGE_LINES,
+};
+
 /// `Retry-After` of a follow refused for `serve --max-output-followers`, seconds.
 const FOLLOWERS_RETRY_AFTER_SECONDS: u64 = 5;
-/// Lines of one page when `limit` is not given.
-const DEFAULT_PAGE_LINES: i64 = 1_000;
-/// Most lines `tail` may ask for.
-const MAX_TAIL: i64 = 10_000;
 /// A follower reads again at least this often even without a notification: the order finishing
 /// sends none, and notifications are lost while the listener reconnects.
 const FOLLOW_POLL: Duration = Duration::from_millis(500);

@@ -49,7 +49,7 @@ pub const LINE_OVERHEAD_BYTES: usize = 64;
 /// Default bound of the output text held (`--output-buffer-bytes`), bytes.
 pub const DEFAULT_BUFFER_BYTES: usize = 8 << 20;
 /// Longest line sent as one; longer lines are sent in pieces of this many bytes.
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+pub const MAX_LINE_BYTES: usize = crate::queue::limits::MAX_OUTPUT_LINE_BYTES;
 /// How often buffered output goes out while there is some (docs/design.md §9: at least once a second).
 pub const SEND_INTERVAL: Duration = Duration::from_secs(1);
 /// How long the order's completion waits for the last lines while no chunk is delivered.

@@ -133,6 +133,26 @@ pub const COMPLETE_BATCH_MAX: u64 = 1000;
 /// commit, small enough that one statement stays a few milliseconds.
 pub const COMPLETE_BATCH_DEFAULT: u64 = 64;
 
+// Output of running orders (docs/design.md §9). `tests/limits.rs` holds these against the
+// served OpenAPI document, the server's answers and `--help`.
+
+/// Longest output line an agent sends as one, bytes; longer lines go in pieces of this size
+/// (`pull::lines`), the same for the worker and the executor.
+pub const MAX_OUTPUT_LINE_BYTES: usize = 64 * 1024;
+/// Largest `POST …/output` body, bytes as sent (`413` above).
+pub const MAX_OUTPUT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Default of `serve --output-cap-bytes`: output kept per order, bytes as counted against the cap.
+pub const OUTPUT_CAP_BYTES_DEFAULT: u64 = 16 * 1024 * 1024;
+/// Least `serve --output-cap-bytes` accepts: one chunk.
+pub const OUTPUT_CAP_BYTES_MIN: u64 = MAX_OUTPUT_CHUNK_BYTES as u64;
+/// Default of `serve --max-output-writes`: output chunks stored at once per replica.
+pub const MAX_OUTPUT_WRITES_DEFAULT: u64 = 8;
+/// Most lines `GET …/output?limit=` gives in one page.
+pub const MAX_OUTPUT_PAGE_LINES: i64 = 10_000;
+/// Lines of a page when `limit` is not given.
+pub const OUTPUT_PAGE_LINES_DEFAULT: i64 = 1_000;
+/// Most lines `GET …/output?tail=` (and `work-orders logs --tail`) asks for.
+pub const MAX_OUTPUT_TAIL: i64 = 10_000;
 /// Default of `serve --max-output-followers`: open `follow=true` output streams per replica.
 pub const MAX_FOLLOWERS_DEFAULT: u64 = 1000;
 /// Most `serve --max-output-followers` accepts.

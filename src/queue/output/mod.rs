@@ -26,13 +26,13 @@ use super::{Queue, QueueError, sql};
 
 /// Default per-order cap on stored output, in bytes as counted by [`NewChunk::bytes`] (docs/design.md
 /// §9: 16 MiB).
-pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 16 * 1024 * 1024;
+pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = super::limits::OUTPUT_CAP_BYTES_DEFAULT;
 /// Bytes a stored line costs against the cap besides its text and stream: its time (8) and the
 /// array headers of its text and stream (4 each). Counted so that `yes ''` cannot store many
 /// times the cap in empty lines (docs/design.md §9).
 pub const STORED_LINE_OVERHEAD_BYTES: i64 = 16;
 /// Largest chunk body accepted, in bytes as sent (docs/design.md §9: 1 MiB; `413` above).
-pub const MAX_CHUNK_BYTES: usize = 1024 * 1024;
+pub const MAX_CHUNK_BYTES: usize = super::limits::MAX_OUTPUT_CHUNK_BYTES;
 /// Longest `stream` name, in characters (a Kubernetes pod name and container name fit).
 pub const MAX_STREAM_CHARS: usize = 253;
 /// Most lines in one chunk: the cursor keeps 16 bits for the index (0 is the gap marker).
