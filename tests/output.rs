@@ -678,6 +678,13 @@ async fn a_chunk_being_uploaded_holds_its_write_permit() {
     let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, 1, &["fast"])).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(texts(&read(&s, &order, "").await), ["slow", "fast"]);
+    // A JSON array of the fields is no chunk, though serde would read one as the struct.
+    let (st, v) = send(&s, &token, &order, json!([agent, claim, 2, null, null, []])).await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (422, json!("invalid_body")),
+        "{v}"
+    );
 }
 
 /// `serve --max-output-followers`: past it a new follower is refused with `503` and

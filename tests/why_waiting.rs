@@ -351,7 +351,7 @@ async fn a_position_past_the_bound_says_so_not_the_number() {
         )
         .await;
     assert_eq!(st, 204, "{v}");
-    let ahead = pullman::queue::limits::MAX_POSITION_COUNTED + 1;
+    let ahead = pullman::queue::limits::MAX_POSITION_COUNTED;
     sqlx::query(
         "INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds, \
          claim_timeout_seconds, max_reclaims, target_labels, status, created_at, updated_at) \
@@ -363,6 +363,13 @@ async fn a_position_past_the_bound_says_so_not_the_number() {
     .execute(&s.pool)
     .await
     .unwrap();
+    // Exactly the bound ahead: still counted.
+    let exact = s.order(configmap_order("deep")).await;
+    let (st, e) = get(&s, &format!("/api/v1/work-orders/{exact}/explain")).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(e["position"], ahead + 1, "{e}");
+    assert!(e.get("position_past").is_none(), "{e}");
+    // One more ahead: past the bound, said so.
     let o = s.order(configmap_order("deep")).await;
     let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
     assert_eq!(st, 200, "{e}");

@@ -13,7 +13,7 @@ use crate::client::{Client, ClientError};
 use crate::wire::{OutputEntry, OutputQuery};
 
 /// Lines asked for per page.
-const PAGE_LINES: i64 = 1000;
+const PAGE_LINES: i64 = crate::queue::limits::OUTPUT_PAGE_LINES_DEFAULT;
 /// Pause before following again after the server could not be reached.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -103,6 +103,9 @@ pub async fn logs(client: &Client, id: Uuid, args: &LogsArgs) -> anyhow::Result<
                     eprintln!("{e}; still following");
                     reported = true;
                 }
+                // A busy server (503 too_many_followers, 429) says when to come back.
+                tokio::time::sleep(e.retry_after().unwrap_or(RETRY).max(RETRY)).await;
+                continue;
             }
             Err(e) => return Err(e.into()),
         }
@@ -124,8 +127,10 @@ async fn follow_once(
     reached: &mut bool,
     timestamps: bool,
 ) -> Result<(), ClientError> {
-    let mut resp = client.follow_output(id, query).await?;
-    *reached = true;
+    let answer = client.follow_output(id, query).await;
+    // Any answer of the server's (a 503 too) shows it is the right one, only busy.
+    *reached |= answer.is_ok() || matches!(answer, Err(ClientError::Api { .. }));
+    let mut resp = answer?;
     let mut pending: Vec<u8> = Vec::new();
     loop {
         let chunk = resp

@@ -9,7 +9,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::broadcast;
+use tokio::sync::{OwnedSemaphorePermit, broadcast};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -26,6 +26,8 @@ use crate::queue::limits::{
     OUTPUT_PAGE_LINES_DEFAULT as DEFAULT_PAGE_LINES,
 };
 
+/// How long a chunk's body may take to arrive once its write permit is taken.
+const BODY_READ_LIMIT: Duration = Duration::from_secs(30);
 /// `Retry-After` of a follow refused for `serve --max-output-followers`, seconds.
 const FOLLOWERS_RETRY_AFTER_SECONDS: u64 = 5;
 /// A follower reads again at least this often even without a notification: the order finishing
@@ -79,9 +81,30 @@ pub async fn append(
         e.retry_after = Some(1);
         return Err(e);
     };
-    let bytes = axum::body::to_bytes(body, MAX_CHUNK_BYTES)
-        .await
-        .map_err(|_| too_large())?;
+    // Bounded in time too: a stalled upload must not hold its permit for good.
+    let bytes =
+        match tokio::time::timeout(BODY_READ_LIMIT, axum::body::to_bytes(body, MAX_CHUNK_BYTES))
+            .await
+        {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e)) if is_length_limit(&e) => return Err(too_large()),
+            Ok(Err(e)) => {
+                return Err(ApiError::bad_request(
+                    "malformed_body",
+                    format!("the request body could not be read: {e}"),
+                ));
+            }
+            Err(_) => {
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    format!(
+                        "the chunk's body did not arrive within {} s; send it again",
+                        BODY_READ_LIMIT.as_secs()
+                    ),
+                ));
+            }
+        };
     // Invalid UTF-8 is replaced (U+FFFD), never refused: output is whatever a program printed.
     let text = String::from_utf8_lossy(&bytes);
     let chunk = parse_chunk(&text)?;
@@ -107,7 +130,10 @@ pub async fn append(
 /// a megabyte of lines in between); anything else goes the way every body goes, whose errors
 /// say what is wrong (and which takes `1.0` for an integer, as every route does).
 fn parse_chunk(text: &str) -> Result<OutputChunk, ApiError> {
-    if let Ok(chunk) = serde_json::from_str(text) {
+    // Only an object: serde would also take an array of the fields in order.
+    if text.trim_start().starts_with('{')
+        && let Ok(chunk) = serde_json::from_str(text)
+    {
         return Ok(chunk);
     }
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
@@ -117,6 +143,18 @@ fn parse_chunk(text: &str) -> Result<OutputChunk, ApiError> {
         )
     })?;
     from_json_object(value)
+}
+
+/// Whether reading a body failed because it passed its length limit (not a broken connection).
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Read an order's output (admin, or the agent holding its live claim): a page from the start or
@@ -141,6 +179,11 @@ pub async fn read(
     ApiQuery(q): ApiQuery<OutputQuery>,
 ) -> Result<Response, ApiError> {
     let asked = Read::of(&q)?;
+    // A follow past the limit is refused before it costs a database read.
+    let permit = match asked {
+        Read::Follow { .. } => Some(follower_permit(&state)?),
+        _ => None,
+    };
     may_read(&state.queue, &caller, id).await?;
     let order_state = known(&state.queue, id).await?;
     let queue = &state.queue;
@@ -162,7 +205,8 @@ pub async fn read(
                 Some(n) => queue.tail_output(id, &order_state, q.attempt, n).await?,
                 None => Vec::new(),
             };
-            follow(&state, id, first, after, q.attempt)
+            let permit = permit.expect("taken for a follow");
+            Ok(follow(&state, id, first, after, q.attempt, permit))
         }
     }
 }
@@ -264,25 +308,15 @@ fn page(
 }
 
 /// The NDJSON stream of `follow=true`: `first` (the `tail` lines), then every line stored after
-/// them (or after `after`) until the order finishes. `503 too_many_followers` past
-/// `serve --max-output-followers`.
+/// them (or after `after`) until the order finishes; `permit` is held as long as it is open.
 fn follow(
     state: &AppState,
     id: Uuid,
     first: Vec<OutputEntry>,
     after: Option<i64>,
     attempt: Option<i32>,
-) -> Result<Response, ApiError> {
-    let Ok(permit) = state.output_followers.clone().try_acquire_owned() else {
-        let mut e = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_followers",
-            "this server follows its maximum of output streams (serve --max-output-followers); \
-             follow again shortly, or read pages",
-        );
-        e.retry_after = Some(FOLLOWERS_RETRY_AFTER_SECONDS);
-        return Err(e);
-    };
+    permit: OwnedSemaphorePermit,
+) -> Response {
     let follower = Follower {
         queue: state.queue.clone(),
         stored: state.notifications.output_stored(),
@@ -297,14 +331,32 @@ fn follow(
     let stream = futures::stream::unfold(follower, |mut f| async move {
         f.next_batch().await.map(|item| (item, f))
     });
-    Ok((
+    (
         [
             (header::CONTENT_TYPE, "application/x-ndjson"),
             (header::CACHE_CONTROL, "no-store"),
         ],
         Body::from_stream(stream),
     )
-        .into_response())
+        .into_response()
+}
+
+/// One of `serve --max-output-followers`; `503 too_many_followers` with `Retry-After` past it.
+fn follower_permit(state: &AppState) -> Result<OwnedSemaphorePermit, ApiError> {
+    state
+        .output_followers
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| {
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_followers",
+                "this server follows its maximum of output streams (serve --max-output-followers); \
+                 follow again shortly, or read pages",
+            );
+            e.retry_after = Some(FOLLOWERS_RETRY_AFTER_SECONDS);
+            e
+        })
 }
 
 /// The order's output state; `404` when the order is neither active nor finished.
@@ -344,7 +396,7 @@ struct Follower {
     first: Option<Bytes>,
     _gauge: FollowerGauge,
     /// One of `serve --max-output-followers`, given back when the stream ends.
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permit: OwnedSemaphorePermit,
 }
 
 impl Follower {

@@ -34,7 +34,9 @@ use crate::pull::output::{MAX_LINE_BYTES, OutputHandle, Redactor};
 /// within one microsecond, or the pieces of one long line, share it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResumePoint {
+    /// The time of the stream's last stored line (microseconds, as stored).
     pub at: DateTime<Utc>,
+    /// How many stored lines of the stream carry exactly `at`.
     pub lines_at: usize,
 }
 
@@ -58,6 +60,7 @@ pub struct Resume {
 }
 
 impl Resume {
+    /// Skips what the server has up to `point` (nothing when `None`).
     pub fn new(point: Option<ResumePoint>) -> Self {
         Resume {
             point,
@@ -79,6 +82,10 @@ impl Resume {
     }
 }
 
+/// How the executor's own lines on a container's stream begin (a log it cannot read, lines
+/// missing): they are not the container's, so they never count as where its log stands.
+pub const NOTICE_PREFIX: &str = "[pullman] ";
+
 /// Which run of a container to read.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Run {
@@ -97,16 +104,32 @@ pub enum OpenError {
     Transient(String),
 }
 
+/// Where the run being read stands, as its pod's status says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// It runs (also when the status cannot be read): its log may go on.
+    Running,
+    /// It ended and was not replaced: its log is whole, as the current run's.
+    Ended,
+    /// It ended and the container restarted once since: its log is the previous run's.
+    Replaced,
+    /// Restarted more than once since, or the pod is gone: the kubelet no longer has its log.
+    Gone,
+}
+
 /// Where a container's log comes from: the API server's `pods/log`, or a test's script.
 pub trait LogSource: Sync {
+    /// The log as it is read.
     type Reader: AsyncBufRead + Unpin + Send;
-    /// Opens the log at `since` (whole seconds; `None`: from its beginning).
+    /// Opens the log at `since` (whole seconds; `None`: from its beginning), of the container's
+    /// current run, or of the run before it (`previous`).
     fn open(
         &self,
         since: Option<DateTime<Utc>>,
+        previous: bool,
     ) -> impl Future<Output = Result<Self::Reader, OpenError>> + Send;
-    /// Whether the run read still runs, so its log may go on (`true` when unknown).
-    fn still_running(&self) -> impl Future<Output = bool> + Send;
+    /// Where the run read stands now.
+    fn state(&self) -> impl Future<Output = RunState> + Send;
 }
 
 /// Where the lines go: one stream of the order's output.
@@ -117,7 +140,9 @@ pub trait LineSink: Sync {
 
 /// One stream (`<pod>/<container>`) of an order's output.
 pub struct StreamSink {
+    /// The order's output.
     pub out: OutputHandle,
+    /// `<pod>/<container>`.
     pub stream: String,
 }
 
@@ -129,22 +154,28 @@ impl LineSink for StreamSink {
 
 /// A run of a container in a pod, read through the API server.
 pub struct KubeLog {
+    /// Pods of the namespace.
     pub pods: Api<Pod>,
+    /// The pod's name.
     pub pod: String,
+    /// The container's name.
     pub container: String,
-    pub run: Run,
-    /// The run's `restartCount`: a higher one means this run ended.
+    /// The run's `restartCount`: a higher one means this run ended and was replaced.
     pub restart_count: i32,
 }
 
 impl LogSource for KubeLog {
     type Reader = std::pin::Pin<Box<dyn AsyncBufRead + Send>>;
 
-    async fn open(&self, since: Option<DateTime<Utc>>) -> Result<Self::Reader, OpenError> {
+    async fn open(
+        &self,
+        since: Option<DateTime<Utc>>,
+        previous: bool,
+    ) -> Result<Self::Reader, OpenError> {
         let params = LogParams {
             container: Some(self.container.clone()),
-            follow: self.run == Run::Current,
-            previous: self.run == Run::Previous,
+            follow: !previous,
+            previous,
             timestamps: true,
             since_time: since
                 .and_then(|at| k8s_openapi::jiff::Timestamp::from_second(at.timestamp()).ok()),
@@ -159,26 +190,28 @@ impl LogSource for KubeLog {
         }
     }
 
-    async fn still_running(&self) -> bool {
-        if self.run == Run::Previous {
-            return false;
-        }
+    async fn state(&self) -> RunState {
         let pod = match self.pods.get_opt(&self.pod).await {
             Ok(Some(pod)) => pod,
-            Ok(None) => return false,
-            Err(_) => return true,
+            Ok(None) => return RunState::Gone,
+            Err(_) => return RunState::Running,
         };
         let Some(status) = pod.status else {
-            return true;
+            return RunState::Running;
         };
         let statuses = status.init_container_statuses.iter().flatten();
-        statuses
+        let Some(c) = statuses
             .chain(status.container_statuses.iter().flatten())
             .find(|c| c.name == self.container)
-            .is_some_and(|c| {
-                c.restart_count == self.restart_count
-                    && c.state.as_ref().is_some_and(|s| s.running.is_some())
-            })
+        else {
+            return RunState::Running;
+        };
+        match c.restart_count - self.restart_count {
+            0 if c.state.as_ref().is_some_and(|s| s.running.is_some()) => RunState::Running,
+            0 => RunState::Ended,
+            1 => RunState::Replaced,
+            _ => RunState::Gone,
+        }
     }
 }
 
@@ -188,11 +221,14 @@ impl LogSource for KubeLog {
 /// opened gets one last try instead of more backoff.
 pub async fn follow(
     source: &impl LogSource,
+    run: Run,
     sink: &impl LineSink,
     redactor: &Redactor,
     start: Option<ResumePoint>,
     stop: &CancellationToken,
 ) {
+    // Which log holds the run: the current one, or (once it was replaced) the previous.
+    let mut previous = run == Run::Previous;
     let mut sent = start;
     let mut read_any = false;
     // The current outage has been said on the stream already.
@@ -200,7 +236,7 @@ pub async fn follow(
     let mut backoff = Backoff::default();
     loop {
         let last_try = stop.is_cancelled();
-        let broke = match source.open(sent.map(|p| p.at)).await {
+        let broke = match source.open(sent.map(|p| p.at), previous).await {
             Ok(reader) => {
                 let mut reading = Reading::new(redactor, sent);
                 let ended = reading.pump(reader, sink).await;
@@ -209,12 +245,24 @@ pub async fn follow(
                     said = false;
                     backoff.succeeded();
                 }
-                let running = source.still_running().await;
-                if ended.is_ok() && !running {
+                let state = source.state().await;
+                // A log that ended once the run is over (or the verdict is in) is whole.
+                if ended.is_ok() && (last_try || state != RunState::Running) {
                     reading.finish(sink).await;
                     return;
                 }
                 sent = reading.sent;
+                match state {
+                    RunState::Replaced => previous = true,
+                    RunState::Gone => {
+                        let why = "the container restarted again, or its pod is gone";
+                        if !said {
+                            say_lost(sink, sent, why).await;
+                        }
+                        return;
+                    }
+                    RunState::Running | RunState::Ended => {}
+                }
                 match ended {
                     Ok(()) => "the log ended while the container runs".to_string(),
                     Err(error) => error.to_string(),
@@ -257,13 +305,13 @@ async fn say_lost(sink: &impl LineSink, sent: Option<ResumePoint>, error: &str) 
     let (text, at) = match sent {
         Some(p) => (
             format!(
-                "[pullman] lines of this container after {} could not be read: {error}",
+                "{NOTICE_PREFIX}lines of this container after {} could not be read: {error}",
                 p.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
             ),
             p.at.max(Utc::now()),
         ),
         None => (
-            format!("[pullman] no logs from this container: {error}"),
+            format!("{NOTICE_PREFIX}no logs from this container: {error}"),
             Utc::now(),
         ),
     };

@@ -41,19 +41,24 @@ enum Open {
 struct Script {
     log: Vec<u8>,
     opens: Mutex<VecDeque<Open>>,
-    /// Answers to `still_running`, in order; the last one repeats.
-    running: Mutex<VecDeque<bool>>,
-    opened: Mutex<Vec<Option<DateTime<Utc>>>>,
+    /// Answers to `state`, in order; the last one repeats.
+    states: Mutex<VecDeque<RunState>>,
+    /// Each open: its `since` and whether it asked for the previous run.
+    opened: Mutex<Vec<(Option<DateTime<Utc>>, bool)>>,
 }
 
 impl Script {
-    fn new(log: Vec<u8>, opens: Vec<Open>, running: Vec<bool>) -> Self {
+    fn new(log: Vec<u8>, opens: Vec<Open>, states: Vec<RunState>) -> Self {
         Script {
             log,
             opens: Mutex::new(opens.into()),
-            running: Mutex::new(running.into()),
+            states: Mutex::new(states.into()),
             opened: Mutex::new(Vec::new()),
         }
+    }
+
+    fn sinces(&self) -> Vec<Option<DateTime<Utc>>> {
+        self.opened.lock().unwrap().iter().map(|o| o.0).collect()
     }
 
     /// The log from `since`, to the second: the lines stamped at or after it.
@@ -74,8 +79,12 @@ impl Script {
 impl LogSource for Script {
     type Reader = std::pin::Pin<Box<dyn AsyncBufRead + Send>>;
 
-    async fn open(&self, since: Option<DateTime<Utc>>) -> Result<Self::Reader, OpenError> {
-        self.opened.lock().unwrap().push(since);
+    async fn open(
+        &self,
+        since: Option<DateTime<Utc>>,
+        previous: bool,
+    ) -> Result<Self::Reader, OpenError> {
+        self.opened.lock().unwrap().push((since, previous));
         let open = self.opens.lock().unwrap().pop_front();
         let (bytes, breaks) = match open {
             Some(Open::Fail(e)) => return Err(e),
@@ -94,12 +103,12 @@ impl LogSource for Script {
         Ok(Box::pin(futures::stream::iter(reads).into_async_read()))
     }
 
-    async fn still_running(&self) -> bool {
-        let mut r = self.running.lock().unwrap();
+    async fn state(&self) -> RunState {
+        let mut r = self.states.lock().unwrap();
         if r.len() > 1 {
             r.pop_front().unwrap()
         } else {
-            r.front().copied().unwrap_or(false)
+            r.front().copied().unwrap_or(RunState::Ended)
         }
     }
 }
@@ -123,7 +132,14 @@ async fn run(script: &Script, start: Option<ResumePoint>, stop: &CancellationTok
     let sink = Sink::default();
     tokio::time::timeout(
         Duration::from_secs(30),
-        follow(script, &sink, &Redactor::default(), start, stop),
+        follow(
+            script,
+            Run::Current,
+            &sink,
+            &Redactor::default(),
+            start,
+            stop,
+        ),
     )
     .await
     .expect("the follower ends");
@@ -171,12 +187,12 @@ async fn a_stream_that_breaks_while_its_container_runs_is_reopened_without_loss_
         ],
         // After the break: still running; after the clean but early end: still running;
         // after the last: ended.
-        vec![true, true, false],
+        vec![RunState::Running, RunState::Running, RunState::Ended],
     );
     let sink = run(&script, None, &CancellationToken::new()).await;
     let want: Vec<String> = (0..12).map(|i| format!("line {i}")).collect();
     assert_eq!(sink.texts(), want);
-    let opened = script.opened.lock().unwrap().clone();
+    let opened = script.sinces();
     assert_eq!(opened.len(), 4, "{opened:?}");
     assert_eq!(opened[0], None);
     assert!(opened[1].is_some(), "reopened from the last line sent");
@@ -190,7 +206,7 @@ async fn invalid_utf8_and_a_huge_line_do_not_end_the_stream() {
         (t(2), &huge),
         (t(3), b"after"),
     ]);
-    let script = Script::new(log, vec![], vec![false]);
+    let script = Script::new(log, vec![], vec![RunState::Ended]);
     let sink = run(&script, None, &CancellationToken::new()).await;
     let got = sink.0.lock().unwrap();
     assert_eq!(got[0].0, "bad \u{fffd}\u{fffd} bytes");
@@ -216,7 +232,7 @@ async fn a_broken_long_line_resumes_after_its_last_piece() {
             bytes: Some(2 * MAX_LINE_BYTES + 100),
             breaks: true,
         }],
-        vec![true, false],
+        vec![RunState::Running, RunState::Ended],
     );
     let sink = run(&script, None, &CancellationToken::new()).await;
     let got = sink.texts();
@@ -237,7 +253,7 @@ async fn a_node_without_logs_is_said_once_and_retried_quietly_until_the_verdict(
         (0..100)
             .map(|_| Open::Fail(OpenError::Transient("no kubelet on this node".into())))
             .collect(),
-        vec![true],
+        vec![RunState::Running],
     );
     let stop = CancellationToken::new();
     let stopper = stop.clone();
@@ -262,7 +278,7 @@ async fn a_refusal_is_said_once_and_final() {
     let script = Script::new(
         kubelet_log(&[(t(1), b"x")]),
         vec![Open::Fail(OpenError::Final("pods/log is forbidden".into()))],
-        vec![true],
+        vec![RunState::Running],
     );
     let sink = run(&script, None, &CancellationToken::new()).await;
     assert_eq!(
@@ -284,7 +300,7 @@ async fn lines_that_cannot_be_read_by_the_verdict_are_said_missing_from_their_ti
         })
         .chain((0..100).map(|_| Open::Fail(OpenError::Transient("kubelet gone".into()))))
         .collect(),
-        vec![true],
+        vec![RunState::Running],
     );
     let stop = CancellationToken::new();
     let stopper = stop.clone();
@@ -311,7 +327,7 @@ async fn lines_that_cannot_be_read_by_the_verdict_are_said_missing_from_their_ti
 #[tokio::test]
 async fn a_resumed_run_starts_after_what_the_server_has() {
     let lines = numbered(8);
-    let script = Script::new(log_of(&lines), vec![], vec![false]);
+    let script = Script::new(log_of(&lines), vec![], vec![RunState::Ended]);
     // The server has lines 0..=4: line 4 shares its microsecond with line 5.
     let start = Some(ResumePoint {
         at: lines[4].0,
@@ -364,4 +380,60 @@ fn a_kubelet_time_cut_to_microseconds_equals_the_stored_one() {
     assert_eq!(cut.timestamp_subsec_nanos(), 123_456_000);
     let stored: DateTime<Utc> = "2026-01-02T03:04:05.123456Z".parse().unwrap();
     assert_eq!(cut, stored);
+}
+
+#[tokio::test]
+async fn a_run_replaced_while_its_stream_was_broken_is_read_on_as_the_previous_run() {
+    // The stream of run 0 breaks; meanwhile the container restarted (run 1 has its own
+    // follower). The rest of run 0 is in the previous run's log, not the current one.
+    let lines = numbered(8);
+    let log = log_of(&lines);
+    let script = Script::new(
+        log.clone(),
+        vec![Open::Give {
+            bytes: Some(log.len() / 2),
+            breaks: true,
+        }],
+        vec![RunState::Replaced],
+    );
+    let sink = run(&script, None, &CancellationToken::new()).await;
+    let want: Vec<String> = (0..8).map(|i| format!("line {i}")).collect();
+    assert_eq!(sink.texts(), want);
+    let previous: Vec<bool> = script.opened.lock().unwrap().iter().map(|o| o.1).collect();
+    assert_eq!(previous, [false, true]);
+}
+
+#[tokio::test]
+async fn a_run_gone_while_its_stream_was_broken_is_said_lost_once() {
+    let lines = numbered(8);
+    let log = log_of(&lines);
+    let script = Script::new(
+        log.clone(),
+        vec![Open::Give {
+            bytes: Some(log.len() / 2),
+            breaks: true,
+        }],
+        vec![RunState::Gone],
+    );
+    let sink = run(&script, None, &CancellationToken::new()).await;
+    let texts = sink.texts();
+    assert!(
+        texts.last().unwrap().contains("could not be read"),
+        "{texts:?}"
+    );
+    assert_eq!(script.opened.lock().unwrap().len(), 1, "not reopened");
+}
+
+#[tokio::test]
+async fn at_the_verdict_a_log_that_ends_cleanly_is_whole_even_if_the_status_lags() {
+    // The last line has no newline and the status still says running: after the verdict the
+    // clean end is trusted, the last line sent, and nothing said missing.
+    let log = kubelet_log(&[(t(1), b"one")]);
+    let mut log_no_newline = log.clone();
+    log_no_newline.extend_from_slice(b"2027-01-15T08:00:00.000002000Z last");
+    let script = Script::new(log_no_newline, vec![], vec![RunState::Running]);
+    let stop = CancellationToken::new();
+    stop.cancel();
+    let sink = run(&script, None, &stop).await;
+    assert_eq!(sink.texts(), ["one", "last"]);
 }

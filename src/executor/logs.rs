@@ -23,12 +23,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::container_log::NOTICE_PREFIX;
 use super::container_log::{self, KubeLog, LineSink, ResumePoint, Run, StreamSink};
 use super::podwatch::{PodSubscription, PodWatches};
 use crate::client::{Client as ApiClient, ClientError};
 use crate::pull::Backoff;
 use crate::pull::output::OutputHandle;
-use crate::wire::{MAX_OUTPUT_PAGE_LINES, OutputQuery, WorkOrder};
+use crate::wire::{MAX_OUTPUT_PAGE_LINES, OutputEntry, OutputQuery, WorkOrder};
 
 /// After the Job's verdict, its containers' streams get this long to deliver their last lines.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
@@ -69,7 +70,7 @@ impl Resumes {
                     lines_at: 0,
                 }),
                 Some(format!(
-                    "[pullman] lines of this container before {} are not sent again: the output \
+                    "{NOTICE_PREFIX}lines of this container before {} are not sent again: the output \
                      earlier attempts stored could not be read ({why})",
                     at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                 )),
@@ -133,7 +134,10 @@ async fn resume_points(
             ..OutputQuery::default()
         };
         let page = client.read_output(order_id, &query).await?;
-        for l in page.lines.iter().filter(|l| l.marker.is_none()) {
+        // Server markers and the executor's own notices (stamped with its clock, not the
+        // kubelet's) say nothing of where a container's log stands.
+        let read = |l: &&OutputEntry| l.marker.is_none() && !l.text.starts_with(NOTICE_PREFIX);
+        for l in page.lines.iter().filter(read) {
             ResumePoint::see(last.entry(l.stream.clone()).or_default(), l.at);
         }
         after = page.next_cursor;
@@ -275,7 +279,6 @@ impl Runs {
             pods: self.pods.clone(),
             pod: pod.to_string(),
             container: container.to_string(),
-            run,
             restart_count,
         };
         let sink = StreamSink {
@@ -289,7 +292,7 @@ impl Runs {
                 sink.line(text, Utc::now()).await;
             }
             let redactor = sink.out.redactor().clone();
-            container_log::follow(&source, &sink, &redactor, start, &stop).await;
+            container_log::follow(&source, run, &sink, &redactor, start, &stop).await;
         });
     }
 }

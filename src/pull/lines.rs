@@ -100,7 +100,12 @@ impl LineCutter {
             if self.line.ends_with('\r') {
                 self.line.pop();
             }
-            pieces.push(self.piece_of_line());
+            if self.line.is_empty() && self.continued {
+                // The line's last piece was cut just before its `\r\n`: nothing is left of it.
+                self.continued = false;
+            } else {
+                pieces.push(self.piece_of_line());
+            }
             text = &text[i + 1..];
         }
     }
@@ -190,6 +195,16 @@ mod tests {
         let rest = c.feed(b"\nnext\n");
         assert_eq!(texts(&rest), ["xxxxx", "next"]);
         assert_eq!((rest[0].starts_line, rest[1].starts_line), (false, true));
+        // Exactly the budget, then `\r\n` split anywhere: one piece, no empty line after it.
+        for read in 1..13 {
+            let mut c = LineCutter::new(Redactor::default(), max);
+            let input = [[b'w'; 10].as_slice(), b"\r\nnext\r\n"].concat();
+            assert_eq!(
+                texts(&cut_all(&mut c, &input, read)),
+                ["w".repeat(10), "next".into()],
+                "reads of {read}"
+            );
+        }
         // Exactly the budget, then a newline: one piece, no empty line after it.
         let mut c = LineCutter::new(Redactor::default(), max);
         assert_eq!(texts(&cut_all(&mut c, &[b'y'; 10], 3)), ["y".repeat(10)]);

@@ -183,7 +183,9 @@ impl Queue {
             let (ahead,): (i64,) = sqlx::query_as(sql::QUEUE_POSITION)
                 .bind(id)
                 .bind(&verdict.takers)
-                .bind(limits::MAX_POSITION_COUNTED)
+                // One more than the bound, so "more than the bound ahead" is told apart from
+                // exactly the bound ahead.
+                .bind(limits::MAX_POSITION_COUNTED + 1)
                 .fetch_one(&mut *tx)
                 .await?;
             Some(ahead + 1)

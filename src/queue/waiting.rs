@@ -167,7 +167,7 @@ pub fn explanation(
             Some(1) | None => {
                 format!("Work order {id} is next in line for {list}.")
             }
-            Some(p) if p > MAX_POSITION_COUNTED => format!(
+            Some(p) if p - 1 > MAX_POSITION_COUNTED => format!(
                 "Work order {id} is in line for {list}: more than {MAX_POSITION_COUNTED} orders \
                  go first."
             ),
@@ -184,11 +184,11 @@ pub fn explanation(
         matching_agent_count: names.len(),
         position: match position.unwrap_or(1) {
             _ if verdict.reason != WaitReason::Queued => None,
-            p if p > MAX_POSITION_COUNTED => None,
+            p if p - 1 > MAX_POSITION_COUNTED => None,
             p => Some(p),
         },
         position_past: (verdict.reason == WaitReason::Queued
-            && position.is_some_and(|p| p > MAX_POSITION_COUNTED))
+            && position.is_some_and(|p| p - 1 > MAX_POSITION_COUNTED))
         .then_some(MAX_POSITION_COUNTED),
         backing_off_until: if verdict.reason == WaitReason::BackingOff {
             order.next_retry_after

@@ -3,8 +3,8 @@
 -- that could take it (queue::waiting::Verdict::takers). The agent relation a of the eligibility
 -- rule is built per agent inside a LATERAL sub-query, so each agent's orders are found with one
 -- walk of the claimable rows (a per-order EXISTS was several times slower at 1M orders).
--- The count stops at $3 (queue::limits::MAX_POSITION_COUNTED): each agent's walk stops there,
--- and so does the count, so $3 in the answer means "$3 or more".
+-- The count stops at $3 (queue::limits::MAX_POSITION_COUNTED + 1): each agent's walk stops
+-- there, and so does the count, so $3 in the answer means "$3 or more".
 -- $1 order id (uuid)
 -- $2 the agents that could claim it now (uuid[])
 -- $3 most orders counted (bigint)
