@@ -434,6 +434,7 @@ async fn tail_attempt_and_after_select_lines_and_the_holder_may_read() {
         "?attempt=0",
         "?after=-1",
         "?limit=0",
+        "?tail=3&limit=-5",
         "?follow=true&limit=5",
         "?nope=1",
     ] {

@@ -219,6 +219,14 @@ def filter_failure(context, failure, case, response):
     (`GET /agents/{id}` is `200` with `health: retired`; rotating its token is
     `409 agent_retired`; its revoked token gets `401`). The check stays on for work orders,
     where a cancelled order is `404`, except for its attempts and output, which stay readable."""
+    # A generated Idempotency-Key that repeats (`0`) with another body is `422
+    # idempotency_key_reused` by design; before_call renews keys only in positive cases.
+    if getattr(failure, "code", None) == "ST202" and response is not None and response.status_code == 422:
+        try:
+            if response.json()["error"]["code"] == "idempotency_key_reused":
+                return False
+        except Exception:
+            pass
     if getattr(failure, "code", None) != "ST301":
         return True
     free = getattr(failure, "free", "")

@@ -257,9 +257,7 @@ impl Read {
                 after: q.after,
             });
         }
-        if let Some(n) = tail {
-            return Ok(Read::Tail(n));
-        }
+        // Checked even where `tail` makes it moot: a bad value is an error wherever it is.
         let limit = match q.limit {
             Some(l) if !(1..=MAX_PAGE_LINES).contains(&l) => {
                 return Err(bad(format!(
@@ -269,6 +267,9 @@ impl Read {
             Some(l) => l as usize,
             None => DEFAULT_PAGE_LINES as usize,
         };
+        if let Some(n) = tail {
+            return Ok(Read::Tail(n));
+        }
         Ok(Read::Page {
             after: q.after,
             limit,
