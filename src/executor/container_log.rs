@@ -25,6 +25,7 @@ use kube::Api;
 use kube::api::LogParams;
 use tokio_util::sync::CancellationToken;
 
+use super::pods::container_statuses;
 use crate::pull::Backoff;
 use crate::pull::lines::LineCutter;
 use crate::pull::output::{MAX_LINE_BYTES, OutputHandle, Redactor};
@@ -196,14 +197,7 @@ impl LogSource for KubeLog {
             Ok(None) => return RunState::Gone,
             Err(_) => return RunState::Running,
         };
-        let Some(status) = pod.status else {
-            return RunState::Running;
-        };
-        let statuses = status.init_container_statuses.iter().flatten();
-        let Some(c) = statuses
-            .chain(status.container_statuses.iter().flatten())
-            .find(|c| c.name == self.container)
-        else {
+        let Some(c) = container_statuses(&pod).find(|c| c.name == self.container) else {
             return RunState::Running;
         };
         match c.restart_count - self.restart_count {

@@ -25,6 +25,7 @@ use uuid::Uuid;
 
 use super::container_log::NOTICE_PREFIX;
 use super::container_log::{self, KubeLog, LineSink, ResumePoint, Run, StreamSink};
+use super::pods::container_statuses;
 use super::podwatch::{PodSubscription, PodWatches};
 use crate::client::{Client as ApiClient, ClientError};
 use crate::pull::Backoff;
@@ -253,9 +254,7 @@ impl Runs {
         let Some(name) = pod.metadata.name.as_deref() else {
             return;
         };
-        let Some(status) = &pod.status else { return };
-        let statuses = status.init_container_statuses.iter().flatten();
-        for c in statuses.chain(status.container_statuses.iter().flatten()) {
+        for c in container_statuses(pod) {
             let state = c.state.as_ref();
             let has_started = state.is_some_and(|s| s.running.is_some() || s.terminated.is_some());
             let stream = format!("{name}/{}", c.name);

@@ -50,6 +50,14 @@ pub async fn failed_containers(client: &Client, job: &Applied) -> Option<String>
     }
 }
 
+/// The statuses of `pod`'s containers, init containers first (none while it has no status).
+pub fn container_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
+    let status = pod.status.as_ref();
+    let init = status.and_then(|s| s.init_container_statuses.as_ref());
+    let main = status.and_then(|s| s.container_statuses.as_ref());
+    init.into_iter().flatten().chain(main.into_iter().flatten())
+}
+
 /// The sentence [`failed_containers`] reports, from the pods as listed.
 pub fn describe(mut pods: Vec<Pod>) -> Option<String> {
     pods.sort_by(|a, b| {
@@ -59,9 +67,7 @@ pub fn describe(mut pods: Vec<Pod>) -> Option<String> {
     let mut failed = Vec::new();
     for pod in &pods {
         let name = pod.metadata.name.as_deref().unwrap_or("?");
-        let Some(status) = &pod.status else { continue };
-        let containers = status.init_container_statuses.iter().flatten();
-        for c in containers.chain(status.container_statuses.iter().flatten()) {
+        for c in container_statuses(pod) {
             if let Some(line) = container_failure(name, c) {
                 failed.push(line);
             }
