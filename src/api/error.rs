@@ -278,4 +278,20 @@ mod tests {
             assert_eq!(err.code, "malformed_json");
         }
     }
+
+    /// Schemathesis sent `"seq": 2236413752122673.0`; serde_json's default float parser read it
+    /// one ulp off (`…672.8`), so an integral number was refused as a fraction. The
+    /// `float_roundtrip` feature parses exactly.
+    #[test]
+    fn large_integral_floats_are_integers() {
+        for (text, want) in [
+            ("{\"n\": 2236413752122673.0}", 2_236_413_752_122_673_i64),
+            ("{\"n\": 4503599627370495.0}", 4_503_599_627_370_495),
+            ("{\"n\": -60.0}", -60),
+        ] {
+            let value: serde_json::Value = serde_json::from_str(text).unwrap();
+            let body: Body = from_json_object(value).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+            assert_eq!(body.n, Some(want), "{text}");
+        }
+    }
 }
