@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::queue::limits::{
     BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, LEASE_SECONDS, MAX_CONCURRENCY, MAX_RECLAIMS,
-    MAX_RETRIES, MAX_YAML_BYTES,
+    MAX_RETRIES, MAX_YAML_BYTES, PRIORITY,
 };
 use crate::queue::{NewWorkOrder, Targeting, WorkType};
 
@@ -72,6 +72,10 @@ fn default_max_reclaims() -> i32 {
     MAX_RECLAIMS.default_i32()
 }
 
+fn default_priority() -> i32 {
+    PRIORITY.default_i32()
+}
+
 // The Rust types are `WorkOrderResource` / `WorkOrderResourceSpec` so they never collide with the
 // queue's `WorkOrder` / `WorkOrderSpec` (issue #13); the Kubernetes kind stays `WorkOrder`.
 /// A one-time operation pulled by an agent (docs/design.md §6). Immutable once created.
@@ -113,6 +117,11 @@ pub struct WorkOrderResourceSpec {
     #[serde(default = "default_max_reclaims")]
     #[schemars(range(min = MAX_RECLAIMS.min, max = MAX_RECLAIMS.max))]
     pub max_reclaims: i32,
+    /// Of the orders an agent may take, the higher priority goes first, then the older
+    /// (docs/design.md §11).
+    #[serde(default = "default_priority")]
+    #[schemars(range(min = PRIORITY.min, max = PRIORITY.max))]
+    pub priority: i32,
     /// Only agents of this tenant (or instance-wide agents) may claim it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
@@ -312,6 +321,7 @@ impl WorkOrderResourceSpec {
             backoff_seconds: Some(i64::from(self.backoff_seconds)),
             claim_timeout_seconds: Some(i64::from(self.claim_timeout_seconds)),
             max_reclaims: Some(i64::from(self.max_reclaims)),
+            priority: Some(i64::from(self.priority)),
             tenant: self.tenant.clone(),
             targeting: Targeting {
                 agent_ids,

@@ -7,18 +7,19 @@ mod support;
 
 use pullman::queue::limits::{
     AGENT_LEASE_SECONDS, BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, LEASE_SECONDS, MAX_CONCURRENCY,
-    MAX_ORDERS, MAX_RECLAIMS, MAX_RETRIES, MAX_YAML_BYTES, Range,
+    MAX_ORDERS, MAX_RECLAIMS, MAX_RETRIES, MAX_YAML_BYTES, PRIORITY, Range,
 };
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::{TestServer, configmap_order};
 
 /// The order's fields that have a default, as the create body names them.
-const ORDER_FIELDS: [Range; 4] = [
+const ORDER_FIELDS: [Range; 5] = [
     MAX_RETRIES,
     BACKOFF_SECONDS,
     CLAIM_TIMEOUT_SECONDS,
     MAX_RECLAIMS,
+    PRIORITY,
 ];
 
 fn camel(field: &str) -> String {

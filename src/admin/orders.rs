@@ -31,6 +31,7 @@ fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>, wide: bool) {
         ("Type", o.work_type.to_string()),
         ("Status", o.status.as_str().to_string()),
         ("Tenant", opt(&o.tenant)),
+        ("Priority", o.priority.to_string()),
         ("Targeting", targeting_text(o)),
         (
             "Retries",
@@ -129,6 +130,7 @@ async fn create(client: &Client, c: CreateWorkOrder) -> anyhow::Result<WorkOrder
         ("backoff_seconds", c.backoff_seconds),
         ("claim_timeout_seconds", c.claim_timeout_seconds),
         ("max_reclaims", c.max_reclaims),
+        ("priority", c.priority),
     ] {
         if let Some(v) = v {
             body[k] = json!(v);
@@ -159,6 +161,7 @@ const CREATE_FLAGS: &[(&str, &str)] = &[
     ("backoff_seconds", "--backoff-seconds"),
     ("claim_timeout_seconds", "--claim-timeout-seconds"),
     ("max_reclaims", "--max-reclaims"),
+    ("priority", "--priority"),
     ("tenant", "--tenant"),
 ];
 

@@ -235,6 +235,7 @@ pub(in crate::controller) mod tests {
                 backoff_seconds: 60,
                 claim_timeout_seconds: 3600,
                 max_reclaims: 5,
+                priority: 0,
                 tenant: None,
                 targeting: WorkOrderTargeting {
                     labels: vec!["a".into()],

@@ -37,8 +37,9 @@ use uuid::Uuid;
 use super::model::{Targeting, WorkType};
 
 /// The SQL side of eligibility: a condition on order `w` and agent relation `a` (see the module
-/// docs). Its first conjunct repeats the partial index predicate of `work_orders_claimable`, so
-/// the planner walks that index in hand-out order.
+/// docs). Its first conjunct repeats the partial index predicate of `work_orders_claimable` and
+/// `work_orders_handout`, so the planner walks those (the claims walk `work_orders_handout`, in
+/// hand-out order).
 pub const ELIGIBLE_SQL: &str = include_str!("sql/eligible.sql");
 
 /// The SQL side of claim liveness: a condition on claim row `c`.

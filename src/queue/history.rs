@@ -100,6 +100,7 @@ impl Queue {
             backoff_seconds: entry.backoff_seconds,
             claim_timeout_seconds: entry.claim_timeout_seconds,
             max_reclaims: entry.max_reclaims,
+            priority: entry.priority,
             tenant: entry.tenant,
             targeting: entry.targeting,
         };

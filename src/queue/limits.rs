@@ -100,6 +100,15 @@ pub const MAX_RECLAIMS: Range = Range {
     default: Some(5),
 };
 
+/// An order's priority (docs/design.md §11): among one tenant's orders an agent may take, the
+/// higher goes first; then the older.
+pub const PRIORITY: Range = Range {
+    field: "priority",
+    min: -1000,
+    max: 1000,
+    default: Some(0),
+};
+
 /// A lease, in seconds: on a claim, on an agent's registration and on an Executor. Absent means
 /// no lease (the claim timeout alone governs).
 pub const LEASE_SECONDS: Range = Range {
@@ -182,11 +191,12 @@ pub const MAX_AGENT_NAME_CHARS: usize = 253;
 pub const MAX_LIST_ENTRIES: usize = 256;
 
 /// Every integer range, for the tests and for the OpenAPI document.
-pub const RANGES: [Range; 7] = [
+pub const RANGES: [Range; 8] = [
     MAX_RETRIES,
     BACKOFF_SECONDS,
     CLAIM_TIMEOUT_SECONDS,
     MAX_RECLAIMS,
+    PRIORITY,
     LEASE_SECONDS,
     MAX_CONCURRENCY,
     MAX_ORDERS,
@@ -201,7 +211,11 @@ mod tests {
     fn every_range_is_ordered_fits_the_column_and_holds_its_default() {
         for r in RANGES {
             assert!(r.min <= r.max, "{}", r.field);
-            assert!(r.min >= 0 && r.max <= i64::from(i32::MAX), "{}", r.field);
+            assert!(
+                r.min >= i64::from(i32::MIN) && r.max <= i64::from(i32::MAX),
+                "{}",
+                r.field
+            );
             if let Some(d) = r.default {
                 assert!((r.min..=r.max).contains(&d), "{} default {d}", r.field);
             }

@@ -208,6 +208,10 @@ pub struct NewWorkOrder {
     /// Reclaims by the reaper before the order fails, 0–100 (default 5).
     #[serde(default)]
     pub max_reclaims: Option<i64>,
+    /// Of the orders an agent may take, the higher priority is handed out first, then the
+    /// older; -1000–1000 (default 0) (docs/design.md §11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
     /// Only agents of this tenant (or instance-wide agents) may claim. 1–4096 characters.
     #[serde(default)]
     pub tenant: Option<String>,
@@ -228,6 +232,11 @@ pub struct WorkOrder {
     pub backoff_seconds: i32,
     pub claim_timeout_seconds: i32,
     pub max_reclaims: i32,
+    /// Higher first among one tenant's orders (docs/design.md §11). Absent from servers before
+    /// it (read as 0).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub priority: i32,
     #[schema(required = true)]
     pub tenant: Option<String>,
     pub targeting: Targeting,
@@ -352,6 +361,11 @@ pub struct LogEntry {
     pub backoff_seconds: i32,
     pub claim_timeout_seconds: i32,
     pub max_reclaims: i32,
+    /// Higher first among one tenant's orders (docs/design.md §11). Absent from servers before
+    /// it (read as 0).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub priority: i32,
     #[schema(required = true)]
     pub tenant: Option<String>,
     pub targeting: Targeting,

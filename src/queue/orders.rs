@@ -476,6 +476,7 @@ pub(super) async fn insert_order(
         .bind(&pairs)
         .bind(source)
         .bind(rerun_of)
+        .bind(spec.priority)
         .fetch_optional(exec)
         .await?)
 }

@@ -11,7 +11,7 @@ use crate::manifest;
 
 use super::limits::{
     BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, LEASE_SECONDS, MAX_AGENT_NAME_CHARS, MAX_CONCURRENCY,
-    MAX_LIST_ENTRIES, MAX_RECLAIMS, MAX_RETRIES, MAX_STRING_CHARS, MAX_YAML_BYTES,
+    MAX_LIST_ENTRIES, MAX_RECLAIMS, MAX_RETRIES, MAX_STRING_CHARS, MAX_YAML_BYTES, PRIORITY,
     WATCHED_MIN_CLAIM_TIMEOUT_SECONDS,
 };
 
@@ -24,6 +24,8 @@ pub struct WorkOrderSpec {
     pub backoff_seconds: i32,
     pub claim_timeout_seconds: i32,
     pub max_reclaims: i32,
+    /// Higher first within a tenant (docs/design.md §11).
+    pub priority: i32,
     pub tenant: Option<String>,
     pub targeting: Targeting,
 }
@@ -201,6 +203,7 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
     let claim_timeout_seconds =
         CLAIM_TIMEOUT_SECONDS.check_or_default(body.claim_timeout_seconds)?;
     let max_reclaims = MAX_RECLAIMS.check_or_default(body.max_reclaims)?;
+    let priority = PRIORITY.check_or_default(body.priority)?;
     if let Some(tenant) = &body.tenant {
         check_string("tenant", tenant)?;
     }
@@ -244,6 +247,7 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
         backoff_seconds,
         claim_timeout_seconds,
         max_reclaims,
+        priority,
         tenant: body.tenant,
         targeting: body.targeting,
     })

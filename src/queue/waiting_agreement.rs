@@ -344,6 +344,7 @@ struct OrderCase {
     name: Option<usize>,
     work_type: WorkType,
     tenant: Option<usize>,
+    priority: i64,
     /// `None` = `PENDING`; `Some(hours)` = `RETRY_PENDING`, due when negative.
     retry_in_hours: Option<i32>,
 }
@@ -379,14 +380,16 @@ fn order_case() -> impl Strategy<Value = OrderCase> {
         proptest::option::of(0usize..3),
         proptest::sample::select(vec![WorkType::Build, WorkType::Custom]),
         proptest::option::of(0usize..2),
+        proptest::sample::select(vec![-1i64, 0, 0, 1]),
         proptest::option::of(prop_oneof![Just(-1), Just(1)]),
     )
         .prop_map(
-            |(labels, name, work_type, tenant, retry_in_hours)| OrderCase {
+            |(labels, name, work_type, tenant, priority, retry_in_hours)| OrderCase {
                 labels,
                 name,
                 work_type,
                 tenant,
+                priority,
                 retry_in_hours,
             },
         )
@@ -460,6 +463,7 @@ async fn check(
                 "work_type": o.work_type.as_str(),
                 "yaml_content": if o.work_type == WorkType::Build { BUILD } else { CM },
                 "tenant": o.tenant.map(tenant),
+                "priority": o.priority,
                 "targeting": targeting,
             }),
         )
@@ -535,16 +539,10 @@ async fn check(
             let mut me = None;
             for t in &takers {
                 let page = queue.pending_for_agent(*t, &[], 1000, None).await.unwrap();
-                let keys: BTreeMap<_, _> = page
-                    .items
-                    .iter()
-                    .map(|w| ((w.created_at, w.id), w.id))
-                    .collect();
-                let mine = page
-                    .items
-                    .iter()
-                    .find(|w| w.id == *o)
-                    .map(|w| (w.created_at, w.id));
+                // Hand-out order: priority (higher first), then age (docs/design.md §11).
+                let key = |w: &WorkOrder| (std::cmp::Reverse(w.priority), w.created_at, w.id);
+                let keys: BTreeMap<_, _> = page.items.iter().map(|w| (key(w), w.id)).collect();
+                let mine = page.items.iter().find(|w| w.id == *o).map(key);
                 prop_assert!(mine.is_some(), "a taker's pending list lacks the order");
                 me = mine;
                 ahead.extend(keys.range(..mine.unwrap()).map(|(k, _)| *k));

@@ -1,5 +1,5 @@
-//! The claim's plan, held to its shape: claim-next walks `work_orders_claimable` in hand-out
-//! order and stops at the first eligible order, whatever the backlog. When the eligibility rule
+//! The claim's plan, held to its shape: claim-next walks `work_orders_handout` in hand-out
+//! order (priority, then age) and stops at the first eligible order, whatever the backlog. When the eligibility rule
 //! sat in the claim as top-level conditions, the planner turned its targeting disjuncts into a
 //! BitmapOr over the `work_orders_target_*` GIN indexes and sorted every eligible order to hand
 //! out one; the HTTP path fell from 0.70 to 0.17 of the SQL ceiling and no test noticed
@@ -11,10 +11,14 @@ use uuid::Uuid;
 use super::super::sql;
 use crate::testing::fresh_pool;
 
-/// The node types of a JSON plan, depth first.
+/// The node types of a JSON plan, depth first; an index scan with its index
+/// (`Index Scan using work_orders_handout`).
 fn node_types(plan: &serde_json::Value, out: &mut Vec<String>) {
     if let Some(t) = plan["Node Type"].as_str() {
-        out.push(t.to_string());
+        match plan["Index Name"].as_str() {
+            Some(index) => out.push(format!("{t} using {index}")),
+            None => out.push(t.to_string()),
+        }
     }
     for child in plan["Plans"].as_array().into_iter().flatten() {
         node_types(child, out);
@@ -67,18 +71,20 @@ fn assert_ordered_walk(name: &str, nodes: &[String]) {
         );
     }
     assert!(
-        nodes.iter().any(|n| n == "Index Scan"),
-        "{name}: no ordered index walk in {nodes:?}"
+        nodes
+            .iter()
+            .any(|n| n == "Index Scan using work_orders_handout"),
+        "{name}: no walk of work_orders_handout (priority, then age) in {nodes:?}"
     );
 }
 
 #[tokio::test]
-async fn claim_next_walks_the_claimable_index_in_order() {
+async fn claim_next_walks_the_handout_index_in_order() {
     assert_ordered_walk("claim_next.sql", &plan_of(sql::CLAIM_NEXT).await);
 }
 
 #[tokio::test]
-async fn the_capped_claim_walks_the_claimable_index_in_order() {
+async fn the_capped_claim_walks_the_handout_index_in_order() {
     assert_ordered_walk(
         "claim_next_capped.sql",
         &plan_of(sql::CLAIM_NEXT_CAPPED).await,

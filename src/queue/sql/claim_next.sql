@@ -1,4 +1,5 @@
--- claim_next: claims the oldest orders eligible for an agent (docs/design.md §3; as many as $2 has
+-- claim_next: claims the first orders in hand-out order (priority, then age: docs/design.md §3,
+-- §11) eligible for an agent (as many as $2 has
 -- claim ids, one for a plain claim-next) in one statement, one
 -- round trip and one commit (issue #7), for an agent without max_concurrency; a capped agent's
 -- claim is the transaction of claim_next_capped.sql (see queue::claims). Records the agent's
@@ -25,7 +26,7 @@ contact AS (
     AND (last_seen_at IS NULL OR last_seen_at < now() - interval '1 second'
          OR lease_seconds IS DISTINCT FROM COALESCE($3::int, lease_seconds))
 ),
--- The walk: work_orders_claimable in hand-out order, stopping at the first eligible row. The rule
+-- The walk: work_orders_handout in hand-out order (priority, then age), stopping at the first eligible row. The rule
 -- is a per-row sub-select on purpose: written as top-level conditions, the planner (which cannot
 -- estimate the agent's targeting, read from `a`) turned its disjuncts into a BitmapOr over the
 -- work_orders_target_* GIN indexes and sorted every eligible order to hand out one, a cost that
@@ -38,7 +39,7 @@ target AS (
     AND (SELECT
     -- @include eligible.sql
     )
-  ORDER BY w.created_at, w.id
+  ORDER BY w.priority DESC, w.created_at, w.id
   LIMIT cardinality($2::uuid[])
   FOR UPDATE SKIP LOCKED
 ),

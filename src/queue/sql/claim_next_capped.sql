@@ -1,4 +1,4 @@
--- claim_next_capped: claims the oldest orders (as many as $2 has claim ids) eligible for an agent (docs/design.md §3), inside the
+-- claim_next_capped: claims the first orders in hand-out order (priority, then age; as many as $2 has claim ids) eligible for an agent (docs/design.md §3, §11), inside the
 -- transaction of an agent with max_concurrency, after lock_claimer.sql locked its row and
 -- count_held_claims.sql found it under its cap (a later statement than the lock, so it sees
 -- claims committed while the lock was awaited).
@@ -19,7 +19,7 @@ target AS (
     AND (SELECT
     -- @include eligible.sql
     )
-  ORDER BY w.created_at, w.id
+  ORDER BY w.priority DESC, w.created_at, w.id
   LIMIT cardinality($2::uuid[])
   FOR UPDATE SKIP LOCKED
 ),

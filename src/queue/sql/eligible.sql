@@ -3,7 +3,8 @@
 -- (`-- @include eligible.sql`, build.rs) by pending_for_agent.sql, claim_next.sql,
 -- claim_next_capped.sql, queue_position.sql and backlog.sql; its Rust side and the tests that keep them together are in
 -- queue::eligibility. The first conjunct repeats the partial index predicate of
--- work_orders_claimable, so the planner walks that index. Each targeting disjunct uses `@>` or
+-- work_orders_claimable and work_orders_handout, so the planner walks those (the claims walk
+-- work_orders_handout in hand-out order). Each targeting disjunct uses `@>` or
 -- `&&` (`name = ANY (names)` would mean the same) so that the work_orders_target_* GIN indexes
 -- serve a count over all eligible orders (backlog.sql) as a BitmapOr.
 w.status IN ('PENDING', 'RETRY_PENDING')

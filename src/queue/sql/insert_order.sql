@@ -10,12 +10,14 @@
 --     queue::eligibility::annotation_pairs)
 -- $14 source (text: api or kubernetes)
 -- $15 the finished order this one re-runs (uuid, NULL = none)
+-- $16 priority (int, docs/design.md §11)
+-- A tenant's first active order gives it a turn (tenant_turns, the migration's trigger).
 WITH w AS (
   INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds,
                            claim_timeout_seconds, max_reclaims, tenant, target_agent_ids,
                            target_agent_names, target_labels, target_annotations,
-                           target_annotation_pairs, status, source, rerun_of)
-  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'PENDING', $14, $15
+                           target_annotation_pairs, status, source, rerun_of, priority)
+  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'PENDING', $14, $15, $16
   WHERE NOT EXISTS (SELECT 1 FROM work_order_log WHERE id = $1)
   ON CONFLICT (id) DO NOTHING
   RETURNING *

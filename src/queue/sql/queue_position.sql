@@ -1,5 +1,5 @@
 -- queue_position: how many orders go before a queued one (docs/design.md §10 `queued`): orders
--- earlier in hand-out order (created_at, id) that are eligible now for at least one of the agents
+-- earlier in hand-out order (priority, then created_at, id: docs/design.md §11) that are eligible now for at least one of the agents
 -- that could take it (queue::waiting::Verdict::takers). The agent relation a of the eligibility
 -- rule is built per agent inside a LATERAL sub-query, so each agent's orders are found with one
 -- walk of the claimable rows (a per-order EXISTS was several times slower at 1M orders).
@@ -19,7 +19,10 @@ CROSS JOIN LATERAL (
   SELECT w.id FROM work_orders w
   WHERE
     -- @include eligible.sql
-    AND (w.created_at, w.id) < (SELECT o.created_at, o.id FROM work_orders o WHERE o.id = $1)
+    AND (w.priority > (SELECT o.priority FROM work_orders o WHERE o.id = $1)
+         OR (w.priority = (SELECT o.priority FROM work_orders o WHERE o.id = $1)
+             AND (w.created_at, w.id)
+                 < (SELECT o.created_at, o.id FROM work_orders o WHERE o.id = $1)))
   LIMIT $3
 ) ahead
 WHERE ag.id = ANY ($2::uuid[])
