@@ -83,11 +83,9 @@ async fn backlog_at(b: &Bench, n: i64) -> [(Duration, Duration); 2] {
         tenant: None,
         retired: false,
     };
-    let spec = queue::validate::validate_agent(
-        serde_json::from_value(json!({"name": "scaled", "labels": ["pool-7"]})).unwrap(),
-    )
-    .unwrap();
-    let agent = queue.register_agent(&spec, None).await.unwrap().agent.id;
+    let agent =
+        pullman::testing::register_agent(&queue, json!({"name": "scaled", "labels": ["pool-7"]}))
+            .await;
     let samples = if b.quick { 20 } else { 100 };
     let by_profile = timed(samples, || async {
         queue.profile_backlog(&profile).await.unwrap().count

@@ -248,11 +248,8 @@ impl Bench {
         let pool = self.fresh_pool(4).await;
         let queue = Queue::new(pool.clone());
         Self::fill(&pool, pending, log).await;
-        let spec = queue::validate::validate_agent(
-            serde_json::from_value(json!({"name": "b", "labels": ["bench"]})).unwrap(),
-        )
-        .unwrap();
-        let agent = queue.register_agent(&spec, None).await.unwrap().agent.id;
+        let agent =
+            testing::register_agent(&queue, json!({"name": "b", "labels": ["bench"]})).await;
         let req = queue::ClaimRequest {
             agent_id: agent,
             lease_seconds: None,

@@ -3,17 +3,15 @@
 //! the claim that hands it out. (Fair share between tenants, which §11 puts before priority, is
 //! not built yet: orders of every tenant are in one line.)
 
-use pullman::queue::validate::{validate_agent, validate_work_order};
 use pullman::queue::{ClaimRequest, Queue, WaitReason};
-use pullman::testing::fresh_pool;
+use pullman::testing::{create_order, fresh_pool, register_agent};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n";
 
 async fn agent(queue: &Queue, body: Value) -> Uuid {
-    let spec = validate_agent(serde_json::from_value(body).unwrap()).unwrap();
-    let id = queue.register_agent(&spec, None).await.unwrap().agent.id;
+    let id = register_agent(queue, body).await;
     // A claim is a contact: the agent is active, so its orders are `queued` with a position.
     assert_eq!(claim(queue, id).await, None);
     id
@@ -28,13 +26,7 @@ async fn order(queue: &Queue, tenant: Option<&str>, priority: i64) -> Uuid {
         "priority": priority,
         "targeting": {"labels": ["prio"]},
     });
-    let spec = validate_work_order(serde_json::from_value(body).unwrap()).unwrap();
-    queue
-        .create_new_work_order(&spec, None)
-        .await
-        .unwrap()
-        .order
-        .id
+    create_order(queue, body).await
 }
 
 async fn claim(queue: &Queue, agent: Uuid) -> Option<Uuid> {

@@ -158,6 +158,20 @@ fn numbered(n: usize) -> Vec<(DateTime<Utc>, Vec<u8>)> {
         .collect()
 }
 
+/// `n` numbered lines whose first stream breaks halfway through the log; later opens do what
+/// `after` says (then give the rest), and the run is in `state` whenever asked.
+fn broken_halfway(n: usize, after: impl IntoIterator<Item = Open>, state: RunState) -> Script {
+    let log = log_of(&numbered(n));
+    let half = log.len() / 2;
+    let opens = std::iter::once(Open::Give {
+        bytes: Some(half),
+        breaks: true,
+    })
+    .chain(after)
+    .collect();
+    Script::new(log, opens, vec![state])
+}
+
 fn log_of(lines: &[(DateTime<Utc>, Vec<u8>)]) -> Vec<u8> {
     let refs: Vec<(DateTime<Utc>, &[u8])> = lines.iter().map(|(a, b)| (*a, b.as_slice())).collect();
     kubelet_log(&refs)
@@ -290,17 +304,10 @@ async fn a_refusal_is_said_once_and_final() {
 
 #[tokio::test]
 async fn lines_that_cannot_be_read_by_the_verdict_are_said_missing_from_their_time() {
-    let lines = numbered(6);
-    let log = log_of(&lines);
-    let script = Script::new(
-        log.clone(),
-        std::iter::once(Open::Give {
-            bytes: Some(log.len() / 2),
-            breaks: true,
-        })
-        .chain((0..100).map(|_| Open::Fail(OpenError::Transient("kubelet gone".into()))))
-        .collect(),
-        vec![RunState::Running],
+    let script = broken_halfway(
+        6,
+        (0..100).map(|_| Open::Fail(OpenError::Transient("kubelet gone".into()))),
+        RunState::Running,
     );
     let stop = CancellationToken::new();
     let stopper = stop.clone();
@@ -386,16 +393,7 @@ fn a_kubelet_time_cut_to_microseconds_equals_the_stored_one() {
 async fn a_run_replaced_while_its_stream_was_broken_is_read_on_as_the_previous_run() {
     // The stream of run 0 breaks; meanwhile the container restarted (run 1 has its own
     // follower). The rest of run 0 is in the previous run's log, not the current one.
-    let lines = numbered(8);
-    let log = log_of(&lines);
-    let script = Script::new(
-        log.clone(),
-        vec![Open::Give {
-            bytes: Some(log.len() / 2),
-            breaks: true,
-        }],
-        vec![RunState::Replaced],
-    );
+    let script = broken_halfway(8, [], RunState::Replaced);
     let sink = run(&script, None, &CancellationToken::new()).await;
     let want: Vec<String> = (0..8).map(|i| format!("line {i}")).collect();
     assert_eq!(sink.texts(), want);
@@ -405,16 +403,7 @@ async fn a_run_replaced_while_its_stream_was_broken_is_read_on_as_the_previous_r
 
 #[tokio::test]
 async fn a_run_gone_while_its_stream_was_broken_is_said_lost_once() {
-    let lines = numbered(8);
-    let log = log_of(&lines);
-    let script = Script::new(
-        log.clone(),
-        vec![Open::Give {
-            bytes: Some(log.len() / 2),
-            breaks: true,
-        }],
-        vec![RunState::Gone],
-    );
+    let script = broken_halfway(8, [], RunState::Gone);
     let sink = run(&script, None, &CancellationToken::new()).await;
     let texts = sink.texts();
     assert!(

@@ -166,18 +166,17 @@ async fn check(
     let w = Words {
         tag: NEXT.fetch_add(1, Ordering::Relaxed),
     };
-    let spec = super::validate::validate_agent(
-        serde_json::from_value(json!({
+    let agent_id = crate::testing::register_agent(
+        queue,
+        json!({
             "name": w.name(agent.name),
             "labels": agent.labels.iter().map(|&i| w.label(i)).collect::<Vec<_>>(),
             "annotations": w.annotations(agent.zone, agent.rack),
             "work_types": agent.work_types.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
             "tenant": agent.tenant.map(|i| w.tenant(i)),
-        }))
-        .unwrap(),
+        }),
     )
-    .unwrap();
-    let agent_id = queue.register_agent(&spec, None).await.unwrap().agent.id;
+    .await;
 
     // Two batches of the same orders; every order's facts, by id, in creation order.
     let mut batches: [Vec<(Uuid, &OrderCase)>; 2] = [vec![], vec![]];

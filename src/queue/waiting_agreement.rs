@@ -62,8 +62,7 @@ async fn would_claim(queue: &Queue, order: Uuid, agent: Uuid) -> Claim {
 }
 
 async fn agent(queue: &Queue, body: Value) -> Uuid {
-    let spec = super::validate::validate_agent(serde_json::from_value(body).unwrap()).unwrap();
-    queue.register_agent(&spec, None).await.unwrap().agent.id
+    crate::testing::register_agent(queue, body).await
 }
 
 async fn order(queue: &Queue, body: Value) -> Uuid {
@@ -74,13 +73,7 @@ async fn order(queue: &Queue, body: Value) -> Uuid {
     if body.get("work_type").is_none() {
         body["work_type"] = json!("custom");
     }
-    let spec = super::validate::validate_work_order(serde_json::from_value(body).unwrap()).unwrap();
-    queue
-        .create_new_work_order(&spec, None)
-        .await
-        .unwrap()
-        .order
-        .id
+    crate::testing::create_order(queue, body).await
 }
 
 /// Sets an agent's last contact: `Some(seconds ago)`, or `None` for never seen.

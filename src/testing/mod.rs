@@ -6,7 +6,9 @@
 //! for tests and benches; `pullman` as shipped does not contain it.
 
 mod postgres;
+mod queue;
 mod server;
 
 pub use postgres::{free_port, fresh_database_url, fresh_pool, server_url};
+pub use queue::{create_order, register_agent};
 pub use server::{ADMIN_TOKEN, TestServer, configmap_order, eventually};

@@ -1,0 +1,32 @@
+//! Agents and orders made straight on a [`Queue`], from the same JSON bodies `POST /agents` and
+//! `POST /work-orders` take and through the same validation, for tests and benches that need
+//! the queue without the HTTP server.
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::queue::Queue;
+use crate::queue::validate::{validate_agent, validate_work_order};
+
+/// Registers an agent from a registration body (`NewAgent` as JSON); its id.
+///
+/// # Panics
+/// On a body that does not parse or validate, or a failed insert: a test's own mistake.
+pub async fn register_agent(queue: &Queue, body: Value) -> Uuid {
+    let spec = validate_agent(serde_json::from_value(body).unwrap()).unwrap();
+    queue.register_agent(&spec, None).await.unwrap().agent.id
+}
+
+/// Creates a work order from a create body (`NewWorkOrder` as JSON); its id.
+///
+/// # Panics
+/// On a body that does not parse or validate, or a failed insert: a test's own mistake.
+pub async fn create_order(queue: &Queue, body: Value) -> Uuid {
+    let spec = validate_work_order(serde_json::from_value(body).unwrap()).unwrap();
+    queue
+        .create_new_work_order(&spec, None)
+        .await
+        .unwrap()
+        .order
+        .id
+}
