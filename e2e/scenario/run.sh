@@ -56,6 +56,11 @@ diagnose() {
   k get workorders -n "$DEMO" 2>&1 | grep -v ' Succeeded ' >&2 || true
   echo "---- pods" >&2
   k get pods -A -o wide 2>&1 | grep -v '^kube-system' >&2 || true
+  # An evicted pod or a node under pressure is the machine's trouble (a full disk, memory), not
+  # Pullman's: say so before the pods' logs.
+  echo "---- node conditions, and this machine's disk" >&2
+  k get nodes -o jsonpath='{range .items[*]}{.metadata.name}{":"}{range .status.conditions[*]}{" "}{.type}{"="}{.status}{end}{"\n"}{end}' >&2 || true
+  df -h "$ROOT" /tmp >&2 || true
   local p
   for p in $(k get pods -n "$NS" -o name 2>/dev/null) $(k get pods -n "$DEMO" -l app.kubernetes.io/name=pullman-executor -o name 2>/dev/null); do
     local ns="$NS"; k get -n "$NS" "$p" >/dev/null 2>&1 || ns="$DEMO"
@@ -70,21 +75,30 @@ fail() {
   echo "scenario: $PASSED passed, 1 failed"
   exit 1
 }
-# A Pullman pod that cannot start or keeps crashing, in one line ("<ns>/<pod> <container>:
-# <reason>: <message>"): waiting on it would only end in a timeout.
+# A Pullman pod that cannot start, keeps crashing or was evicted, in one line ("<ns>/<pod>
+# <container>: <reason>: <message>"): waiting on it would only end in a timeout. The pod lists go
+# through files: with dozens of evicted pods their JSON outgrows one command-line argument.
 pod_trouble() {
-  k get pods -n "$NS" -o json 2>/dev/null | python3 -c '
+  k get pods -n "$NS" -o json >"$WORK/pods-release.json" 2>/dev/null || echo '{}' >"$WORK/pods-release.json"
+  k get pods -n "$DEMO" -l app.kubernetes.io/name=pullman-executor -o json >"$WORK/pods-executor.json" 2>/dev/null \
+    || echo '{}' >"$WORK/pods-executor.json"
+  python3 - "$WORK/pods-release.json" "$WORK/pods-executor.json" <<'PY'
 import json, sys
 bad = {"ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff",
        "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
-for ns_items in [json.load(sys.stdin)] + [json.loads(l) for l in sys.argv[1:] if l]:
-    for p in ns_items.get("items", []):
-        for c in p.get("status", {}).get("containerStatuses", []) + p.get("status", {}).get("initContainerStatuses", []):
+for path in sys.argv[1:]:
+    for p in json.load(open(path)).get("items", []):
+        where = "%s/%s" % (p["metadata"]["namespace"], p["metadata"]["name"])
+        status = p.get("status", {})
+        if status.get("reason") == "Evicted":
+            print("%s: Evicted: %s" % (where, status.get("message", "")))
+            sys.exit(0)
+        for c in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
             w = c.get("state", {}).get("waiting") or {}
             if w.get("reason") in bad:
-                print("%s/%s %s: %s: %s" % (p["metadata"]["namespace"], p["metadata"]["name"], c["name"], w["reason"], w.get("message", "")))
+                print("%s %s: %s: %s" % (where, c["name"], w["reason"], w.get("message", "")))
                 sys.exit(0)
-' "$(k get pods -n "$DEMO" -l app.kubernetes.io/name=pullman-executor -o json 2>/dev/null)"
+PY
 }
 # until_true <seconds> <what> <command...>: polls every 0.5 s; fails naming <what>, or at once
 # when a Pullman pod cannot start (pod_trouble).

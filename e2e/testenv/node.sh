@@ -199,7 +199,10 @@ KUBELET_PORT=$kubelet_port
 DNS_PORT=$dns_port
 EOF
 
-  # Image garbage collection off: the imported images cannot be pulled again.
+  # Image garbage collection off: the imported images cannot be pulled again. Eviction on disk
+  # signals off too ("0%" turns a threshold off): this node shares the machine's disk with the
+  # Rust build, and evicting the chart's pods when that disk runs low turned a full disk into
+  # dozens of Evicted replicas and a timeout (stop 44's CI). A full disk still fails, by name.
   cat > "$N/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -223,7 +226,7 @@ clusterDomain: cluster.local
 podLogsDir: $N/pod-logs
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+evictionHard: {memory.available: "100Mi", nodefs.available: "0%", imagefs.available: "0%", nodefs.inodesFree: "0%"}
 serializeImagePulls: false
 maxPods: 110
 registerNode: true
