@@ -15,7 +15,8 @@
 //! minutes), footprint (server RSS idle and with 1,000 long-polls; executor RSS idle when
 //! KUBECONFIG names a reachable cluster), depth (the backlog routes at 1M pending, and what the
 //! targeting indexes they use cost each insert), river (River, Go, works the same backlog with 16
-//! workers on the same PostgreSQL: bench/river.rs).
+//! workers on the same PostgreSQL: bench/river.rs), fair (fair share between tenants: claim cost
+//! with many tenants, and a small tenant's wait behind a big one's backlog: bench/fair.rs).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -295,6 +296,7 @@ impl Bench {
 }
 
 mod depth;
+mod fair;
 mod footprint;
 mod http;
 mod river;
@@ -480,6 +482,9 @@ async fn main() {
     }
     if run("footprint") {
         footprint::run(&b).await;
+    }
+    if run("fair") {
+        fair::run(&b).await;
     }
     if run("depth") {
         depth::run(&b).await;

@@ -7,8 +7,9 @@
 //! `WHERE` of an order `w` for the agent of a one-row relation `a` (columns `id`, `name`,
 //! `labels`, `annotation_pairs`, `work_types`, `tenant`, `retired_at`, `requested_types`). The
 //! SQL predicate (`sql/eligible.sql`) is included (`-- @include eligible.sql`, expanded by
-//! `build.rs`) by `sql/pending_for_agent.sql`, `sql/claim_next.sql`,
-//! `sql/claim_next_capped.sql`, `sql/queue_position.sql` and `sql/backlog.sql`;
+//! `build.rs`) by `sql/pending_for_agent.sql`, the claim-next statements (through
+//! `sql/handout_walk.sql` and `sql/turn_walk.sql`), `sql/queue_position.sql` and
+//! `sql/backlog.sql`;
 //! `tests::every_statement_that_needs_a_rule_includes_it` fails when one leaves it out, and the property
 //! test `eligibility_agreement` (`queue::eligibility_agreement`, run with feature `testing`: it
 //! needs PostgreSQL) runs generated agents and orders through
@@ -145,6 +146,8 @@ mod tests {
         ("pending_for_agent", sql::PENDING_FOR_AGENT),
         ("claim_next", sql::CLAIM_NEXT),
         ("claim_next_capped", sql::CLAIM_NEXT_CAPPED),
+        ("claim_next_fair", sql::CLAIM_NEXT_FAIR),
+        ("claim_next_capped_fair", sql::CLAIM_NEXT_CAPPED_FAIR),
         ("queue_position", sql::QUEUE_POSITION),
         ("backlog", sql::BACKLOG),
     ];

@@ -35,7 +35,13 @@ pub struct MaintenanceReport {
     pub promoted: u64,
     /// Log entries deleted past the log retention.
     pub log_entries_deleted: u64,
+    /// Turns of tenants left without an order, dropped ([`Queue::drop_idle_turns`]).
+    pub idle_turns_dropped: u64,
 }
+
+/// How often [`run_maintenance`] drops idle tenant turns: the table lock holds claims off for a
+/// moment, and an idle turn costs a claim one index probe until then.
+const TURN_DROP_INTERVAL: Duration = Duration::from_secs(60);
 
 impl Queue {
     /// Releases claims older than `claim_timeout_seconds` or whose lease expired (docs/design.md §2):
@@ -205,7 +211,7 @@ impl Queue {
             reclaimed,
             reclaims_exhausted,
             promoted,
-            log_entries_deleted: 0,
+            ..MaintenanceReport::default()
         })
     }
 }
@@ -216,7 +222,8 @@ impl Queue {
 /// earliest due time again, so a 1 s backoff is claimable after about 1 s, not at the next tick.
 /// (Several replicas each run maintenance; the one that scheduled a retry promotes it on time.)
 /// Each report goes to `on_report` (metrics); failures are logged and retried at the next tick.
-/// With `log_retention`, history past it is deleted too ([`Queue::expire_history`]).
+/// With `log_retention`, history past it is deleted too ([`Queue::expire_history`]). Once a
+/// minute ([`TURN_DROP_INTERVAL`]) it drops idle tenant turns ([`Queue::drop_idle_turns`]).
 pub async fn run_maintenance(
     queue: Queue,
     interval: Duration,
@@ -226,6 +233,7 @@ pub async fn run_maintenance(
 ) {
     // A small floor keeps a tight loop from forming around clock jitter.
     let due_at = |due: Duration| tokio::time::Instant::now() + due.max(Duration::from_millis(50));
+    let mut turns_dropped_at = tokio::time::Instant::now();
     loop {
         let next_tick = tokio::time::Instant::now() + interval;
         let mut wake_at = next_tick;
@@ -233,6 +241,10 @@ pub async fn run_maintenance(
             let mut report = queue.maintain().await?;
             if let Some(retention) = log_retention {
                 report.log_entries_deleted = queue.expire_history(retention).await?;
+            }
+            if turns_dropped_at.elapsed() >= TURN_DROP_INTERVAL {
+                turns_dropped_at = tokio::time::Instant::now();
+                report.idle_turns_dropped = queue.drop_idle_turns().await?;
             }
             Ok::<_, QueueError>(report)
         };
@@ -244,6 +256,7 @@ pub async fn run_maintenance(
                         reclaims_exhausted = report.reclaims_exhausted,
                         promoted = report.promoted,
                         log_entries_deleted = report.log_entries_deleted,
+                        idle_turns_dropped = report.idle_turns_dropped,
                         "maintenance pass"
                     );
                 }

@@ -3,13 +3,17 @@
 //! nothing.
 //!
 //! Lock order, kept by every transaction to rule out deadlocks: agent row → work order row → claim
-//! row. The reaper takes rows with `SKIP LOCKED` and never waits.
+//! row → tenant turn row (`tenant_turns`, taken last and with `SKIP LOCKED`, never awaited). The
+//! reaper takes rows with `SKIP LOCKED` and never waits. Maintenance locks the whole
+//! `tenant_turns` table for a moment (`Queue::drop_idle_turns`), with a 100 ms lock timeout, so
+//! it gives up rather than hold claims off.
 //!
 //! Where things live:
 //! - **Statements**: every SQL statement is one file in `src/queue/sql/`, named after its
 //!   operation (`claim_next.sql`, `complete_success.sql`, `find_expired_claims.sql`, …), its
 //!   parameters listed at its head; `sql/mod.rs` indexes them by concern. Claim-next is
-//!   `claim_next.sql`, and `claim_next_capped.sql` for an agent with `max_concurrency`. No
+//!   `claim_next.sql`, and `claim_next_capped.sql` for an agent with `max_concurrency`; while
+//!   tenants compete, `claim_next_fair.sql` and `claim_next_capped_fair.sql` (`turns`). No
 //!   statement is assembled at run time.
 //! - **Rules**: eligibility (docs/design.md §3) and claim liveness (§2) in [`eligibility`], Rust and
 //!   SQL side by side, with the tests that keep the copies in step; retries, the watch budget
@@ -19,7 +23,8 @@
 //!   claim in `claims::holder` (heartbeat; complete, success in one statement and failure as a
 //!   transaction), refusals and replays in `refusal`, orders and the log in `orders`,
 //!   agents and the storage of their tokens in `registry` (checking tokens is `crate::auth`'s),
-//!   maintenance (reaper, retry promotion, retention) in `maintenance`, why an order waits
+//!   maintenance (reaper, retry promotion, retention) in `maintenance`, tenant turns (fair
+//!   share, docs/design.md §11) in `turns`, why an order waits
 //!   (docs/design.md §10) in `waiting` (the rule, pure) and `explain` (its reads).
 
 mod availability;
@@ -44,6 +49,7 @@ mod registry;
 pub mod rules;
 mod sql;
 pub mod text;
+mod turns;
 pub mod validate;
 pub mod waiting;
 #[cfg(all(test, feature = "testing"))]
@@ -210,6 +216,8 @@ pub struct Queue {
     retry_scheduled: std::sync::Arc<tokio::sync::Notify>,
     /// Successful completes share statements and commits when set ([`Queue::with_group_commit`]).
     group_commit: Option<group_commit::GroupCommit>,
+    /// Whether tenants compete, so that claims walk their turns (`queue::turns`).
+    turns: std::sync::Arc<turns::TurnMode>,
 }
 
 impl Queue {
@@ -221,6 +229,7 @@ impl Queue {
             availability: Default::default(),
             retry_scheduled: Default::default(),
             group_commit: None,
+            turns: Default::default(),
         }
     }
 

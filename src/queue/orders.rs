@@ -137,6 +137,8 @@ impl Queue {
             return self.lookup(id, true).await;
         }
         tx.commit().await?;
+        // After the commit: a look at the turns made before it would not see this tenant's.
+        self.turns.order_created(spec.tenant.as_deref());
         Ok(Lookup::Active(Box::new(row.into())))
     }
 
@@ -167,6 +169,7 @@ impl Queue {
     ) -> Result<Created, QueueError> {
         let Some(key) = key else {
             let order = insert_fresh(&self.pool, Uuid::new_v4(), spec, rerun_of).await?;
+            self.turns.order_created(spec.tenant.as_deref());
             return Ok(Created {
                 order,
                 replayed: false,
@@ -191,6 +194,7 @@ impl Queue {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.turns.order_created(spec.tenant.as_deref());
         Ok(Created {
             order,
             replayed: false,

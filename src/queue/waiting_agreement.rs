@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
@@ -521,27 +522,51 @@ async fn check(
             );
         }
         if e.reason == WaitReason::Queued {
-            // Orders ahead: what the takers' pending lists hold before it, in hand-out order.
+            // Orders ahead: what the takers' pending lists hold (the orders any of them may
+            // take) that docs/design.md §11 hands out before it, were they to claim one at a
+            // time: tenants take turns in the order they were last served, each turn hands out
+            // that tenant's first order (priority, then age).
             let takers: Vec<Uuid> = matching
                 .iter()
                 .filter(active)
                 .filter(|&&i| claims[i] == Claim::Taken)
                 .map(|&i| ids[i])
                 .collect();
-            let mut ahead = BTreeSet::new();
-            let mut me = None;
+            let mut visible: BTreeMap<Uuid, WorkOrder> = BTreeMap::new();
             for t in &takers {
                 let page = queue.pending_for_agent(*t, &[], 1000, None).await.unwrap();
-                // Hand-out order: priority (higher first), then age (docs/design.md §11).
-                let key = |w: &WorkOrder| (std::cmp::Reverse(w.priority), w.created_at, w.id);
-                let keys: BTreeMap<_, _> = page.items.iter().map(|w| (key(w), w.id)).collect();
-                let mine = page.items.iter().find(|w| w.id == *o).map(key);
-                prop_assert!(mine.is_some(), "a taker's pending list lacks the order");
-                me = mine;
-                ahead.extend(keys.range(..mine.unwrap()).map(|(k, _)| *k));
+                visible.extend(page.items.into_iter().map(|w| (w.id, w)));
             }
-            prop_assert!(me.is_some());
-            prop_assert_eq!(e.position, Some(ahead.len() as i64 + 1), "position {:?}", e);
+            let Some(me) = visible.get(o) else {
+                return Err(TestCaseError::fail(
+                    "no taker's pending list holds the order",
+                ));
+            };
+            let turns: Vec<(Option<String>, DateTime<Utc>, Uuid)> =
+                sqlx::query_as("SELECT tenant, served_at, tenant_key FROM tenant_turns")
+                    .fetch_all(queue.pool())
+                    .await
+                    .unwrap();
+            let turn_of = |t: &Option<String>| {
+                turns
+                    .iter()
+                    .find(|(tenant, ..)| tenant == t)
+                    .map(|(_, at, key)| (*at, *key))
+                    .expect("every tenant with orders has a turn")
+            };
+            let key = |w: &WorkOrder| (std::cmp::Reverse(w.priority), w.created_at, w.id);
+            let k = visible
+                .values()
+                .filter(|w| w.tenant == me.tenant && key(w) < key(me))
+                .count();
+            let mut ahead = k;
+            let tenants: BTreeSet<&Option<String>> = visible.values().map(|w| &w.tenant).collect();
+            for t in tenants.into_iter().filter(|t| **t != me.tenant) {
+                let orders = visible.values().filter(|w| w.tenant == *t).count();
+                let earlier = usize::from(turn_of(t) < turn_of(&me.tenant));
+                ahead += orders.min(k + earlier);
+            }
+            prop_assert_eq!(e.position, Some(ahead as i64 + 1), "position {:?}", e);
         } else {
             prop_assert_eq!(e.position, None);
         }

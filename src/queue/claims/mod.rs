@@ -206,8 +206,9 @@ impl Queue {
             .into())
     }
 
-    /// Claims the oldest order eligible for the agent (docs/design.md §3), at most once under any
-    /// concurrency (`FOR UPDATE SKIP LOCKED`). `work_types` narrows the agent's capabilities for
+    /// Claims the first order eligible for the agent in hand-out order (docs/design.md §3, §11:
+    /// the tenant served least recently, then priority, then age; `queue::turns`), at most once
+    /// under any concurrency (`FOR UPDATE SKIP LOCKED`). `work_types` narrows the agent's capabilities for
     /// this call. `None` when nothing is eligible or the agent is at `max_concurrency`.
     pub async fn claim_next(
         &self,
@@ -218,7 +219,8 @@ impl Queue {
     }
 
     /// Multi-claim: [`Self::claim_next`] for up to `max_orders` orders (at least 1) in one
-    /// statement and one commit, oldest first; an agent with `max_concurrency` gets no more than
+    /// statement and one commit, in hand-out order (the tenant whose turn it is first, then the
+    /// next tenant's turn); an agent with `max_concurrency` gets no more than
     /// its free room. Empty when nothing is eligible or the agent has no room. The caller
     /// bounds `max_orders` (`queue::limits::MAX_ORDERS_PER_CLAIM`).
     pub async fn claim_next_many(
@@ -231,15 +233,21 @@ impl Queue {
     }
 
     /// [`Self::claim_next_many`], also returning the claimer (the wait list learns from it which
-    /// orders it may take). One statement (`sql/claim_next.sql`) for an agent without
-    /// `max_concurrency`; a transaction for one with it ([`Self::claim_next_capped`]).
+    /// orders it may take). One statement (`sql/claim_next.sql`, or `claim_next_fair.sql` while
+    /// tenants compete) for an agent without `max_concurrency`; a transaction for one with it
+    /// ([`Self::claim_next_capped`]).
     pub(super) async fn claim_next_as(
         &self,
         req: &ClaimRequest,
         work_types: &[WorkType],
         max_orders: usize,
     ) -> Result<(Vec<WorkOrder>, Claimer), QueueError> {
-        let rows: Vec<PgRow> = take_claim(sql::CLAIM_NEXT, req, max_orders)
+        let statement = if self.turns.fair(&self.pool).await? {
+            sql::CLAIM_NEXT_FAIR
+        } else {
+            sql::CLAIM_NEXT
+        };
+        let rows: Vec<PgRow> = take_claim(statement, req, max_orders)
             .bind(type_names(work_types))
             .fetch_all(&self.pool)
             .await?;
@@ -283,7 +291,12 @@ impl Queue {
             tx.commit().await?;
             return Ok((Vec::new(), claimer));
         }
-        let rows = take_claim(sql::CLAIM_NEXT_CAPPED, req, max_orders.min(room))
+        let statement = if self.turns.fair(&self.pool).await? {
+            sql::CLAIM_NEXT_CAPPED_FAIR
+        } else {
+            sql::CLAIM_NEXT_CAPPED
+        };
+        let rows = take_claim(statement, req, max_orders.min(room))
             .bind(type_names(work_types))
             .fetch_all(&mut *tx)
             .await?;
@@ -413,6 +426,8 @@ mod tests {
         for (name, statement) in [
             ("claim_next", sql::CLAIM_NEXT),
             ("claim_next_capped", sql::CLAIM_NEXT_CAPPED),
+            ("claim_next_fair", sql::CLAIM_NEXT_FAIR),
+            ("claim_next_capped_fair", sql::CLAIM_NEXT_CAPPED_FAIR),
             ("claim_by_id", sql::CLAIM_BY_ID),
         ] {
             let statement = squash(statement);

@@ -5,7 +5,9 @@
 -- $2 the new claim's id (uuid[] of one)
 -- $3 lease seconds (int, NULL = no lease)
 -- $4 order id (uuid)
--- Returns the claimed order with yaml_content and its claim.
-WITH target AS (SELECT $4::uuid AS id),
+-- Returns the claimed order with yaml_content and its claim. Its tenant was served now
+-- (docs/design.md §11: a claim by id serves a tenant as claim-next does).
+WITH target AS (SELECT w.id, w.tenant_key FROM work_orders w WHERE w.id = $4),
+-- @include serve_turns.sql
 -- @include take_claim.sql
 -- @include claimed_order.sql

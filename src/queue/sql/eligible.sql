@@ -1,10 +1,11 @@
 -- eligible: docs/design.md §3 as SQL, a condition on order w and the one-row agent relation a
 -- (id, name, labels, annotation_pairs, work_types, tenant, retired_at, requested_types). Included
--- (`-- @include eligible.sql`, build.rs) by pending_for_agent.sql, claim_next.sql,
--- claim_next_capped.sql, queue_position.sql and backlog.sql; its Rust side and the tests that keep them together are in
--- queue::eligibility. The first conjunct repeats the partial index predicate of
--- work_orders_claimable and work_orders_handout, so the planner walks those (the claims walk
--- work_orders_handout in hand-out order). Each targeting disjunct uses `@>` or
+-- (`-- @include eligible.sql`, build.rs) by pending_for_agent.sql, handout_walk.sql and
+-- turn_walk.sql (the claim-next statements), queue_position.sql and backlog.sql; its Rust side
+-- and the tests that keep them together are in queue::eligibility. The first conjunct repeats
+-- the partial index predicate of work_orders_claimable, work_orders_handout and
+-- work_orders_turn, so the planner walks those (the claims walk work_orders_handout, or
+-- work_orders_turn while tenants compete, in hand-out order). Each targeting disjunct uses `@>` or
 -- `&&` (`name = ANY (names)` would mean the same) so that the work_orders_target_* GIN indexes
 -- serve a count over all eligible orders (backlog.sql) as a BitmapOr.
 w.status IN ('PENDING', 'RETRY_PENDING')

@@ -36,11 +36,20 @@ macro_rules! statements {
 
 /// Files that are fragments, not statements: `eligible.sql` and `live_claim.sql` (the rules'
 /// SQL sides, `queue::eligibility`), `take_claim.sql` and `claimed_order.sql` (the claim every
-/// claiming statement takes, `queue::claims`), `order_columns.sql` (an order as
-/// `queue::OrderRow` reads it) and `log_insert.sql` (an order moved to the log).
+/// claiming statement takes, `queue::claims`), the parts the claim-next statements share
+/// (`claiming_agent.sql`, `capped_agent.sql`, `claim_next_result.sql`, and the hand-out walks
+/// `handout_walk.sql` and `turn_walk.sql` with `serve_turns.sql`: `queue::turns`),
+/// `order_columns.sql` (an order as `queue::OrderRow` reads it) and `log_insert.sql` (an order
+/// moved to the log).
 #[cfg(test)]
 const FRAGMENTS: &[&str] = &[
     "eligible",
+    "claiming_agent",
+    "capped_agent",
+    "claim_next_result",
+    "handout_walk",
+    "turn_walk",
+    "serve_turns",
     "live_claim",
     "take_claim",
     "claimed_order",
@@ -69,6 +78,8 @@ statements! {
     LOCK_CLAIMER = "lock_claimer";
     COUNT_HELD_CLAIMS = "count_held_claims";
     CLAIM_NEXT_CAPPED = "claim_next_capped";
+    CLAIM_NEXT_FAIR = "claim_next_fair";
+    CLAIM_NEXT_CAPPED_FAIR = "claim_next_capped_fair";
     CLAIM_CANDIDATE = "claim_candidate";
     CLAIM_BY_ID = "claim_by_id";
 
@@ -126,6 +137,12 @@ statements! {
     EXPIRE_IDEMPOTENCY_KEYS = "expire_idempotency_keys";
     OLDEST_CLAIMABLE_AGE = "oldest_claimable_age";
     AGENT_CONTACTS = "agent_contacts";
+
+    // Tenant turns (docs/design.md §11; `queue::turns`).
+    COMPETING_TENANTS = "competing_tenants";
+    IDLE_TURNS_EXIST = "idle_turns_exist";
+    LOCK_TENANT_TURNS = "lock_tenant_turns";
+    DROP_IDLE_TURNS = "drop_idle_turns";
 
     // Why an order waits, and backlogs (docs/design.md §10; `queue::explain`, `queue::backlog`).
     WAITING_ORDER = "waiting_order";

@@ -1,0 +1,8 @@
+-- capped_agent (a fragment, not a statement): the `a` CTE of claim_next_capped.sql and
+-- claim_next_capped_fair.sql, the agent whose row lock_claimer.sql locked earlier in the
+-- transaction. $1 agent id (uuid), $4 requested work types (text[])
+a AS (
+  SELECT id, name, labels, annotation_pairs, work_types, tenant, retired_at,
+         $4::text[] AS requested_types, true AS walks
+  FROM agents WHERE id = $1
+),

@@ -1,0 +1,12 @@
+-- claim_next_capped_fair: claim_next_capped.sql while tenants compete (queue::turns), in §11's
+-- whole hand-out order (turn_walk.sql; docs/design.md).
+-- $1 agent id (uuid)
+-- $2 the new claims' ids (uuid[]): one per order it may claim (multi-claim, `max_orders`)
+-- $3 lease seconds (int, NULL = no lease)
+-- $4 requested work types (text[], empty = any)
+-- Returns the claimed orders with yaml_content and their claims (no row when none).
+WITH RECURSIVE
+-- @include capped_agent.sql
+-- @include turn_walk.sql
+-- @include take_claim.sql
+-- @include claimed_order.sql

@@ -1,0 +1,15 @@
+-- claim_next_fair: claim_next.sql while tenants compete (two or more have orders, queue::turns):
+-- the same claim, in §11's whole hand-out order (docs/design.md): the tenant served least
+-- recently first (turn_walk.sql), then priority, then age; the claimed orders' tenants were
+-- served now.
+-- $1 agent id (uuid)
+-- $2 the new claims' ids (uuid[]): one per order it may claim (multi-claim, `max_orders`)
+-- $3 lease seconds (int, NULL = no lease)
+-- $4 requested work types (text[], empty = any)
+-- Returns what claim_next.sql returns.
+-- Lock order agent → order → claim → tenant turn (queue docs).
+WITH RECURSIVE
+-- @include claiming_agent.sql
+-- @include turn_walk.sql
+-- @include take_claim.sql
+-- @include claim_next_result.sql

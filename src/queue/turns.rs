@@ -1,0 +1,128 @@
+//! Tenant turns (docs/design.md §11, issue #40): of the orders an agent may take, the tenant
+//! served least recently goes first. A row per tenant with orders (`tenant_turns`, kept by a
+//! trigger on every insert of orders) says when a claim last served it; while two or more
+//! tenants have turns, claims walk the turns in that order (`sql/turn_walk.sql`) and move the
+//! served tenant's turn to the back (`sql/serve_turns.sql`).
+//!
+//! With one tenant (a team alone, or nobody using tenants) that order is priority, then age,
+//! and the claim walks one index (`sql/handout_walk.sql`) without touching `tenant_turns`: the
+//! turn walk and its write cost a claim a fifth of its throughput, for nothing to choose
+//! between. [`TurnMode`] tells the claim which one it is, from a look at `tenant_turns` at most
+//! once a second per process ([`CHECK_EVERY`]), and at once after this process created an order
+//! of a tenant other than the one it knew. So for up to a second after another replica created
+//! the first order of a second tenant, this replica's claims still hand out by priority and
+//! age: the order of hand-out is approximate, never the set of orders (eligibility is the same
+//! in both walks).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{Queue, QueueError, sql};
+
+/// How old [`TurnMode`]'s knowledge of the tenants may get before a claim looks again.
+pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long [`Queue::drop_idle_turns`] waits for its table lock before it gives up until the
+/// next pass: while it waits, claims and creations queue behind it.
+const TURN_LOCK_TIMEOUT: &str = "100ms";
+
+/// Whether tenants compete for agents, as this process last saw `tenant_turns`.
+#[derive(Debug, Default)]
+pub(super) struct TurnMode {
+    state: Mutex<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    /// When `tenant_turns` was last read; `None`: never, or an order since made it stale.
+    at: Option<Instant>,
+    /// Two or more tenants had turns.
+    compete: bool,
+    /// With one turn, its tenant (`None` inside: the orders without a tenant); `None` with
+    /// none or with several.
+    sole: Option<Option<String>>,
+}
+
+impl TurnMode {
+    /// Whether a claim must walk tenant turns (`sql/claim_next_fair.sql`) rather than priority
+    /// and age alone (`sql/claim_next.sql`). Reads `sql/competing_tenants.sql` when what this
+    /// process knows is older than [`CHECK_EVERY`] or stale; one caller reads while the others
+    /// go on with what was known.
+    pub(super) async fn fair(&self, pool: &sqlx::PgPool) -> Result<bool, QueueError> {
+        let now = Instant::now();
+        {
+            let mut seen = self.state.lock().expect("turn mode lock");
+            // (A read in flight set a time ahead of now: duration_since is zero then.)
+            if matches!(seen.at, Some(at) if now.duration_since(at) < CHECK_EVERY) {
+                return Ok(seen.compete);
+            }
+            // Claims the read: until it answers, others see a fresh time and do not read too.
+            seen.at = Some(now + CHECK_EVERY);
+        }
+        let read: Result<Vec<(Option<String>,)>, sqlx::Error> =
+            sqlx::query_as(sql::COMPETING_TENANTS).fetch_all(pool).await;
+        let mut seen = self.state.lock().expect("turn mode lock");
+        let tenants = match read {
+            Ok(tenants) => tenants,
+            Err(e) => {
+                seen.at = None;
+                return Err(e.into());
+            }
+        };
+        seen.compete = tenants.len() >= 2;
+        seen.sole = match tenants.as_slice() {
+            [(tenant,)] => Some(tenant.clone()),
+            _ => None,
+        };
+        // Unless an order made it stale while the read was in flight.
+        if seen.at.is_some() {
+            seen.at = Some(Instant::now());
+        }
+        Ok(seen.compete)
+    }
+
+    /// Called after this process created an order of `tenant`: when tenants did not compete
+    /// and this is not the one tenant known, the next claim looks again.
+    pub(super) fn order_created(&self, tenant: Option<&str>) {
+        let mut seen = self.state.lock().expect("turn mode lock");
+        if !seen.compete && seen.sole.as_ref().map(|t| t.as_deref()) != Some(tenant) {
+            seen.at = None;
+        }
+    }
+}
+
+impl Queue {
+    /// Deletes the turns (`tenant_turns`, docs/design.md §11) of tenants that have no order left,
+    /// claimed ones included (a claimed order may come back without an insert), so the claim's
+    /// walk over the turns stays as short as the tenants with work, and one tenant alone is
+    /// back to the plain walk. Returns how many it dropped: 0 without taking any lock when there
+    /// is nothing to drop, and 0 when the table lock ([`TURN_LOCK_TIMEOUT`]) was not granted
+    /// (the next pass tries again). `sql/idle_turns_exist.sql`, `sql/lock_tenant_turns.sql`,
+    /// `sql/drop_idle_turns.sql`.
+    pub async fn drop_idle_turns(&self) -> Result<u64, QueueError> {
+        let (idle,): (bool,) = sqlx::query_as(sql::IDLE_TURNS_EXIST)
+            .fetch_one(&self.pool)
+            .await?;
+        if !idle {
+            return Ok(0);
+        }
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(&format!("SET LOCAL lock_timeout = '{TURN_LOCK_TIMEOUT}'"))
+            .execute(&mut *tx)
+            .await?;
+        match sqlx::query(sql::LOCK_TENANT_TURNS).execute(&mut *tx).await {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
+                tracing::debug!("idle tenant turns not dropped: the table lock was busy");
+                return Ok(0);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let dropped = sqlx::query(sql::DROP_IDLE_TURNS)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(dropped)
+    }
+}
