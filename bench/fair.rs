@@ -1,4 +1,4 @@
-//! (9) Fair share between tenants (docs/design.md §11, issue #40), two figures, each a ratio to
+//! (9) Fair share between tenants (docs/design.md §3, issue #40), two figures, each a ratio to
 //! a baseline measured in the same run:
 //!
 //! - 9a. Claim cost: 8 agents claim and complete a backlog held by one tenant (claims walk

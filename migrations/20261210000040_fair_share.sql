@@ -1,4 +1,4 @@
--- Fair share between tenants (docs/design.md §11, issue #40): of the orders an agent may take, the
+-- Fair share between tenants (docs/design.md §3, issue #40): of the orders an agent may take, the
 -- tenant served least recently goes first, then priority, then age.
 
 -- One key per tenant, orders without a tenant being one tenant ('' is no valid tenant name).

@@ -118,7 +118,7 @@ pub struct WorkOrderResourceSpec {
     #[schemars(range(min = MAX_RECLAIMS.min, max = MAX_RECLAIMS.max))]
     pub max_reclaims: i32,
     /// Of the orders an agent may take, the higher priority goes first, then the older
-    /// (docs/design.md §11).
+    /// (docs/design.md §3).
     #[serde(default = "default_priority")]
     #[schemars(range(min = PRIORITY.min, max = PRIORITY.max))]
     pub priority: i32,

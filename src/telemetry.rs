@@ -1,4 +1,7 @@
-//! Logging and Prometheus metrics (`GET /metrics`, docs/design.md §5).
+//! Logging and Prometheus metrics (`GET /metrics`, docs/design.md §5); the per-tenant series in
+//! [`tenants`].
+
+pub mod tenants;
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -223,6 +226,8 @@ pub struct Metrics {
     pub http_requests: Family<HttpLabels, Counter>,
     /// `pullman_http_request_duration_seconds{route}`.
     pub http_duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
+    /// `pullman_tenant_*` and `pullman_other_tenants_*` (issue #40).
+    pub tenants: tenants::TenantMetrics,
 }
 
 impl Default for Metrics {
@@ -384,6 +389,7 @@ impl Metrics {
             "HTTP request latency by route",
             http_duration.clone(),
         );
+        let tenants = tenants::TenantMetrics::register(&mut registry);
         Metrics {
             registry,
             work_orders,
@@ -405,6 +411,7 @@ impl Metrics {
             output_followers,
             http_requests,
             http_duration,
+            tenants,
         }
     }
 

@@ -1,4 +1,4 @@
-//! The hand-out order (docs/design.md §11, issue #40), against a real PostgreSQL: tenants take
+//! The hand-out order (docs/design.md §3, issue #40), against a real PostgreSQL: tenants take
 //! turns in the order they were last served, then the higher priority goes first, then the
 //! older; the position `explain` gives each waiting order is the claim that hands it out; and
 //! the turns that maintenance drops while orders are created and claimed around it lose no

@@ -277,6 +277,64 @@ async fn metrics_count_waiting_orders_by_reason() {
     line("pullman_work_orders_waiting_oldest_seconds{reason=\"agents_busy\"}");
 }
 
+/// Orders per tenant (issue #40), bounded: the 20 busiest tenants get their own series (the
+/// orders without a tenant as `tenant=""`), the others are summed; a claim's wait lands in its
+/// tenant's histogram.
+#[tokio::test]
+async fn metrics_count_orders_per_tenant_with_the_rest_summed() {
+    let s = TestServer::start().await;
+    let order = |tenant: Option<String>| {
+        let mut body = configmap_order("gpu");
+        body["tenant"] = json!(tenant);
+        body
+    };
+    for _ in 0..3 {
+        s.order(order(Some("big".into()))).await;
+    }
+    for _ in 0..2 {
+        s.order(order(None)).await;
+    }
+    // t00..t17 tie at one order and go by name into the busiest 20; t18..t20 are the others.
+    for i in 0..21 {
+        s.order(order(Some(format!("t{i:02}")))).await;
+    }
+    let (agent, token) = s
+        .agent(json!({"name": "a", "labels": ["gpu"], "tenant": "big"}))
+        .await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(&token),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["tenant"], "big");
+    let text = reqwest::get(s.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"pullman_tenant_work_orders{tenant="big",state="waiting"} 2"#,
+        r#"pullman_tenant_work_orders{tenant="big",state="claimed"} 1"#,
+        r#"pullman_tenant_work_orders{tenant="",state="waiting"} 2"#,
+        r#"pullman_tenant_work_orders{tenant="t17",state="waiting"} 1"#,
+        r#"pullman_other_tenants_work_orders{state="waiting"} 3"#,
+        r#"pullman_other_tenants_work_orders{state="claimed"} 0"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    assert!(!text.contains(r#"tenant="t18""#), "{text}");
+    // The claim came before the first scrape, when no tenant had its own series yet.
+    assert!(
+        text.contains("pullman_other_tenants_queue_wait_seconds_count 1"),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn the_cli_says_why_by_id_prefix() {
     let s = TestServer::start().await;

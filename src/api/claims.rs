@@ -30,6 +30,10 @@ fn claimed(state: &AppState, order: &WorkOrder, started: Instant) {
     if let Some(at) = order.claimed_at {
         let wait = (at - order.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
         state.metrics.queue_wait.observe(wait.max(0.0));
+        state
+            .metrics
+            .tenants
+            .observe_wait(order.tenant.as_deref(), wait.max(0.0));
     }
     let agent = order.claimed_by.map(|a| a.to_string()).unwrap_or_default();
     let claim = order.claim_id.map(|c| c.to_string()).unwrap_or_default();

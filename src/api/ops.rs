@@ -347,8 +347,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// Reads the gauges that come from the database: orders by status, queue lag, agents by health,
-/// waiting orders by reason.
+/// Reads the gauges that come from the database: orders by status, queue lag, agents by health;
+/// and, at most every [`WAITING_REFRESH`], waiting orders by reason and orders per tenant.
 async fn refresh_database_gauges(state: &AppState) {
     match state.queue.count_by_status().await {
         Ok(counts) => {
@@ -410,6 +410,14 @@ async fn refresh_database_gauges(state: &AppState) {
             }
         }
         Err(error) => tracing::warn!(%error, "could not count waiting orders for /metrics"),
+    }
+    match state
+        .queue
+        .tenant_counts(crate::telemetry::tenants::TOP_TENANTS)
+        .await
+    {
+        Ok(counts) => state.metrics.tenants.set_counts(&counts),
+        Err(error) => tracing::warn!(%error, "could not count orders per tenant for /metrics"),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Queue depth for autoscalers (docs/design.md §10): what an agent, or an agent profile not yet
 //! registered, could take now. One statement (`sql/backlog.sql`) applies the eligibility rule of
 //! `queue::eligibility` (it includes `sql/eligible.sql`) over the agent's side given as parameters.
+//! And the depth per tenant, for the per-tenant gauges of `/metrics` ([`TenantCount`]).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -28,7 +29,32 @@ pub struct Backlog {
     pub total: i64,
 }
 
+/// Active orders of one tenant, or of every tenant past the busiest ones
+/// ([`Queue::tenant_counts`]; `sql/tenant_counts.sql`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TenantCount {
+    /// The tenant; `None` for the orders without one, or, when `top` is false, for the others.
+    pub tenant: Option<String>,
+    /// One of the busiest tenants (its own row), or the sum of all the others.
+    pub top: bool,
+    /// Orders `PENDING` or `RETRY_PENDING`.
+    pub waiting: i64,
+    /// Orders `CLAIMED`.
+    pub claimed: i64,
+}
+
 impl Queue {
+    /// Active orders per tenant: the `top` tenants with the most (waiting + claimed; ties by
+    /// name, no tenant first) one row each, busiest first, then at most one row summing all the
+    /// other tenants (issue #40: metrics per tenant with bounded label cardinality). Reads every
+    /// active order once.
+    pub async fn tenant_counts(&self, top: i64) -> Result<Vec<TenantCount>, QueueError> {
+        Ok(sqlx::query_as(sql::TENANT_COUNTS)
+            .bind(top)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
     /// The backlog of a registered agent (docs/design.md §10). `NotFound` for an unknown agent; a
     /// retired agent's backlog is empty.
     pub async fn agent_backlog(&self, agent_id: Uuid) -> Result<Backlog, QueueError> {

@@ -100,7 +100,7 @@ pub const MAX_RECLAIMS: Range = Range {
     default: Some(5),
 };
 
-/// An order's priority (docs/design.md §11): among one tenant's orders an agent may take, the
+/// An order's priority (docs/design.md §3): among one tenant's orders an agent may take, the
 /// higher goes first; then the older.
 pub const PRIORITY: Range = Range {
     field: "priority",

@@ -24,7 +24,7 @@
 //!   transaction), refusals and replays in `refusal`, orders and the log in `orders`,
 //!   agents and the storage of their tokens in `registry` (checking tokens is `crate::auth`'s),
 //!   maintenance (reaper, retry promotion, retention) in `maintenance`, tenant turns (fair
-//!   share, docs/design.md §11) in `turns`, why an order waits
+//!   share, docs/design.md §3) in `turns`, why an order waits
 //!   (docs/design.md §10) in `waiting` (the rule, pure) and `explain` (its reads).
 
 mod availability;

@@ -209,7 +209,7 @@ pub struct NewWorkOrder {
     #[serde(default)]
     pub max_reclaims: Option<i64>,
     /// Of the orders an agent may take, the higher priority is handed out first, then the
-    /// older; -1000–1000 (default 0) (docs/design.md §11).
+    /// older; -1000–1000 (default 0) (docs/design.md §3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
     /// Only agents of this tenant (or instance-wide agents) may claim. 1–4096 characters.
@@ -232,7 +232,7 @@ pub struct WorkOrder {
     pub backoff_seconds: i32,
     pub claim_timeout_seconds: i32,
     pub max_reclaims: i32,
-    /// Higher first among one tenant's orders (docs/design.md §11). Absent from servers before
+    /// Higher first among one tenant's orders (docs/design.md §3). Absent from servers before
     /// it (read as 0).
     #[serde(default)]
     #[schema(required = true)]
@@ -361,7 +361,7 @@ pub struct LogEntry {
     pub backoff_seconds: i32,
     pub claim_timeout_seconds: i32,
     pub max_reclaims: i32,
-    /// Higher first among one tenant's orders (docs/design.md §11). Absent from servers before
+    /// Higher first among one tenant's orders (docs/design.md §3). Absent from servers before
     /// it (read as 0).
     #[serde(default)]
     #[schema(required = true)]

@@ -1,4 +1,4 @@
-//! Tenant turns (docs/design.md §11, issue #40): of the orders an agent may take, the tenant
+//! Tenant turns (docs/design.md §3, issue #40): of the orders an agent may take, the tenant
 //! served least recently goes first. A row per tenant with orders (`tenant_turns`, kept by a
 //! trigger on every insert of orders) says when a claim last served it; while two or more
 //! tenants have turns, claims walk the turns in that order (`sql/turn_walk.sql`) and move the
@@ -92,7 +92,7 @@ impl TurnMode {
 }
 
 impl Queue {
-    /// Deletes the turns (`tenant_turns`, docs/design.md §11) of tenants that have no order left,
+    /// Deletes the turns (`tenant_turns`, docs/design.md §3) of tenants that have no order left,
     /// claimed ones included (a claimed order may come back without an insert), so the claim's
     /// walk over the turns stays as short as the tenants with work, and one tenant alone is
     /// back to the plain walk. Returns how many it dropped: 0 without taking any lock when there

@@ -24,7 +24,7 @@ pub struct WorkOrderSpec {
     pub backoff_seconds: i32,
     pub claim_timeout_seconds: i32,
     pub max_reclaims: i32,
-    /// Higher first within a tenant (docs/design.md §11).
+    /// Higher first within a tenant (docs/design.md §3).
     pub priority: i32,
     pub tenant: Option<String>,
     pub targeting: Targeting,

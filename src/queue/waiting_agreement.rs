@@ -523,7 +523,7 @@ async fn check(
         }
         if e.reason == WaitReason::Queued {
             // Orders ahead: what the takers' pending lists hold (the orders any of them may
-            // take) that docs/design.md §11 hands out before it, were they to claim one at a
+            // take) that docs/design.md §3 hands out before it, were they to claim one at a
             // time: tenants take turns in the order they were last served, each turn hands out
             // that tenant's first order (priority, then age).
             let takers: Vec<Uuid> = matching

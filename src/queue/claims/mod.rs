@@ -206,7 +206,7 @@ impl Queue {
             .into())
     }
 
-    /// Claims the first order eligible for the agent in hand-out order (docs/design.md §3, §11:
+    /// Claims the first order eligible for the agent in hand-out order (docs/design.md §3:
     /// the tenant served least recently, then priority, then age; `queue::turns`), at most once
     /// under any concurrency (`FOR UPDATE SKIP LOCKED`). `work_types` narrows the agent's capabilities for
     /// this call. `None` when nothing is eligible or the agent is at `max_concurrency`.

@@ -6,7 +6,7 @@
 -- $3 lease seconds (int, NULL = no lease)
 -- $4 order id (uuid)
 -- Returns the claimed order with yaml_content and its claim. Its tenant was served now
--- (docs/design.md §11: a claim by id serves a tenant as claim-next does).
+-- (docs/design.md §3: a claim by id serves a tenant as claim-next does).
 WITH target AS (SELECT w.id, w.tenant_key FROM work_orders w WHERE w.id = $4),
 -- @include serve_turns.sql
 -- @include take_claim.sql

@@ -1,5 +1,5 @@
--- claim_next: claims the first orders in hand-out order (priority, then age: docs/design.md §3,
--- §11) eligible for an agent (as many as $2 has claim ids, one for a plain claim-next) in one
+-- claim_next: claims the first orders in hand-out order (priority, then age: docs/design.md
+-- §3) eligible for an agent (as many as $2 has claim ids, one for a plain claim-next) in one
 -- statement, one round trip and one commit (issue #7), for an agent without max_concurrency,
 -- while at most one tenant has orders (else claim_next_fair.sql: queue::turns decides); a
 -- capped agent's claim is the transaction of claim_next_capped.sql (see queue::claims).

@@ -1,5 +1,5 @@
 -- claim_next_capped: claims the first orders in hand-out order (priority, then age; as many as
--- $2 has claim ids) eligible for an agent (docs/design.md §3, §11), inside the transaction of an
+-- $2 has claim ids) eligible for an agent (docs/design.md §3), inside the transaction of an
 -- agent with max_concurrency, after lock_claimer.sql locked its row and count_held_claims.sql
 -- found it under its cap (a later statement than the lock, so it sees claims committed while the
 -- lock was awaited); while at most one tenant has orders (else claim_next_capped_fair.sql).

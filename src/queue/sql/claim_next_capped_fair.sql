@@ -1,4 +1,4 @@
--- claim_next_capped_fair: claim_next_capped.sql while tenants compete (queue::turns), in §11's
+-- claim_next_capped_fair: claim_next_capped.sql while tenants compete (queue::turns), in §3's
 -- whole hand-out order (turn_walk.sql; docs/design.md).
 -- $1 agent id (uuid)
 -- $2 the new claims' ids (uuid[]): one per order it may claim (multi-claim, `max_orders`)

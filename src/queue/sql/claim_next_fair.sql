@@ -1,5 +1,5 @@
 -- claim_next_fair: claim_next.sql while tenants compete (two or more have orders, queue::turns):
--- the same claim, in §11's whole hand-out order (docs/design.md): the tenant served least
+-- the same claim, in §3's whole hand-out order (docs/design.md): the tenant served least
 -- recently first (turn_walk.sql), then priority, then age; the claimed orders' tenants were
 -- served now.
 -- $1 agent id (uuid)

@@ -1,7 +1,7 @@
 -- handout_walk (a fragment, not a statement): the `target` CTE of claim_next.sql and
 -- claim_next_capped.sql, the claims while at most one tenant has orders (queue::turns): the
 -- orders agent `a` is handed, work_orders_handout walked in hand-out order (priority, then age:
--- docs/design.md §11), stopping at the first rows eligible for `a`, at most as many as $2 has
+-- docs/design.md §3), stopping at the first rows eligible for `a`, at most as many as $2 has
 -- claim ids. Empty when a.walks is false. The rule is a per-row sub-select on purpose: written
 -- as top-level conditions, the planner (which cannot estimate the agent's targeting, read from
 -- `a`) turned its disjuncts into a BitmapOr over the work_orders_target_* GIN indexes and sorted

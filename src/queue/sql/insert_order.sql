@@ -10,7 +10,7 @@
 --     queue::eligibility::annotation_pairs)
 -- $14 source (text: api or kubernetes)
 -- $15 the finished order this one re-runs (uuid, NULL = none)
--- $16 priority (int, docs/design.md §11)
+-- $16 priority (int, docs/design.md §3)
 -- A tenant's first active order gives it a turn (tenant_turns, the migration's trigger).
 WITH w AS (
   INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds,

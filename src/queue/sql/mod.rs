@@ -138,7 +138,7 @@ statements! {
     OLDEST_CLAIMABLE_AGE = "oldest_claimable_age";
     AGENT_CONTACTS = "agent_contacts";
 
-    // Tenant turns (docs/design.md §11; `queue::turns`).
+    // Tenant turns (docs/design.md §3; `queue::turns`).
     COMPETING_TENANTS = "competing_tenants";
     IDLE_TURNS_EXIST = "idle_turns_exist";
     LOCK_TENANT_TURNS = "lock_tenant_turns";
@@ -149,6 +149,7 @@ statements! {
     WAITING_AGENTS = "waiting_agents";
     QUEUE_POSITION = "queue_position";
     BACKLOG = "backlog";
+    TENANT_COUNTS = "tenant_counts";
     WAITING_BY_PROFILE = "waiting_by_profile";
     WAITING_ORDERS = "waiting_orders";
 

@@ -1,4 +1,4 @@
--- queue_position: how many orders go before a queued one (docs/design.md §10 `queued`) in §11's
+-- queue_position: how many orders go before a queued one (docs/design.md §10 `queued`) in §3's
 -- hand-out order, among the orders eligible now for at least one of the agents that could take
 -- it (queue::waiting::Verdict::takers), were they to claim one order at a time with nothing new
 -- arriving. Tenants take turns in the order they were last served, and a turn hands out its

@@ -1,6 +1,6 @@
 -- serve_turns (a fragment, not a statement): the `served` CTE of the claims that keep tenant
 -- turns (turn_walk.sql, claim_by_id.sql): the tenants of the orders in `target` (its column
--- tenant_key) were served now (docs/design.md §11), so their turns move to the back. A turn
+-- tenant_key) were served now (docs/design.md §3), so their turns move to the back. A turn
 -- already at the back (the last in the walk's order, served_at then tenant_key: the turns one
 -- statement created share their time) stays as it is: with one tenant (the common case) no claim writes its
 -- turn at all, where rewriting one row at every claim piled up dead versions and index entries

@@ -1,7 +1,7 @@
 -- turn_walk (a fragment, not a statement): the `turns`, `target` and `served` CTEs of
 -- claim_next_fair.sql and claim_next_capped_fair.sql (which say WITH RECURSIVE for `turns`), the
 -- claims while tenants compete (queue::turns). `target` is the orders agent `a` is handed, in
--- hand-out order (docs/design.md §11): the tenants in the order they were last served (`turns`:
+-- hand-out order (docs/design.md §3): the tenants in the order they were last served (`turns`:
 -- tenant_turns, least recently first; an agent bound to a tenant reads its own turn only), and
 -- in each tenant work_orders_turn walked by priority (higher first), then age, stopping at the
 -- first rows eligible for `a`, at most as many as $2 has claim ids. A multi-claim takes from
