@@ -116,7 +116,8 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
 }
 
 /// The server's connection pool settings (the tests' and benchmarks' pools use them too), for
-/// at most `max_connections` connections.
+/// at most `max_connections` connections. Every connection plans prepared statements
+/// generically and never compiles them with JIT (docs/design.md §11).
 ///
 /// A connection's buffers grow to the largest message it carried (a 1 MiB `yaml_content` each
 /// way) and keep that size; shrinking them as the connection returns to the pool keeps a burst of
@@ -129,6 +130,10 @@ pub fn pool_options(max_connections: u32) -> PgPoolOptions {
             Box::pin(async move {
                 sqlx::Executor::execute(&mut *conn, "SET plan_cache_mode = force_generic_plan")
                     .await?;
+                // A generic plan's costs are estimated without the parameters' values, so a
+                // large or skewed backlog can push a claim past jit_above_cost: PostgreSQL then
+                // compiled every claim (50–100 ms each, where the claim itself takes 1–3 ms).
+                sqlx::Executor::execute(&mut *conn, "SET jit = off").await?;
                 Ok(())
             })
         })
