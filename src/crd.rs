@@ -117,8 +117,8 @@ pub struct WorkOrderResourceSpec {
     #[serde(default = "default_max_reclaims")]
     #[schemars(range(min = MAX_RECLAIMS.min, max = MAX_RECLAIMS.max))]
     pub max_reclaims: i32,
-    /// Of the orders an agent may take, the higher priority goes first, then the older
-    /// (docs/design.md §3).
+    /// Of one tenant's orders an agent may take, the higher priority goes first, then the older;
+    /// tenants take turns before that, the one served least recently first (docs/design.md §3).
     #[serde(default = "default_priority")]
     #[schemars(range(min = PRIORITY.min, max = PRIORITY.max))]
     pub priority: i32,

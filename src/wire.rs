@@ -48,7 +48,7 @@ pub struct ClaimNextBody {
     /// Lease in seconds (5–86400); absent = no lease.
     #[serde(default)]
     pub lease_seconds: Option<i64>,
-    /// Multi-claim: claim up to this many orders (1–100) in one request, oldest first, within
+    /// Multi-claim: claim up to this many orders (1–100) in one request, in hand-out order, within
     /// the agent's free `max_concurrency`. When given, a `200` answers `ClaimedOrders` (a list,
     /// even of one); when absent, one order is claimed and answered as the order itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,7 +56,7 @@ pub struct ClaimNextBody {
 }
 
 /// Answer of a multi-claim (`POST /agents/{id}/claim` with `max_orders`): the orders claimed,
-/// oldest first, each with its own `claim_id`; never empty (nothing claimed is `204`).
+/// in hand-out order, each with its own `claim_id`; never empty (nothing claimed is `204`).
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ClaimedOrders {
     pub orders: Vec<WorkOrder>,

@@ -291,8 +291,8 @@ pub struct CreateWorkOrder {
     /// Times an expired claim is handed out again before the order fails, 0-100. Default: 5.
     #[arg(long)]
     pub max_reclaims: Option<i64>,
-    /// Priority, -1000-1000: of the orders an agent may take, it takes the higher first, then
-    /// the older. Default: 0.
+    /// Priority, -1000-1000: of one tenant's orders an agent may take, it takes the higher first,
+    /// then the older (tenants take turns before that). Default: 0.
     #[arg(long, allow_negative_numbers = true)]
     pub priority: Option<i64>,
     /// Block until the order finishes; print its result and exit with its outcome (see below).

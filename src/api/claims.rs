@@ -68,8 +68,8 @@ pub async fn claim(
 }
 
 /// Claim the next eligible work order (or, with `max_orders`, up to that many), waiting up to
-/// `max_wait_seconds` (cap 30) for one. Hand-out order: `priority` (higher first), then the
-/// oldest.
+/// `max_wait_seconds` (cap 30) for one. Hand-out order: the tenant served least recently first
+/// (orders without a tenant are one tenant), then `priority` (higher first), then the oldest.
 #[utoipa::path(post, path = "/api/v1/agents/{id}/claim", tag = "claims",
     params(("id" = Uuid, Path, description = "Agent id")), request_body = ClaimNextBody,
     responses(

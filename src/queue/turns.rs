@@ -26,6 +26,12 @@ pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// next pass: while it waits, claims and creations queue behind it.
 const TURN_LOCK_TIMEOUT: &str = "100ms";
 
+/// The longest [`Queue::drop_idle_turns`]'s delete may hold the table lock.
+const TURN_DROP_TIMEOUT: &str = "1s";
+
+/// Most turns one [`Queue::drop_idle_turns`] deletes: the rest wait for the next pass.
+const DROP_AT_MOST: i64 = 10_000;
+
 /// Whether tenants compete for agents, as this process last saw `tenant_turns`.
 #[derive(Debug, Default)]
 pub(super) struct TurnMode {
@@ -41,6 +47,16 @@ struct Seen {
     /// With one turn, its tenant (`None` inside: the orders without a tenant); `None` with
     /// none or with several.
     sole: Option<Option<String>>,
+}
+
+/// Marks what [`TurnMode`] knows as stale when dropped: a read of the turns that did not
+/// finish.
+struct Unread<'a>(&'a TurnMode);
+
+impl Drop for Unread<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().expect("turn mode lock").at = None;
+    }
 }
 
 impl TurnMode {
@@ -59,16 +75,14 @@ impl TurnMode {
             // Claims the read: until it answers, others see a fresh time and do not read too.
             seen.at = Some(now + CHECK_EVERY);
         }
+        // A read that fails, or whose claim is dropped mid-way (its client went away), leaves
+        // the next claim to read again, not the time ahead set above.
+        let unread = Unread(self);
         let read: Result<Vec<(Option<String>,)>, sqlx::Error> =
             sqlx::query_as(sql::COMPETING_TENANTS).fetch_all(pool).await;
+        let tenants = read?;
+        std::mem::forget(unread);
         let mut seen = self.state.lock().expect("turn mode lock");
-        let tenants = match read {
-            Ok(tenants) => tenants,
-            Err(e) => {
-                seen.at = None;
-                return Err(e.into());
-            }
-        };
         seen.compete = tenants.len() >= 2;
         seen.sole = match tenants.as_slice() {
             [(tenant,)] => Some(tenant.clone()),
@@ -97,19 +111,27 @@ impl Queue {
     /// walk over the turns stays as short as the tenants with work, and one tenant alone is
     /// back to the plain walk. Returns how many it dropped: 0 without taking any lock when there
     /// is nothing to drop, and 0 when the table lock ([`TURN_LOCK_TIMEOUT`]) was not granted
-    /// (the next pass tries again). `sql/idle_turns_exist.sql`, `sql/lock_tenant_turns.sql`,
-    /// `sql/drop_idle_turns.sql`.
+    /// (the next pass tries again). The idle tenants are found before the lock is taken, at most
+    /// [`DROP_AT_MOST`], and checked again under it. `sql/idle_turns.sql`,
+    /// `sql/lock_tenant_turns.sql`, `sql/drop_idle_turns.sql`.
     pub async fn drop_idle_turns(&self) -> Result<u64, QueueError> {
-        let (idle,): (bool,) = sqlx::query_as(sql::IDLE_TURNS_EXIST)
-            .fetch_one(&self.pool)
+        let idle: Vec<(uuid::Uuid,)> = sqlx::query_as(sql::IDLE_TURNS)
+            .bind(DROP_AT_MOST)
+            .fetch_all(&self.pool)
             .await?;
-        if !idle {
+        if idle.is_empty() {
             return Ok(0);
         }
+        let idle: Vec<uuid::Uuid> = idle.into_iter().map(|(key,)| key).collect();
         let mut tx = self.pool.begin().await?;
-        sqlx::query(&format!("SET LOCAL lock_timeout = '{TURN_LOCK_TIMEOUT}'"))
-            .execute(&mut *tx)
-            .await?;
+        // The lock holds creations and fair claims off: wait for it briefly, and hold it for
+        // the few index probes of the delete only.
+        for setting in [
+            format!("SET LOCAL lock_timeout = '{TURN_LOCK_TIMEOUT}'"),
+            format!("SET LOCAL statement_timeout = '{TURN_DROP_TIMEOUT}'"),
+        ] {
+            sqlx::query(&setting).execute(&mut *tx).await?;
+        }
         match sqlx::query(sql::LOCK_TENANT_TURNS).execute(&mut *tx).await {
             Ok(_) => {}
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
@@ -119,10 +141,47 @@ impl Queue {
             Err(e) => return Err(e.into()),
         }
         let dropped = sqlx::query(sql::DROP_IDLE_TURNS)
+            .bind(&idle)
             .execute(&mut *tx)
             .await?
             .rows_affected();
         tx.commit().await?;
         Ok(dropped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::Poll;
+
+    use super::*;
+
+    /// A claim dropped while it reads the turns (its client went away) leaves the next claim
+    /// to read them, rather than what it knew being taken as fresh for another second.
+    #[tokio::test]
+    async fn a_read_dropped_midway_leaves_the_next_claim_to_read() {
+        let pool = crate::testing::fresh_pool(1).await;
+        let mode = TurnMode::default();
+        assert!(!mode.fair(&pool).await.unwrap(), "no tenant has a turn");
+        mode.order_created(Some("a"));
+        // The pool's one connection is taken: the read waits for it.
+        let held = pool.acquire().await.unwrap();
+        {
+            let read = mode.fair(&pool);
+            let mut read = std::pin::pin!(read);
+            let polled = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+            assert!(polled.is_pending(), "the read waits for a connection");
+            assert!(
+                mode.state.lock().unwrap().at.is_some(),
+                "a read in flight holds the others off"
+            );
+        }
+        assert!(
+            mode.state.lock().unwrap().at.is_none(),
+            "the dropped read left what is known stale"
+        );
+        drop(held);
+        assert!(!mode.fair(&pool).await.unwrap());
+        assert!(mode.state.lock().unwrap().at.is_some(), "read, and fresh");
     }
 }

@@ -104,7 +104,6 @@ impl TenantMetrics {
     /// Replaces the gauges with `counts` (`Queue::tenant_counts` with [`TOP_TENANTS`]): a tenant
     /// no longer among the busiest loses its series.
     pub fn set_counts(&self, counts: &[TenantCount]) {
-        self.orders.clear();
         let mut top = HashSet::new();
         let (mut other_waiting, mut other_claimed) = (0, 0);
         for c in counts {
@@ -131,7 +130,18 @@ impl TenantMetrics {
                 })
                 .set(n);
         }
-        *self.top.write().expect("tenant metrics lock") = top;
+        // Only the tenants that left lose their series: a scrape encoding meanwhile never sees
+        // the family empty.
+        let mut current = self.top.write().expect("tenant metrics lock");
+        for gone in current.difference(&top) {
+            for state in ["waiting", "claimed"] {
+                self.orders.remove(&TenantStateLabels {
+                    tenant: gone.clone().unwrap_or_default(),
+                    state: state.into(),
+                });
+            }
+        }
+        *current = top;
     }
 
     /// Records that an order of `tenant` waited `seconds` from creation to claim: in its own

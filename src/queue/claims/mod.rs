@@ -281,6 +281,13 @@ impl Queue {
         work_types: &[WorkType],
         max_orders: usize,
     ) -> Result<(Vec<WorkOrder>, Claimer), QueueError> {
+        // Decided before the transaction: a look at the turns may need a connection of its
+        // own, which must not be awaited while this one holds the agent's row lock.
+        let statement = if self.turns.fair(&self.pool).await? {
+            sql::CLAIM_NEXT_CAPPED_FAIR
+        } else {
+            sql::CLAIM_NEXT_CAPPED
+        };
         let mut tx = self.pool.begin().await?;
         let claimer = lock_claimer(&mut tx, req).await?;
         let room = room(
@@ -291,11 +298,6 @@ impl Queue {
             tx.commit().await?;
             return Ok((Vec::new(), claimer));
         }
-        let statement = if self.turns.fair(&self.pool).await? {
-            sql::CLAIM_NEXT_CAPPED_FAIR
-        } else {
-            sql::CLAIM_NEXT_CAPPED
-        };
         let rows = take_claim(statement, req, max_orders.min(room))
             .bind(type_names(work_types))
             .fetch_all(&mut *tx)

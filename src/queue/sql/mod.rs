@@ -140,7 +140,7 @@ statements! {
 
     // Tenant turns (docs/design.md §3; `queue::turns`).
     COMPETING_TENANTS = "competing_tenants";
-    IDLE_TURNS_EXIST = "idle_turns_exist";
+    IDLE_TURNS = "idle_turns";
     LOCK_TENANT_TURNS = "lock_tenant_turns";
     DROP_IDLE_TURNS = "drop_idle_turns";
 

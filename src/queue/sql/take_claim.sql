@@ -1,7 +1,7 @@
 -- take_claim (a fragment, not a statement): records the claim on the order chosen by the
 -- statement's `target` CTE and marks the order CLAIMED. Included (`-- @include take_claim.sql`,
--- build.rs) by claim_next.sql, claim_next_capped.sql and claim_by_id.sql, which number their
--- parameters alike for it.
+-- build.rs) by claim_next.sql, claim_next_capped.sql, their _fair twins and claim_by_id.sql,
+-- which number their parameters alike for it.
 -- $1 agent id (uuid), $2 the new claims' ids (uuid[], one per order the statement may claim:
 -- its length is the most it claims), $3 lease seconds (int, NULL = no lease)
 -- The n-th order of `target` gets the n-th claim id. Each claim lasts claim_timeout_seconds from
