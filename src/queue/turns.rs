@@ -6,8 +6,8 @@
 //!
 //! With one tenant (a team alone, or nobody using tenants) that order is priority, then age,
 //! and the claim walks one index (`sql/handout_walk.sql`) without touching `tenant_turns`: the
-//! turn walk and its write cost a claim a fifth of its throughput, for nothing to choose
-//! between. [`TurnMode`] tells the claim which one it is, from a look at `tenant_turns` at most
+//! turn walk and its write cost a claim 6–20 % of its throughput (pgbench, bench/README.md
+//! "Fair share"), for nothing to choose between. [`TurnMode`] tells the claim which one it is, from a look at `tenant_turns` at most
 //! once a second per process ([`CHECK_EVERY`]), and at once after this process created an order
 //! of a tenant other than the one it knew. So for up to a second after another replica created
 //! the first order of a second tenant, this replica's claims still hand out by priority and
