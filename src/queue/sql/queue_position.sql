@@ -17,8 +17,10 @@ WITH me AS (
   FROM work_orders o LEFT JOIN tenant_turns t ON t.tenant_key = o.tenant_key
   WHERE o.id = $1
 ),
+-- Each taker as the eligibility rule's agent relation a, which the walks below rebuild per taker.
 takers AS (
-  SELECT ag.id, ag.name, ag.labels, ag.annotation_pairs, ag.work_types, ag.tenant, ag.retired_at
+  SELECT ag.id, ag.name, ag.labels, ag.annotation_pairs, ag.work_types, ag.tenant, ag.retired_at,
+         '{}'::text[] AS requested_types
   FROM agents ag WHERE ag.id = ANY ($2::uuid[])
 ),
 own AS (
@@ -26,10 +28,7 @@ own AS (
     SELECT DISTINCT ahead.id
     FROM takers ag CROSS JOIN me
     CROSS JOIN LATERAL (
-      WITH a AS (
-        SELECT ag.id, ag.name, ag.labels, ag.annotation_pairs, ag.work_types, ag.tenant,
-               ag.retired_at, '{}'::text[] AS requested_types
-      )
+      WITH a AS (SELECT ag.*)
       SELECT w.id FROM work_orders w
       WHERE w.tenant_key = me.tenant_key
         AND (w.priority > me.priority
@@ -53,10 +52,7 @@ taken AS (
   FROM others o
   CROSS JOIN takers ag
   CROSS JOIN LATERAL (
-    WITH a AS (
-      SELECT ag.id, ag.name, ag.labels, ag.annotation_pairs, ag.work_types, ag.tenant,
-             ag.retired_at, '{}'::text[] AS requested_types
-    )
+    WITH a AS (SELECT ag.*)
     SELECT w.id FROM work_orders w
     WHERE w.tenant_key = o.tenant_key
       AND
