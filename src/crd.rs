@@ -15,10 +15,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::queue::limits::{
-    BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, LEASE_SECONDS, MAX_CONCURRENCY, MAX_RECLAIMS,
-    MAX_RETRIES, MAX_YAML_BYTES, PRIORITY,
+    BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, CONCURRENCY_MAX, LEASE_SECONDS, MAX_CONCURRENCY,
+    MAX_CONCURRENCY_KEY_CHARS, MAX_RECLAIMS, MAX_RETRIES, MAX_YAML_BYTES, PRIORITY,
 };
-use crate::queue::{NewWorkOrder, Targeting, WorkType};
+use crate::queue::{NewConcurrency, NewWorkOrder, OnConflict, Targeting, WorkType};
 
 /// Work type of a WorkOrder (docs/design.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -76,6 +76,47 @@ fn default_priority() -> i32 {
     PRIORITY.default_i32()
 }
 
+fn default_concurrency_max() -> i32 {
+    CONCURRENCY_MAX.default_i32()
+}
+
+/// `spec.concurrency` of a WorkOrder: its concurrency key (docs/design.md §3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkOrderConcurrency {
+    /// The key; keys are per tenant (orders without a tenant share theirs).
+    #[schemars(length(min = 1, max = MAX_CONCURRENCY_KEY_CHARS))]
+    pub key: String,
+    /// Most orders of the key holding a claim at once.
+    #[serde(default = "default_concurrency_max")]
+    #[schemars(range(min = CONCURRENCY_MAX.min, max = CONCURRENCY_MAX.max))]
+    pub max: i32,
+    /// queue (wait for a free slot) or supersede (cancel the key's waiting orders when this one
+    /// is created; claimed ones go on).
+    #[serde(default)]
+    pub on_conflict: CrdOnConflict,
+}
+
+/// `spec.concurrency.onConflict` (docs/design.md §3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CrdOnConflict {
+    /// Wait for a free slot.
+    #[default]
+    Queue,
+    /// Cancel the key's waiting orders.
+    Supersede,
+}
+
+impl From<CrdOnConflict> for OnConflict {
+    fn from(c: CrdOnConflict) -> Self {
+        match c {
+            CrdOnConflict::Queue => OnConflict::Queue,
+            CrdOnConflict::Supersede => OnConflict::Supersede,
+        }
+    }
+}
+
 // The Rust types are `WorkOrderResource` / `WorkOrderResourceSpec` so they never collide with the
 // queue's `WorkOrder` / `WorkOrderSpec` (issue #13); the Kubernetes kind stays `WorkOrder`.
 /// A one-time operation pulled by an agent (docs/design.md §6). Immutable once created.
@@ -122,6 +163,9 @@ pub struct WorkOrderResourceSpec {
     #[serde(default = "default_priority")]
     #[schemars(range(min = PRIORITY.min, max = PRIORITY.max))]
     pub priority: i32,
+    /// At most `max` orders with this key (per tenant) hold a claim at once (docs/design.md §3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<WorkOrderConcurrency>,
     /// Only agents of this tenant (or instance-wide agents) may claim it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
@@ -322,6 +366,11 @@ impl WorkOrderResourceSpec {
             claim_timeout_seconds: Some(i64::from(self.claim_timeout_seconds)),
             max_reclaims: Some(i64::from(self.max_reclaims)),
             priority: Some(i64::from(self.priority)),
+            concurrency: self.concurrency.as_ref().map(|c| NewConcurrency {
+                key: c.key.clone(),
+                max: Some(i64::from(c.max)),
+                on_conflict: Some(c.on_conflict.into()),
+            }),
             tenant: self.tenant.clone(),
             targeting: Targeting {
                 agent_ids,

@@ -54,7 +54,10 @@
 //!   `src/queue/sql/claim_next.sql` (and `claim_next_capped.sql` for an agent with
 //!   `max_concurrency`); its `-- @include` lines are the shared fragments beside it (the
 //!   eligibility rule is `eligible.sql`, the claim row and the `CLAIMED` state are written by
-//!   `take_claim.sql`), put in place by `build.rs`.
+//!   `take_claim.sql`), put in place by `build.rs`. Tenants take turns while several compete
+//!   (`queue::turns`, `claim_next_fair.sql`); an order's concurrency key is a slot its claim row
+//!   takes and gives back (`queue::keys`: the triggers of migration
+//!   `20261211000040_concurrency_keys.sql`, and `key_full.sql` in the walks).
 //! - **One order's life in an agent**: `pull::run` (or `run_once`) enters the private `run_loop`
 //!   (`src/pull/mod.rs`), which claims and starts each order as `pull::order::carry_one`
 //!   (claimed → applying → watching → reporting, or abandoned; heartbeats in `pull::heartbeat`).

@@ -139,7 +139,7 @@ Examples:
 pub enum WorkOrdersCommand {
     /// Create a work order from a file of Kubernetes YAML (or a Shipwright Build).
     #[command(after_help = WAIT_EXIT_CODES)]
-    Create(CreateWorkOrder),
+    Create(Box<CreateWorkOrder>),
     /// List active work orders (finished ones are in `pullman log list`).
     List {
         #[command(flatten)]
@@ -295,6 +295,19 @@ pub struct CreateWorkOrder {
     /// then the older (tenants take turns before that). Default: 0.
     #[arg(long, allow_negative_numbers = true)]
     pub priority: Option<i64>,
+    /// Concurrency key, 1-256 characters: of the orders with this key (per tenant), at most the
+    /// key's max hold a claim at once, whichever agents claim them.
+    #[arg(long, value_name = "KEY")]
+    pub concurrency_key: Option<String>,
+    /// With --concurrency-key: most orders of the key holding a claim at once, 1-100000.
+    /// Default: 1.
+    #[arg(long, value_name = "N", requires = "concurrency_key")]
+    pub max_concurrent: Option<i64>,
+    /// With --concurrency-key: `queue` waits for a free slot; `supersede` cancels the key's
+    /// waiting orders (never claimed ones) when this one is created. Default: queue.
+    #[arg(long, value_name = "WHAT", requires = "concurrency_key",
+          value_parser = ["queue", "supersede"])]
+    pub on_conflict: Option<String>,
     /// Block until the order finishes; print its result and exit with its outcome (see below).
     #[arg(long)]
     pub wait: bool,

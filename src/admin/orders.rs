@@ -32,6 +32,12 @@ fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>, wide: bool) {
         ("Status", o.status.as_str().to_string()),
         ("Tenant", opt(&o.tenant)),
         ("Priority", o.priority.to_string()),
+        (
+            "Concurrency",
+            o.concurrency.as_ref().map_or("-".to_string(), |c| {
+                format!("{} (max {}, {})", c.key, c.max, c.on_conflict.as_str())
+            }),
+        ),
         ("Targeting", targeting_text(o)),
         (
             "Retries",
@@ -139,6 +145,15 @@ async fn create(client: &Client, c: CreateWorkOrder) -> anyhow::Result<WorkOrder
     if let Some(t) = c.tenant {
         body["tenant"] = json!(t);
     }
+    if let Some(key) = c.concurrency_key {
+        body["concurrency"] = json!({"key": key});
+        if let Some(max) = c.max_concurrent {
+            body["concurrency"]["max"] = json!(max);
+        }
+        if let Some(on_conflict) = c.on_conflict {
+            body["concurrency"]["on_conflict"] = json!(on_conflict);
+        }
+    }
     client
         .create_work_order(&body)
         .await
@@ -162,6 +177,8 @@ const CREATE_FLAGS: &[(&str, &str)] = &[
     ("claim_timeout_seconds", "--claim-timeout-seconds"),
     ("max_reclaims", "--max-reclaims"),
     ("priority", "--priority"),
+    ("concurrency.key", "--concurrency-key"),
+    ("concurrency.max", "--max-concurrent"),
     ("tenant", "--tenant"),
 ];
 
@@ -177,7 +194,7 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
             if !then_wait && !wait_args.timeout.is_zero() {
                 bail!("--timeout applies to --wait: add --wait, or leave --timeout out");
             }
-            let mut order = create(&client, c).await?;
+            let mut order = create(&client, *c).await?;
             if then_wait {
                 // `-o name` prints the id at once: `ID=$(… -o name --wait)` has it even when
                 // the wait times out or is interrupted, exactly when a script needs it.

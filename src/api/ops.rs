@@ -257,7 +257,10 @@ fn input_bounds(doc: &mut serde_json::Value) {
 /// The request fields bounded by crate::queue::limits get their `minimum`, `maximum`, `default`
 /// and length bounds from there, so the document states the numbers validation enforces.
 fn limits(doc: &mut serde_json::Value) {
-    use crate::queue::limits::{MAX_AGENT_NAME_CHARS, MAX_STRING_CHARS, MAX_YAML_BYTES, RANGES};
+    use crate::queue::limits::{
+        CONCURRENCY_MAX, MAX_AGENT_NAME_CHARS, MAX_CONCURRENCY_KEY_CHARS, MAX_STRING_CHARS,
+        MAX_YAML_BYTES, RANGES,
+    };
     use serde_json::json;
     let requests = ["NewWorkOrder", "NewAgent", "ClaimBody", "ClaimNextBody"];
     for name in requests {
@@ -288,6 +291,20 @@ fn limits(doc: &mut serde_json::Value) {
         }
         if name == "NewWorkOrder" {
             length("yaml_content", MAX_YAML_BYTES);
+        }
+    }
+    if let Some(props) = doc
+        .pointer_mut("/components/schemas/NewConcurrency/properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        if let Some(f) = props.get_mut("max").and_then(|f| f.as_object_mut()) {
+            f.insert("minimum".into(), json!(CONCURRENCY_MAX.min));
+            f.insert("maximum".into(), json!(CONCURRENCY_MAX.max));
+            f.insert("default".into(), json!(CONCURRENCY_MAX.default));
+        }
+        if let Some(f) = props.get_mut("key").and_then(|f| f.as_object_mut()) {
+            f.insert("minLength".into(), json!(1));
+            f.insert("maxLength".into(), json!(MAX_CONCURRENCY_KEY_CHARS));
         }
     }
 }

@@ -236,6 +236,7 @@ pub(in crate::controller) mod tests {
                 claim_timeout_seconds: 3600,
                 max_reclaims: 5,
                 priority: 0,
+                concurrency: None,
                 tenant: None,
                 targeting: WorkOrderTargeting {
                     labels: vec!["a".into()],

@@ -37,7 +37,8 @@ pub const UNSCHEDULABLE_EVENT: &str = "Unschedulable";
 
 /// `(status, reason, message)` of the condition of an order that waits for the reason `wait`
 /// gives: `False` when no agent can take it (`NoMatchingAgent`, `NoAgentConnected`), `True` when
-/// one will (`BackingOff` until its retry is due; `Matched` while matching agents in contact take
+/// one will (`BackingOff` until its retry is due; `ConcurrencyLimited` until its concurrency key
+/// has a free slot; `Matched` while matching agents in contact take
 /// orders in turn). `agents_busy` and `queued` are both `Matched`: they trade places whenever an
 /// agent takes or finishes a claim, and a condition that followed them would rewrite every
 /// waiting WorkOrder each time; `pullman work-orders explain` tells them apart.
@@ -46,6 +47,7 @@ pub fn parts(wait: &Wait) -> (bool, &'static str, &str) {
         WaitReason::NoMatchingAgent => (false, "NoMatchingAgent"),
         WaitReason::NoAgentConnected => (false, "NoAgentConnected"),
         WaitReason::BackingOff => (true, "BackingOff"),
+        WaitReason::ConcurrencyLimited => (true, "ConcurrencyLimited"),
         WaitReason::AgentsBusy | WaitReason::Queued => (true, "Matched"),
     };
     (status, reason, &wait.message)

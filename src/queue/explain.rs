@@ -13,10 +13,10 @@ use uuid::Uuid;
 
 use super::eligibility::{AgentProfile, OrderProfile};
 use super::rules::agent_health;
-use super::waiting::{self, AgentState, OrderFacts, ReasonCount, Wait};
+use super::waiting::{self, AgentState, MATCHING_AGENTS_SHOWN, OrderFacts, ReasonCount, Wait};
 use super::{
-    ConflictCode, Explanation, Lookup, OrderStatus, Queue, QueueError, Targeting, WaitReason,
-    WorkType, limits, sql,
+    ConflictCode, Explanation, KeyWait, Lookup, OrderStatus, Queue, QueueError, Targeting,
+    WaitReason, WorkType, keys, limits, sql,
 };
 
 /// The order's side of eligibility and its state, as both statements below return them.
@@ -30,6 +30,8 @@ struct WaitingColumns {
     target_annotations: Json<BTreeMap<String, String>>,
     status: String,
     due: bool,
+    /// Its concurrency key's slots are all held (`sql/key_full.sql`).
+    limited: bool,
 }
 
 impl WaitingColumns {
@@ -47,7 +49,7 @@ impl WaitingColumns {
             targeting: &targeting,
         };
         let status = OrderStatus::parse(&self.status).unwrap_or(OrderStatus::Pending);
-        waiting::classify(&order, status, self.due, agents)
+        waiting::classify(&order, status, self.due, self.limited, agents)
     }
 }
 
@@ -60,6 +62,9 @@ struct WaitingOrderRow {
     retry_count: i32,
     next_retry_after: Option<DateTime<Utc>>,
     waiting_seconds: i64,
+    concurrency_slot: Option<Uuid>,
+    concurrency_key: Option<String>,
+    concurrency_max: Option<i32>,
 }
 
 /// `sql/waiting_by_profile.sql`.
@@ -177,6 +182,19 @@ impl Queue {
         let Some(verdict) = row.columns.verdict(&agents) else {
             return Ok(None);
         };
+        let key = match (&row.concurrency_slot, &row.concurrency_key) {
+            (Some(slot), Some(key)) if verdict.reason == WaitReason::ConcurrencyLimited => {
+                let (held, holders) =
+                    keys::holders(&mut *tx, *slot, MATCHING_AGENTS_SHOWN as i64).await?;
+                Some(KeyWait {
+                    key: key.clone(),
+                    max: row.concurrency_max.unwrap_or(1),
+                    held,
+                    holders,
+                })
+            }
+            _ => None,
+        };
         let position = if verdict.takers.is_empty() {
             None
         } else {
@@ -196,6 +214,7 @@ impl Queue {
             retry_count: row.retry_count,
             next_retry_after: row.next_retry_after,
             waiting_seconds: row.waiting_seconds,
+            key,
         };
         Ok(Some(waiting::explanation(&facts, &verdict, position)))
     }
@@ -255,6 +274,7 @@ impl Queue {
                     retry_count: *retry_count,
                     next_retry_after: *next_retry_after,
                     waiting_seconds: 0,
+                    key: None,
                 };
                 out.insert(*id, waiting::wait(&facts, &verdict));
             }

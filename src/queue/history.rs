@@ -101,6 +101,7 @@ impl Queue {
             claim_timeout_seconds: entry.claim_timeout_seconds,
             max_reclaims: entry.max_reclaims,
             priority: entry.priority,
+            concurrency: entry.concurrency,
             tenant: entry.tenant,
             targeting: entry.targeting,
         };

@@ -109,6 +109,15 @@ pub const PRIORITY: Range = Range {
     default: Some(0),
 };
 
+/// An order's concurrency key's `max` (docs/design.md §3 "Concurrency keys"): most orders of the
+/// key holding a claim at once. The API names it `concurrency.max`.
+pub const CONCURRENCY_MAX: Range = Range {
+    field: "concurrency.max",
+    min: 1,
+    max: 100_000,
+    default: Some(1),
+};
+
 /// A lease, in seconds: on a claim, on an agent's registration and on an Executor. Absent means
 /// no lease (the claim timeout alone governs).
 pub const LEASE_SECONDS: Range = Range {
@@ -187,16 +196,19 @@ pub const MAX_YAML_BYTES: usize = 1024 * 1024;
 pub const MAX_STRING_CHARS: usize = 4096;
 /// Longest agent name, in characters.
 pub const MAX_AGENT_NAME_CHARS: usize = 253;
+/// Longest concurrency key, in characters (docs/design.md §3).
+pub const MAX_CONCURRENCY_KEY_CHARS: usize = 256;
 /// Most entries in any one list or map of a request.
 pub const MAX_LIST_ENTRIES: usize = 256;
 
 /// Every integer range, for the tests and for the OpenAPI document.
-pub const RANGES: [Range; 8] = [
+pub const RANGES: [Range; 9] = [
     MAX_RETRIES,
     BACKOFF_SECONDS,
     CLAIM_TIMEOUT_SECONDS,
     MAX_RECLAIMS,
     PRIORITY,
+    CONCURRENCY_MAX,
     LEASE_SECONDS,
     MAX_CONCURRENCY,
     MAX_ORDERS,

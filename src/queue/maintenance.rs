@@ -37,6 +37,9 @@ pub struct MaintenanceReport {
     pub log_entries_deleted: u64,
     /// Turns of tenants left without an order, dropped ([`Queue::drop_idle_turns`]).
     pub idle_turns_dropped: u64,
+    /// Slot rows of concurrency keys without claims or waiting orders, dropped
+    /// ([`Queue::drop_idle_slots`]).
+    pub idle_slots_dropped: u64,
 }
 
 /// How often [`run_maintenance`] drops idle tenant turns: the table lock holds claims off for a
@@ -223,7 +226,8 @@ impl Queue {
 /// (Several replicas each run maintenance; the one that scheduled a retry promotes it on time.)
 /// Each report goes to `on_report` (metrics); failures are logged and retried at the next tick.
 /// With `log_retention`, history past it is deleted too ([`Queue::expire_history`]). Once a
-/// minute ([`TURN_DROP_INTERVAL`]) it drops idle tenant turns ([`Queue::drop_idle_turns`]).
+/// minute ([`TURN_DROP_INTERVAL`]) it drops idle tenant turns ([`Queue::drop_idle_turns`]) and
+/// idle concurrency-key slots ([`Queue::drop_idle_slots`]).
 pub async fn run_maintenance(
     queue: Queue,
     interval: Duration,
@@ -245,6 +249,7 @@ pub async fn run_maintenance(
             if turns_dropped_at.elapsed() >= TURN_DROP_INTERVAL {
                 turns_dropped_at = tokio::time::Instant::now();
                 report.idle_turns_dropped = queue.drop_idle_turns().await?;
+                report.idle_slots_dropped = queue.drop_idle_slots().await?;
             }
             Ok::<_, QueueError>(report)
         };
@@ -257,6 +262,7 @@ pub async fn run_maintenance(
                         promoted = report.promoted,
                         log_entries_deleted = report.log_entries_deleted,
                         idle_turns_dropped = report.idle_turns_dropped,
+                        idle_slots_dropped = report.idle_slots_dropped,
                         "maintenance pass"
                     );
                 }

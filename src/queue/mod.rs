@@ -37,6 +37,7 @@ mod eligibility_agreement;
 mod explain;
 mod group_commit;
 mod history;
+pub mod keys;
 pub mod limits;
 mod long_poll;
 mod maintenance;
@@ -66,6 +67,7 @@ use uuid::Uuid;
 pub use availability::spawn_availability_probe;
 pub use claims::{ClaimRequest, Heartbeat};
 pub use cursor::CursorError;
+pub use keys::{Concurrency, NewConcurrency, OnConflict};
 pub use maintenance::{AgentHealthCounts, MaintenanceReport, run_maintenance};
 pub use model::*;
 pub use notify::{Notifications, spawn_listener};
@@ -98,6 +100,8 @@ pub enum ConflictCode {
     BackingOff,
     /// Claim by id: the agent already holds `max_concurrency` claims.
     MaxConcurrency,
+    /// Claim by id: the order's concurrency key holds `max` claims (docs/design.md §3).
+    ConcurrencyLimited,
     /// Cancel of an order that already finished.
     AlreadyFinished,
     /// Agent name taken by a live agent.
@@ -124,6 +128,7 @@ impl ConflictCode {
             ConflictCode::AlreadyClaimed => "already_claimed",
             ConflictCode::BackingOff => "backing_off",
             ConflictCode::MaxConcurrency => "max_concurrency",
+            ConflictCode::ConcurrencyLimited => "concurrency_limited",
             ConflictCode::AlreadyFinished => "already_finished",
             ConflictCode::NameTaken => "name_taken",
             ConflictCode::AgentRetired => "agent_retired",
@@ -294,6 +299,9 @@ pub(crate) struct OrderRow {
     claim_timeout_seconds: i32,
     max_reclaims: i32,
     priority: i32,
+    concurrency_key: Option<String>,
+    concurrency_max: Option<i32>,
+    concurrency_on_conflict: Option<String>,
     tenant: Option<String>,
     target_agent_ids: Vec<Uuid>,
     target_agent_names: Vec<String>,
@@ -326,6 +334,11 @@ impl From<OrderRow> for WorkOrder {
             claim_timeout_seconds: r.claim_timeout_seconds,
             max_reclaims: r.max_reclaims,
             priority: r.priority,
+            concurrency: Concurrency::from_columns(
+                r.concurrency_key,
+                r.concurrency_max,
+                r.concurrency_on_conflict,
+            ),
             tenant: r.tenant,
             targeting: Targeting {
                 agent_ids: r.target_agent_ids,
@@ -366,6 +379,9 @@ pub(crate) struct LogRow {
     claim_timeout_seconds: i32,
     max_reclaims: i32,
     priority: i32,
+    concurrency_key: Option<String>,
+    concurrency_max: Option<i32>,
+    concurrency_on_conflict: Option<String>,
     tenant: Option<String>,
     targeting: Json<Targeting>,
     retry_count: i32,
@@ -395,6 +411,11 @@ impl From<LogRow> for LogEntry {
             claim_timeout_seconds: r.claim_timeout_seconds,
             max_reclaims: r.max_reclaims,
             priority: r.priority,
+            concurrency: Concurrency::from_columns(
+                r.concurrency_key,
+                r.concurrency_max,
+                r.concurrency_on_conflict,
+            ),
             tenant: r.tenant,
             targeting: r.targeting.0,
             retry_count: r.retry_count,

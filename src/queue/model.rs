@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::keys::shapes::{Concurrency, NewConcurrency};
+
 /// The kind of work an order carries (docs/design.md §4). Anything else is rejected at creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -212,6 +214,10 @@ pub struct NewWorkOrder {
     /// older; -1000–1000 (default 0) (docs/design.md §3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
+    /// At most `max` orders of `key` (per tenant) hold a claim at once; `on_conflict: supersede`
+    /// cancels the key's waiting orders when this one is created (docs/design.md §3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<NewConcurrency>,
     /// Only agents of this tenant (or instance-wide agents) may claim. 1–4096 characters.
     #[serde(default)]
     pub tenant: Option<String>,
@@ -237,6 +243,10 @@ pub struct WorkOrder {
     #[serde(default)]
     #[schema(required = true)]
     pub priority: i32,
+    /// Its concurrency key, if any (docs/design.md §3). Absent from servers before it.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub concurrency: Option<Concurrency>,
     #[schema(required = true)]
     pub tenant: Option<String>,
     pub targeting: Targeting,
@@ -287,16 +297,18 @@ pub enum WaitReason {
     NoAgentConnected,
     AgentsBusy,
     BackingOff,
+    ConcurrencyLimited,
     Queued,
 }
 
 impl WaitReason {
     /// Every reason, for metrics registered at zero.
-    pub const ALL: [WaitReason; 5] = [
+    pub const ALL: [WaitReason; 6] = [
         WaitReason::NoMatchingAgent,
         WaitReason::NoAgentConnected,
         WaitReason::AgentsBusy,
         WaitReason::BackingOff,
+        WaitReason::ConcurrencyLimited,
         WaitReason::Queued,
     ];
 
@@ -307,6 +319,7 @@ impl WaitReason {
             WaitReason::NoAgentConnected => "no_agent_connected",
             WaitReason::AgentsBusy => "agents_busy",
             WaitReason::BackingOff => "backing_off",
+            WaitReason::ConcurrencyLimited => "concurrency_limited",
             WaitReason::Queued => "queued",
         }
     }
@@ -340,9 +353,24 @@ pub struct Explanation {
     /// For `backing_off`: when the retry becomes due (absent for a retry without a time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backing_off_until: Option<DateTime<Utc>>,
+    /// For `concurrency_limited`: the key whose slots are all held, and by which orders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<KeyWait>,
     /// Seconds since the order last became unclaimed (created, released by the reaper or a
     /// retirement, its retry scheduled or come due), by the database's clock.
     pub waiting_seconds: i64,
+}
+
+/// The concurrency key an order waits for (docs/design.md §10 `concurrency_limited`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct KeyWait {
+    pub key: String,
+    /// The order's `concurrency.max`.
+    pub max: i32,
+    /// Claims holding the key's slots now.
+    pub held: i64,
+    /// The orders holding them, oldest claim first, at most 10.
+    pub holders: Vec<Uuid>,
 }
 
 /// A finished work order: a row of `work_order_log` (docs/design.md §2).
@@ -366,6 +394,10 @@ pub struct LogEntry {
     #[serde(default)]
     #[schema(required = true)]
     pub priority: i32,
+    /// Its concurrency key, if any (docs/design.md §3). Absent from servers before it.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub concurrency: Option<Concurrency>,
     #[schema(required = true)]
     pub tenant: Option<String>,
     pub targeting: Targeting,

@@ -8,8 +8,8 @@ use uuid::Uuid;
 use super::text;
 use super::validate::WorkOrderSpec;
 use super::{
-    ConflictCode, LogEntry, LogRow, Lookup, OrderRow, OrderStatus, Outcome, Page, Queue,
-    QueueError, SOURCE_API, WorkOrder, WorkType, cursor, sql,
+    ConflictCode, LogEntry, LogRow, Lookup, OnConflict, OrderRow, OrderStatus, Outcome, Page,
+    Queue, QueueError, SOURCE_API, WorkOrder, WorkType, cursor, sql,
 };
 
 /// Filters of `GET /api/v1/work-orders`.
@@ -136,6 +136,7 @@ impl Queue {
             drop(tx);
             return self.lookup(id, true).await;
         }
+        supersede(&mut tx, id, spec).await?;
         tx.commit().await?;
         // After the commit: a look at the turns made before it would not see this tenant's.
         self.turns.order_created(spec.tenant.as_deref());
@@ -168,7 +169,15 @@ impl Queue {
         rerun_of: Option<Uuid>,
     ) -> Result<Created, QueueError> {
         let Some(key) = key else {
-            let order = insert_fresh(&self.pool, Uuid::new_v4(), spec, rerun_of).await?;
+            let order = if supersedes(spec) {
+                let mut tx = self.pool.begin().await?;
+                let order = insert_fresh(&mut *tx, Uuid::new_v4(), spec, rerun_of).await?;
+                supersede(&mut tx, order.id, spec).await?;
+                tx.commit().await?;
+                order
+            } else {
+                insert_fresh(&self.pool, Uuid::new_v4(), spec, rerun_of).await?
+            };
             self.turns.order_created(spec.tenant.as_deref());
             return Ok(Created {
                 order,
@@ -188,6 +197,7 @@ impl Queue {
             return self.replay_creation(key).await;
         }
         let order = insert_fresh(&mut *tx, id, spec, rerun_of).await?;
+        supersede(&mut tx, id, spec).await?;
         sqlx::query(sql::RECORD_IDEMPOTENT_RESPONSE)
             .bind(&key.key)
             .bind(sqlx::types::Json(&order))
@@ -481,8 +491,39 @@ pub(super) async fn insert_order(
         .bind(source)
         .bind(rerun_of)
         .bind(spec.priority)
+        .bind(spec.concurrency.as_ref().map(|c| &c.key))
+        .bind(spec.concurrency.as_ref().map(|c| c.max))
+        .bind(spec.concurrency.as_ref().map(|c| c.on_conflict.as_str()))
         .fetch_optional(exec)
         .await?)
+}
+
+/// Whether creating an order of `spec` cancels the waiting orders of its key.
+fn supersedes(spec: &WorkOrderSpec) -> bool {
+    spec.concurrency
+        .as_ref()
+        .is_some_and(|c| c.on_conflict == OnConflict::Supersede)
+}
+
+/// With `on_conflict: supersede`, cancels the waiting orders of the key of `id`, just created in
+/// `tx` (docs/design.md §3 "Concurrency keys"; `sql/supersede.sql`); claimed ones go on.
+async fn supersede(
+    tx: &mut Transaction<'_, Postgres>,
+    id: Uuid,
+    spec: &WorkOrderSpec,
+) -> Result<(), QueueError> {
+    if !supersedes(spec) {
+        return Ok(());
+    }
+    let gone: Vec<LogRow> = sqlx::query_as(sql::SUPERSEDE)
+        .bind(id)
+        .fetch_all(&mut **tx)
+        .await?;
+    if !gone.is_empty() {
+        let ids: Vec<Uuid> = gone.into_iter().map(|r| LogEntry::from(r).id).collect();
+        tracing::info!(order = %id, superseded = ?ids, "cancelled the waiting orders of its concurrency key");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::QueueError;
+use super::keys::{self, Concurrency};
 use super::model::{NewAgent, NewWorkOrder, RequestedWorkType, Targeting, WorkType};
 use super::rules::{MIN_WATCH_BUDGET, watch_budget};
 use super::text::{strip_nul, strip_nul_all, strip_nul_map};
@@ -26,6 +27,8 @@ pub struct WorkOrderSpec {
     pub max_reclaims: i32,
     /// Higher first within a tenant (docs/design.md §3).
     pub priority: i32,
+    /// Its concurrency key, if any (docs/design.md §3).
+    pub concurrency: Option<Concurrency>,
     pub tenant: Option<String>,
     pub targeting: Targeting,
 }
@@ -204,6 +207,7 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
         CLAIM_TIMEOUT_SECONDS.check_or_default(body.claim_timeout_seconds)?;
     let max_reclaims = MAX_RECLAIMS.check_or_default(body.max_reclaims)?;
     let priority = PRIORITY.check_or_default(body.priority)?;
+    let concurrency = body.concurrency.map(keys::validate).transpose()?;
     if let Some(tenant) = &body.tenant {
         check_string("tenant", tenant)?;
     }
@@ -248,6 +252,7 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
         claim_timeout_seconds,
         max_reclaims,
         priority,
+        concurrency,
         tenant: body.tenant,
         targeting: body.targeting,
     })

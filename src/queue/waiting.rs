@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `no_matching_agent` | no live (non-retired) agent may see it (targeting, work type, tenant) |
 //! | `backing_off` | it is `RETRY_PENDING` and its retry is not due |
+//! | `concurrency_limited` | its concurrency key's slots are all held (docs/design.md §3) |
 //! | `no_agent_connected` | matching agents exist, none `active` (never seen, or stale) |
 //! | `agents_busy` | every active matching agent holds `max_concurrency` claims |
 //! | `queued` | an active matching agent has room; `position` says how many go first |
@@ -21,7 +22,7 @@ use uuid::Uuid;
 
 use super::eligibility::{self, AgentProfile, OrderProfile};
 use super::limits::MAX_POSITION_COUNTED;
-use super::model::{AgentHealth, Explanation, OrderStatus, WaitReason};
+use super::model::{AgentHealth, Explanation, KeyWait, OrderStatus, WaitReason};
 
 /// Most agent names an explanation lists (docs/design.md §10).
 pub const MATCHING_AGENTS_SHOWN: usize = 10;
@@ -62,12 +63,14 @@ pub struct Verdict<'a> {
 }
 
 /// The reason `order` waits (docs/design.md §10), given its `status`, whether its retry is `due`
-/// (as `sql/claim_candidate.sql` reads it) and every live agent. `None` for a claimed order,
+/// (as `sql/claim_candidate.sql` reads it), whether its concurrency key is `limited` (every slot
+/// held, as `sql/key_full.sql` reads it) and every live agent. `None` for a claimed order,
 /// which does not wait.
 pub fn classify<'a>(
     order: &OrderProfile<'_>,
     status: OrderStatus,
     due: bool,
+    limited: bool,
     agents: &'a [AgentState],
 ) -> Option<Verdict<'a>> {
     if status == OrderStatus::Claimed {
@@ -86,6 +89,8 @@ pub fn classify<'a>(
         WaitReason::NoMatchingAgent
     } else if !eligibility::claimable_now(status, due) {
         WaitReason::BackingOff
+    } else if limited {
+        WaitReason::ConcurrencyLimited
     } else if connected().next().is_none() {
         WaitReason::NoAgentConnected
     } else if takers.is_empty() {
@@ -120,6 +125,9 @@ pub struct OrderFacts {
     pub retry_count: i32,
     pub next_retry_after: Option<DateTime<Utc>>,
     pub waiting_seconds: i64,
+    /// For `concurrency_limited`: its key and the holders (`None` where only the reason is
+    /// needed, as for the WorkOrder condition).
+    pub key: Option<KeyWait>,
 }
 
 /// Builds the answer from a [`Verdict`] and, for `queued`, the `position` (1-based).
@@ -154,6 +162,31 @@ pub fn explanation(
                 t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
             ),
             None => format!("Work order {id} is waiting for a retry with no time set."),
+        },
+        WaitReason::ConcurrencyLimited => match &order.key {
+            Some(k) => format!(
+                "Work order {id} waits for a slot of its concurrency key {:?}: {} of {} held{}. \
+                 It is claimed when one of them ends.",
+                k.key,
+                k.held,
+                k.max,
+                match k.holders.as_slice() {
+                    [] => String::new(),
+                    holders => format!(
+                        " (by work order{} {})",
+                        if holders.len() == 1 { "" } else { "s" },
+                        holders
+                            .iter()
+                            .map(Uuid::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }
+            ),
+            None => format!(
+                "Work order {id} waits for a free slot of its concurrency key; then {list} may \
+                 take it."
+            ),
         },
         WaitReason::NoAgentConnected => format!(
             "Work order {id} matches {list}, but none of them is in contact (never seen, or \
@@ -195,6 +228,11 @@ pub fn explanation(
         } else {
             None
         },
+        concurrency: if verdict.reason == WaitReason::ConcurrencyLimited {
+            order.key.clone()
+        } else {
+            None
+        },
         waiting_seconds: order.waiting_seconds.max(0),
     }
 }
@@ -230,6 +268,10 @@ pub fn wait(order: &OrderFacts, verdict: &Verdict<'_>) -> Wait {
             ),
             None => format!("Work order {id} is waiting for a retry with no time set."),
         },
+        WaitReason::ConcurrencyLimited => format!(
+            "Work order {id} waits for a free slot of its concurrency key (pullman work-orders \
+             explain names the orders holding them)."
+        ),
         WaitReason::NoAgentConnected => format!(
             "Work order {id} matches registered agents, but none of them is in contact (never \
              seen, or stale). It waits until one connects (pullman work-orders explain names \
@@ -296,7 +338,7 @@ mod tests {
             tenant: None,
             targeting: &t,
         };
-        classify(&order, status, due, agents).unwrap().reason
+        classify(&order, status, due, false, agents).unwrap().reason
     }
 
     use AgentHealth::*;
@@ -368,7 +410,7 @@ mod tests {
             tenant: None,
             targeting: &t,
         };
-        assert!(classify(&order, Claimed, false, &[agent(1, Active, None, 0)]).is_none());
+        assert!(classify(&order, Claimed, false, false, &[agent(1, Active, None, 0)]).is_none());
     }
 
     #[test]
@@ -383,12 +425,13 @@ mod tests {
             tenant: None,
             targeting: &t,
         };
-        let verdict = classify(&order, Pending, false, &agents).unwrap();
+        let verdict = classify(&order, Pending, false, false, &agents).unwrap();
         let facts = OrderFacts {
             id: Uuid::nil(),
             retry_count: 0,
             next_retry_after: None,
             waiting_seconds: 42,
+            key: None,
         };
         let e = explanation(&facts, &verdict, None);
         assert_eq!(e.reason, WaitReason::NoAgentConnected);
@@ -415,11 +458,18 @@ mod tests {
             retry_count: 0,
             next_retry_after: None,
             waiting_seconds: 7,
+            key: None,
         };
         let busy = [agent(1, Active, Some(1), 1)];
         let room = [agent(1, Active, Some(1), 0)];
-        let when_busy = wait(&facts, &classify(&order, Pending, false, &busy).unwrap());
-        let with_room = wait(&facts, &classify(&order, Pending, false, &room).unwrap());
+        let when_busy = wait(
+            &facts,
+            &classify(&order, Pending, false, false, &busy).unwrap(),
+        );
+        let with_room = wait(
+            &facts,
+            &classify(&order, Pending, false, false, &room).unwrap(),
+        );
         assert_eq!(when_busy.reason, WaitReason::AgentsBusy);
         assert_eq!(with_room.reason, WaitReason::Queued);
         assert_eq!(when_busy.message, with_room.message);
@@ -429,15 +479,21 @@ mod tests {
             agent(2, Active, None, 3),
             agent(3, Stale, None, 0),
         ];
-        let with_more = wait(&facts, &classify(&order, Pending, false, &more).unwrap());
+        let with_more = wait(
+            &facts,
+            &classify(&order, Pending, false, false, &more).unwrap(),
+        );
         assert_eq!(with_more.message, with_room.message);
         assert!(!with_room.message.contains("a1"), "{}", with_room.message);
         let stale = [agent(1, Stale, None, 0)];
         let stale_more = [agent(1, Stale, None, 0), agent(2, NeverSeen, None, 0)];
-        let one = wait(&facts, &classify(&order, Pending, false, &stale).unwrap());
+        let one = wait(
+            &facts,
+            &classify(&order, Pending, false, false, &stale).unwrap(),
+        );
         let two = wait(
             &facts,
-            &classify(&order, Pending, false, &stale_more).unwrap(),
+            &classify(&order, Pending, false, false, &stale_more).unwrap(),
         );
         assert_eq!(one.reason, WaitReason::NoAgentConnected);
         assert_eq!(one.message, two.message);
@@ -451,5 +507,50 @@ mod tests {
         assert_eq!(name_list(&s(&["a", "b"]), 2), "agents a and b");
         assert_eq!(name_list(&s(&["a", "b", "c"]), 3), "agents a, b and c");
         assert_eq!(name_list(&s(&["a", "b"]), 5), "agents a, b and 3 more");
+    }
+
+    #[test]
+    fn a_full_concurrency_key_comes_after_backing_off_and_names_its_holders() {
+        let t = Targeting {
+            labels: vec!["gpu".into()],
+            ..Default::default()
+        };
+        let order = OrderProfile {
+            work_type: WorkType::Custom,
+            tenant: None,
+            targeting: &t,
+        };
+        let active = [agent(1, Active, None, 0)];
+        let limited = |status, due| classify(&order, status, due, true, &active).unwrap().reason;
+        assert_eq!(limited(Pending, false), WaitReason::ConcurrencyLimited);
+        assert_eq!(limited(RetryPending, false), WaitReason::BackingOff);
+        let nobody = classify(&order, Pending, false, true, &[]).unwrap().reason;
+        assert_eq!(nobody, WaitReason::NoMatchingAgent);
+        let stale = [agent(1, Stale, None, 0)];
+        let verdict = classify(&order, Pending, false, true, &stale).unwrap();
+        assert_eq!(verdict.reason, WaitReason::ConcurrencyLimited);
+        assert!(verdict.takers.is_empty());
+        let holder = Uuid::from_u128(7);
+        let facts = OrderFacts {
+            id: Uuid::nil(),
+            retry_count: 0,
+            next_retry_after: None,
+            waiting_seconds: 1,
+            key: Some(KeyWait {
+                key: "deploy".into(),
+                max: 1,
+                held: 1,
+                holders: vec![holder],
+            }),
+        };
+        let e = explanation(&facts, &verdict, None);
+        assert!(
+            e.message.contains("\"deploy\": 1 of 1 held"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains(&holder.to_string()), "{}", e.message);
+        assert_eq!(e.concurrency.unwrap().holders, vec![holder]);
+        assert!(!wait(&facts, &verdict).message.contains(&holder.to_string()));
     }
 }

@@ -23,9 +23,10 @@ use uuid::Uuid;
 
 use super::claims::claim_in;
 use super::{
-    ClaimRequest, Completion, ConflictCode, Explanation, Queue, QueueError, WaitReason, WorkOrder,
-    WorkType,
+    ClaimRequest, ConflictCode, Explanation, Queue, QueueError, WaitReason, WorkOrder, WorkType,
 };
+
+mod matrix;
 
 const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n";
 const BUILD: &str =
@@ -39,6 +40,7 @@ enum Claim {
     Retired,
     BackingOff,
     Busy,
+    Limited,
 }
 
 async fn would_claim(queue: &Queue, order: Uuid, agent: Uuid) -> Claim {
@@ -56,6 +58,7 @@ async fn would_claim(queue: &Queue, order: Uuid, agent: Uuid) -> Claim {
             ConflictCode::AgentRetired => Claim::Retired,
             ConflictCode::BackingOff => Claim::BackingOff,
             ConflictCode::MaxConcurrency => Claim::Busy,
+            ConflictCode::ConcurrencyLimited => Claim::Limited,
             other => panic!("unexpected conflict {other:?}"),
         },
         Err(e) => panic!("claim by id failed: {e}"),
@@ -111,208 +114,6 @@ async fn fresh() -> Queue {
     Queue::new(crate::testing::fresh_pool(4).await)
 }
 
-#[tokio::test]
-async fn no_matching_agent_cannot_be_claimed_by_any_agent() {
-    let queue = fresh().await;
-    let gpu = agent(&queue, json!({"name": "gpu", "labels": ["gpu"]})).await;
-    let builder = agent(
-        &queue,
-        json!({"name": "b", "labels": ["arm"], "work_types": ["build"]}),
-    )
-    .await;
-    let tenant = agent(
-        &queue,
-        json!({"name": "t", "labels": ["arm"], "tenant": "team-a"}),
-    )
-    .await;
-    for a in [gpu, builder, tenant] {
-        seen(&queue, a, Some(0)).await;
-    }
-    let o = order(&queue, json!({"targeting": {"labels": ["arm"]}})).await;
-    let e = explain(&queue, o).await;
-    assert_eq!(e.reason, WaitReason::NoMatchingAgent, "{e:?}");
-    assert!(e.matching_agents.is_empty());
-    assert!(e.message.contains("No live agent"), "{}", e.message);
-    for a in [gpu, builder, tenant] {
-        assert_eq!(would_claim(&queue, o, a).await, Claim::NotVisible);
-        let next = queue
-            .claim_next(
-                &ClaimRequest {
-                    agent_id: a,
-                    lease_seconds: None,
-                },
-                &[],
-            )
-            .await
-            .unwrap();
-        assert!(next.is_none(), "claim-next handed it out");
-    }
-    // A retired agent that matched does not count either.
-    let retired = agent(&queue, json!({"name": "r", "labels": ["arm"]})).await;
-    assert_eq!(
-        explain(&queue, o).await.reason,
-        WaitReason::NoAgentConnected
-    );
-    queue.retire_agent(retired).await.unwrap();
-    assert_eq!(explain(&queue, o).await.reason, WaitReason::NoMatchingAgent);
-    assert_eq!(would_claim(&queue, o, retired).await, Claim::Retired);
-}
-
-#[tokio::test]
-async fn no_agent_connected_is_claimable_by_a_named_agent_once_it_calls() {
-    let queue = fresh().await;
-    let never = agent(&queue, json!({"name": "never", "labels": ["gpu"]})).await;
-    let stale = agent(&queue, json!({"name": "stale", "labels": ["gpu"]})).await;
-    seen(&queue, stale, Some(301)).await;
-    let o = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
-    let e = explain(&queue, o).await;
-    assert_eq!(e.reason, WaitReason::NoAgentConnected, "{e:?}");
-    assert_eq!(e.matching_agents, ["never", "stale"]);
-    assert_eq!(e.matching_agent_count, 2);
-    assert_eq!(would_claim(&queue, o, never).await, Claim::Taken);
-    assert_eq!(would_claim(&queue, o, stale).await, Claim::Taken);
-    // Contact is what was missing: the agent that calls takes it.
-    seen(&queue, stale, Some(0)).await;
-    let e = explain(&queue, o).await;
-    assert_eq!((e.reason, e.position), (WaitReason::Queued, Some(1)));
-    let claimed = queue
-        .claim(
-            o,
-            &ClaimRequest {
-                agent_id: stale,
-                lease_seconds: None,
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(claimed.id, o);
-    match queue.explain(o).await {
-        Err(QueueError::Conflict {
-            code: ConflictCode::NotWaiting,
-            message,
-        }) => assert!(message.contains(&stale.to_string()), "{message}"),
-        other => panic!("explain of a claimed order: {other:?}"),
-    }
-}
-
-#[tokio::test]
-async fn agents_busy_is_refused_for_max_concurrency_until_a_claim_ends() {
-    let queue = fresh().await;
-    let a = agent(
-        &queue,
-        json!({"name": "one", "labels": ["gpu"], "max_concurrency": 1}),
-    )
-    .await;
-    // A stale agent with room does not make the order claimable by anyone in contact.
-    let idle = agent(&queue, json!({"name": "idle", "labels": ["gpu"]})).await;
-    seen(&queue, idle, Some(3600)).await;
-    let first = order(&queue, json!({"targeting": {"agent_names": ["one"]}})).await;
-    let req = ClaimRequest {
-        agent_id: a,
-        lease_seconds: None,
-    };
-    let held = queue.claim(first, &req).await.unwrap();
-    let o = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
-    let e = explain(&queue, o).await;
-    assert_eq!(e.reason, WaitReason::AgentsBusy, "{e:?}");
-    assert_eq!(e.matching_agents, ["idle", "one"]);
-    assert_eq!(would_claim(&queue, o, a).await, Claim::Busy);
-    queue
-        .complete(
-            first,
-            a,
-            held.claim_id,
-            &Completion {
-                success: true,
-                message: None,
-                retryable: true,
-            },
-        )
-        .await
-        .unwrap();
-    let e = explain(&queue, o).await;
-    assert_eq!((e.reason, e.position), (WaitReason::Queued, Some(1)));
-    let next: WorkOrder = queue.claim_next(&req, &[]).await.unwrap().unwrap();
-    assert_eq!(next.id, o);
-}
-
-#[tokio::test]
-async fn backing_off_is_refused_until_the_retry_is_due() {
-    let queue = fresh().await;
-    let a = agent(&queue, json!({"name": "a", "labels": ["gpu"]})).await;
-    seen(&queue, a, Some(0)).await;
-    let o = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
-    backing_off(&queue, o, 1).await;
-    let e = explain(&queue, o).await;
-    assert_eq!(e.reason, WaitReason::BackingOff, "{e:?}");
-    assert!(e.backing_off_until.is_some());
-    assert_eq!(e.matching_agents, ["a"]);
-    assert_eq!(would_claim(&queue, o, a).await, Claim::BackingOff);
-    backing_off(&queue, o, -1).await;
-    assert_eq!(explain(&queue, o).await.reason, WaitReason::Queued);
-    assert_eq!(would_claim(&queue, o, a).await, Claim::Taken);
-}
-
-#[tokio::test]
-async fn queued_position_is_the_claim_next_call_that_hands_it_out() {
-    let queue = fresh().await;
-    let a = agent(&queue, json!({"name": "a", "labels": ["gpu"]})).await;
-    let b = agent(&queue, json!({"name": "b", "labels": ["cpu"]})).await;
-    for x in [a, b] {
-        seen(&queue, x, Some(0)).await;
-    }
-    // Ahead of `last` for agent a: gpu orders, and a due retry; not b's cpu order, not a retry
-    // backing off.
-    let mut ahead = vec![];
-    ahead.push(order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await);
-    let _other = order(&queue, json!({"targeting": {"labels": ["cpu"]}})).await;
-    let later = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
-    backing_off(&queue, later, 1).await;
-    let due = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
-    backing_off(&queue, due, -1).await;
-    ahead.push(due);
-    let last = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
-    let e = explain(&queue, last).await;
-    assert_eq!(
-        (e.reason, e.position),
-        (WaitReason::Queued, Some(3)),
-        "{e:?}"
-    );
-    assert!(e.message.contains("number 3"), "{}", e.message);
-    assert_eq!(would_claim(&queue, last, a).await, Claim::Taken);
-    let req = ClaimRequest {
-        agent_id: a,
-        lease_seconds: None,
-    };
-    for (i, expected) in ahead.iter().enumerate() {
-        let e = explain(&queue, last).await;
-        assert_eq!(e.position, Some(3 - i as i64));
-        let got = queue.claim_next(&req, &[]).await.unwrap().unwrap();
-        assert_eq!(got.id, *expected);
-    }
-    assert_eq!(explain(&queue, last).await.position, Some(1));
-    assert_eq!(queue.claim_next(&req, &[]).await.unwrap().unwrap().id, last);
-}
-
-#[tokio::test]
-async fn explain_names_unknown_and_finished_orders() {
-    let queue = fresh().await;
-    let unknown = Uuid::new_v4();
-    assert!(matches!(
-        queue.explain(unknown).await,
-        Err(QueueError::NotFound { .. })
-    ));
-    let o = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
-    queue.cancel_work_order(o, "test").await.unwrap();
-    assert!(matches!(
-        queue.explain(o).await,
-        Err(QueueError::Finished { .. })
-    ));
-    assert!(queue.waiting(o).await.unwrap().is_none());
-}
-
-// The property test.
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Contact {
     Never,
@@ -341,6 +142,9 @@ struct OrderCase {
     priority: i64,
     /// `None` = `PENDING`; `Some(hours)` = `RETRY_PENDING`, due when negative.
     retry_in_hours: Option<i32>,
+    /// A concurrency key: `Some(true)` one whose only slot another agent holds, `Some(false)`
+    /// one with free slots.
+    key_full: Option<bool>,
 }
 
 fn agent_case() -> impl Strategy<Value = AgentCase> {
@@ -376,15 +180,17 @@ fn order_case() -> impl Strategy<Value = OrderCase> {
         proptest::option::of(0usize..2),
         proptest::sample::select(vec![-1i64, 0, 0, 1]),
         proptest::option::of(prop_oneof![Just(-1), Just(1)]),
+        proptest::option::of(any::<bool>()),
     )
         .prop_map(
-            |(labels, name, work_type, tenant, priority, retry_in_hours)| OrderCase {
+            |(labels, name, work_type, tenant, priority, retry_in_hours, key_full)| OrderCase {
                 labels,
                 name,
                 work_type,
                 tenant,
                 priority,
                 retry_in_hours,
+                key_full,
             },
         )
 }
@@ -442,6 +248,44 @@ async fn check(
         }
         ids.push(id);
     }
+    // Every full key's one slot is held by an agent no order of the case targets.
+    let key = |o: &OrderCase| {
+        let t = o.tenant.map_or("-".to_string(), tenant);
+        o.key_full.map(|full| {
+            let max = if full { 1 } else { 3 };
+            (
+                format!("{}-{t}-{tag}", if full { "full" } else { "free" }),
+                max,
+            )
+        })
+    };
+    let mut held_keys = BTreeSet::new();
+    for o in &orders {
+        if let (Some(true), Some((k, _))) = (o.key_full, key(o)) {
+            if !held_keys.insert((k.clone(), o.tenant)) {
+                continue;
+            }
+            let holder = agent(
+                queue,
+                json!({"name": format!("holder-{}", held_keys.len()) + &format!("-{tag}"),
+                       "labels": [format!("holder-{tag}")], "tenant": o.tenant.map(tenant)}),
+            )
+            .await;
+            let held = order(
+                queue,
+                json!({"targeting": {"agent_ids": [holder]}, "tenant": o.tenant.map(tenant),
+                       "concurrency": {"key": k, "max": 1}}),
+            )
+            .await;
+            let mut tx = queue.pool().begin().await.unwrap();
+            let req = ClaimRequest {
+                agent_id: holder,
+                lease_seconds: None,
+            };
+            claim_in(&mut tx, held, &req).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+    }
     let mut created = vec![];
     for o in &orders {
         let mut targeting = json!({
@@ -458,6 +302,7 @@ async fn check(
                 "yaml_content": if o.work_type == WorkType::Build { BUILD } else { CM },
                 "tenant": o.tenant.map(tenant),
                 "priority": o.priority,
+                "concurrency": key(o).map(|(k, max)| json!({"key": k, "max": max})),
                 "targeting": targeting,
             }),
         )
@@ -502,6 +347,8 @@ async fn check(
             WaitReason::NoMatchingAgent
         } else if matching.iter().all(|&i| claims[i] == Claim::BackingOff) {
             WaitReason::BackingOff
+        } else if matching.iter().all(|&i| claims[i] == Claim::Limited) {
+            WaitReason::ConcurrencyLimited
         } else if !matching.iter().any(|i| active(&i)) {
             WaitReason::NoAgentConnected
         } else if matching

@@ -24,3 +24,5 @@ SELECT count(*) AS count,
 FROM work_orders w
 WHERE
   -- @include eligible.sql
+  AND NOT
+  -- @include key_full.sql

@@ -2,7 +2,7 @@
 -- claim_next_capped_fair.sql, the agent whose row lock_claimer.sql locked earlier in the
 -- transaction. $1 agent id (uuid), $4 requested work types (text[])
 a AS (
-  SELECT id, name, labels, annotation_pairs, work_types, tenant, retired_at,
-         $4::text[] AS requested_types, true AS walks
+  SELECT id, name, labels, annotations, annotation_pairs, work_types, tenant, max_concurrency,
+         retired_at, $4::text[] AS requested_types, true AS walks
   FROM agents WHERE id = $1
 ),

@@ -4,9 +4,9 @@
 -- $2 the new claims' ids (uuid[]): one per order it may claim (multi-claim, `max_orders`)
 -- $3 lease seconds (int, NULL = no lease)
 -- $4 requested work types (text[], empty = any)
--- Returns the claimed orders with yaml_content and their claims (no row when none).
+-- Returns what claim_next_result.sql says.
 WITH RECURSIVE
 -- @include capped_agent.sql
 -- @include turn_walk.sql
 -- @include take_claim.sql
--- @include claimed_order.sql
+-- @include claim_next_result.sql

@@ -7,13 +7,17 @@
 -- `a`) turned its disjuncts into a BitmapOr over the work_orders_target_* GIN indexes and sorted
 -- every eligible order to hand out one, a cost that grows with the backlog (10 ms per claim at
 -- 10k pending). A sub-select cannot be an index condition, so the only path is the ordered walk;
--- the rule's text stays the fragment's.
+-- the rule's text stays the fragment's. The concurrency-key check (key_full.sql) sits in the same
+-- sub-select: as a second one, the planner halved its estimate of the matching rows again and
+-- chose a sort over a bitmap scan.
 target AS (
   SELECT w.id FROM work_orders w
   WHERE w.status IN ('PENDING', 'RETRY_PENDING')
     AND (SELECT walks FROM a)
     AND (SELECT
     -- @include eligible.sql
+    AND NOT
+    -- @include key_full.sql
     )
   ORDER BY w.priority DESC, w.created_at, w.id
   LIMIT cardinality($2::uuid[])

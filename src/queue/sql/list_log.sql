@@ -11,7 +11,8 @@
 -- $9 finished at or after (timestamptz)
 -- $10, $11 id range of an id prefix, low and high (uuid)
 SELECT id, work_type, NULL::text AS yaml_content, outcome, message, max_retries,
-       backoff_seconds, claim_timeout_seconds, max_reclaims, priority, tenant, targeting, retry_count,
+       backoff_seconds, claim_timeout_seconds, max_reclaims, priority, concurrency_key,
+       concurrency_max, concurrency_on_conflict, tenant, targeting, retry_count,
        reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, rerun_of,
        created_at, completed_at
 FROM work_order_log

@@ -39,8 +39,8 @@ macro_rules! statements {
 /// claiming statement takes, `queue::claims`), the parts the claim-next statements share
 /// (`claiming_agent.sql`, `capped_agent.sql`, `claim_next_result.sql`, and the hand-out walks
 /// `handout_walk.sql` and `turn_walk.sql` with `serve_turns.sql`: `queue::turns`),
-/// `order_columns.sql` (an order as `queue::OrderRow` reads it) and `log_insert.sql` (an order
-/// moved to the log).
+/// `order_columns.sql` (an order as `queue::OrderRow` reads it), `log_insert.sql` (an order
+/// moved to the log) and `key_full.sql` (a concurrency key whose slots are all held).
 #[cfg(test)]
 const FRAGMENTS: &[&str] = &[
     "eligible",
@@ -55,6 +55,7 @@ const FRAGMENTS: &[&str] = &[
     "claimed_order",
     "order_columns",
     "log_insert",
+    "key_full",
 ];
 
 /// `sql` without its comments and with each run of whitespace made one space: the form in which
@@ -100,6 +101,9 @@ statements! {
 
     // Orders: create, read, list, cancel, finish (`queue::orders`).
     INSERT_ORDER = "insert_order";
+    SUPERSEDE = "supersede";
+    DROP_IDLE_SLOTS = "drop_idle_slots";
+    KEY_HOLDERS = "key_holders";
     ORDER_FINISHED = "order_finished";
     INSERT_IDEMPOTENCY_KEY = "insert_idempotency_key";
     RECORD_IDEMPOTENT_RESPONSE = "record_idempotent_response";

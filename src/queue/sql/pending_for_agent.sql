@@ -16,6 +16,8 @@ SELECT NULL::text AS yaml_content,
 FROM work_orders w LEFT JOIN work_order_claims c ON c.work_order_id = w.id
 WHERE
   -- @include eligible.sql
+  AND NOT
+  -- @include key_full.sql
   AND ($3::timestamptz IS NULL OR (w.created_at, w.id) > ($3, $4))
 ORDER BY w.created_at, w.id
 LIMIT $5

@@ -5,7 +5,9 @@
 -- tenant's first order (priority, then age). So first go the k orders of its own tenant that
 -- come before it, and from every other tenant one order in each of those k turns, plus one
 -- when that tenant's turn comes before the order's own: min(its eligible orders, k or k + 1).
--- A taker bound to a tenant sees no other tenant's orders, so it adds none of theirs.
+-- A taker bound to a tenant sees no other tenant's orders, so it adds none of theirs. Orders
+-- whose concurrency key is full now are passed over, as the claims pass over them; orders of a
+-- key with free slots all count, so several of one key ahead may overstate the position.
 -- Each count stops at $3 (queue::limits::MAX_POSITION_COUNTED + 1), and so does the sum, so $3
 -- in the answer means "$3 or more".
 -- $1 order id (uuid)
@@ -35,6 +37,8 @@ own AS (
              OR (w.priority = me.priority AND (w.created_at, w.id) < (me.created_at, me.id)))
         AND
         -- @include eligible.sql
+        AND NOT
+        -- @include key_full.sql
       LIMIT $3
     ) ahead
   ) mine
@@ -57,6 +61,8 @@ taken AS (
     WHERE w.tenant_key = o.tenant_key
       AND
       -- @include eligible.sql
+      AND NOT
+      -- @include key_full.sql
     LIMIT o.turns
   ) x
   -- Once its own tenant alone reaches the bound, no other tenant is read.

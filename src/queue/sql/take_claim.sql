@@ -6,15 +6,19 @@
 -- its length is the most it claims), $3 lease seconds (int, NULL = no lease)
 -- The n-th order of `target` gets the n-th claim id. Each claim lasts claim_timeout_seconds from
 -- now (its deadline); the lease, when given, ends at the earlier of now + lease and the
--- deadline (docs/design.md §2).
+-- deadline (docs/design.md §2). An order with a concurrency key is claimed only if the key has a
+-- free slot, which the insert takes (the migration's trigger, docs/design.md §3): an order whose
+-- slot was taken meanwhile gets no claim row, so `upd` leaves it waiting.
 claim AS (
   INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, deadline,
-                                 lease_seconds, lease_expires_at)
+                                 lease_seconds, lease_expires_at, concurrency_slot,
+                                 concurrency_max)
   SELECT w.id, ids.claim_id, $1, now(), now() + make_interval(secs => w.claim_timeout_seconds),
          $3::int,
          CASE WHEN $3::int IS NULL THEN NULL
               ELSE LEAST(now() + make_interval(secs => $3::int),
-                         now() + make_interval(secs => w.claim_timeout_seconds)) END
+                         now() + make_interval(secs => w.claim_timeout_seconds)) END,
+         w.concurrency_slot, w.concurrency_max
   FROM (SELECT id, row_number() OVER () AS n FROM target) t
   JOIN unnest($2::uuid[]) WITH ORDINALITY AS ids (claim_id, n) ON ids.n = t.n
   JOIN work_orders w ON w.id = t.id

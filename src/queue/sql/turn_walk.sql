@@ -38,6 +38,8 @@ target AS (
       AND w.status IN ('PENDING', 'RETRY_PENDING')
       AND (SELECT
       -- @include eligible.sql
+      AND NOT
+      -- @include key_full.sql
       )
     ORDER BY w.priority DESC, w.created_at, w.id
     LIMIT cardinality($2::uuid[])

@@ -5,9 +5,11 @@
 -- waiting_order.sql counts it (since updated_at).
 SELECT work_type, tenant, target_agent_ids, target_agent_names, target_labels,
        target_annotations, status, COALESCE(next_retry_after <= now(), false) AS due,
+       -- @include key_full.sql
+         AS limited,
        count(*) AS orders,
        EXTRACT(EPOCH FROM (now() - min(updated_at)))::float8 AS oldest_seconds
-FROM work_orders
+FROM work_orders w
 WHERE status IN ('PENDING', 'RETRY_PENDING')
 GROUP BY work_type, tenant, target_agent_ids, target_agent_names, target_labels,
-         target_annotations, status, due
+         target_annotations, status, due, limited

@@ -6,10 +6,12 @@
 -- $1 order ids (uuid[])
 SELECT work_type, tenant, target_agent_ids, target_agent_names, target_labels,
        target_annotations, status, COALESCE(next_retry_after <= now(), false) AS due,
+       -- @include key_full.sql
+         AS limited,
        array_agg(id ORDER BY id) AS ids,
        array_agg(retry_count ORDER BY id) AS retry_counts,
        array_agg(next_retry_after ORDER BY id) AS retry_times
-FROM work_orders
+FROM work_orders w
 WHERE id = ANY($1) AND status IN ('PENDING', 'RETRY_PENDING')
 GROUP BY work_type, tenant, target_agent_ids, target_agent_names, target_labels,
-         target_annotations, status, due
+         target_annotations, status, due, limited
