@@ -346,3 +346,84 @@ async fn the_output_limits_are_stated_where_they_are_used() {
         "docs/design.md §9 states another chunk limit"
     );
 }
+
+/// A concurrency key's bounds (docs/design.md §3) as the CRDs, the served document, the server's
+/// answers and `work-orders create --help` state them.
+#[tokio::test]
+async fn the_concurrency_key_limits_are_stated_where_they_are_used() {
+    use pullman::queue::limits::{CONCURRENCY_MAX, MAX_CONCURRENCY_KEY_CHARS};
+    for file in [
+        "crds/pullman.dev.yaml",
+        "charts/pullman/crds/pullman.dev.yaml",
+    ] {
+        let c = &crd_spec(file, "WorkOrder")["concurrency"]["properties"];
+        assert_range(
+            &c["max"],
+            &CONCURRENCY_MAX,
+            &format!("{file} concurrency.max"),
+        );
+        assert_eq!(
+            number(&c["key"]["maxLength"], "key"),
+            MAX_CONCURRENCY_KEY_CHARS as f64
+        );
+    }
+    let s = TestServer::start().await;
+    let (_, doc) = s
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    let props = &doc["components"]["schemas"]["NewConcurrency"]["properties"];
+    assert_range(&props["max"], &CONCURRENCY_MAX, "NewConcurrency.max");
+    let description = props["max"]["description"].as_str().unwrap_or_default();
+    assert!(
+        description.contains(&format!(
+            "{}–{} (default {})",
+            CONCURRENCY_MAX.min,
+            CONCURRENCY_MAX.max,
+            CONCURRENCY_MAX.default.unwrap()
+        )),
+        "{description}"
+    );
+    assert_eq!(
+        number(&props["key"]["maxLength"], "key"),
+        MAX_CONCURRENCY_KEY_CHARS as f64
+    );
+    for (concurrency, accepted) in [
+        (json!({"key": "k", "max": CONCURRENCY_MAX.min - 1}), false),
+        (json!({"key": "k", "max": CONCURRENCY_MAX.max + 1}), false),
+        (
+            json!({"key": "k".repeat(MAX_CONCURRENCY_KEY_CHARS + 1)}),
+            false,
+        ),
+        (json!({"key": "k", "max": CONCURRENCY_MAX.max}), true),
+        (json!({"key": "k".repeat(MAX_CONCURRENCY_KEY_CHARS)}), true),
+    ] {
+        let mut body = configmap_order("limits");
+        body["concurrency"] = concurrency.clone();
+        let (status, answer) = s
+            .admin(Method::POST, "/api/v1/work-orders", Some(body))
+            .await;
+        if accepted {
+            assert_eq!(status, 201, "{concurrency}: {answer}");
+        } else {
+            assert_eq!(status, 400, "{concurrency}: {answer}");
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("concurrency."),
+                "{answer}"
+            );
+        }
+    }
+    let help = flag_help(&["work-orders", "create"], "--max-concurrent");
+    assert!(
+        help.contains(&format!("{}-{}", CONCURRENCY_MAX.min, CONCURRENCY_MAX.max)),
+        "{help}"
+    );
+    assert!(help.contains("Default: 1"), "{help}");
+    let help = flag_help(&["work-orders", "create"], "--concurrency-key");
+    assert!(
+        help.contains(&format!("1-{MAX_CONCURRENCY_KEY_CHARS} characters")),
+        "{help}"
+    );
+}
