@@ -64,9 +64,19 @@ fn done() -> Completion {
 
 /// 9a: orders/s and claim latencies (sorted) of 8 agents working `n` orders over `tenants`.
 async fn drain(b: &Bench, n: i64, tenants: i64) -> (f64, Vec<Duration>) {
+    drain_filled(b, n, async |pool| fill(pool, n, tenants).await).await
+}
+
+/// Orders/s and claim latencies (sorted) of 8 agents labelled `fair` claiming and completing,
+/// one order at a time, the `n` orders `fill` writes to a fresh database, until none is left.
+pub(super) async fn drain_filled(
+    b: &Bench,
+    n: i64,
+    fill: impl AsyncFnOnce(&PgPool),
+) -> (f64, Vec<Duration>) {
     let pool = b.fresh_pool(AGENTS as u32 + 2).await;
     let queue = Queue::new(pool.clone());
-    fill(&pool, n, tenants).await;
+    fill(&pool).await;
     let started = Instant::now();
     let mut tasks = vec![];
     for agent in agents(&queue).await {

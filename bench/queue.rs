@@ -16,7 +16,9 @@
 //! KUBECONFIG names a reachable cluster), depth (the backlog routes at 1M pending, and what the
 //! targeting indexes they use cost each insert), river (River, Go, works the same backlog with 16
 //! workers on the same PostgreSQL: bench/river.rs), fair (fair share between tenants: claim cost
-//! with many tenants, and a small tenant's wait behind a big one's backlog: bench/fair.rs).
+//! with many tenants, and a small tenant's wait behind a big one's backlog: bench/fair.rs), keys
+//! (what concurrency keys cost a claim: every order keyed, and one hot key ahead of the backlog:
+//! bench/keys.rs).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -299,6 +301,7 @@ mod depth;
 mod fair;
 mod footprint;
 mod http;
+mod keys;
 mod river;
 mod soak;
 
@@ -485,6 +488,9 @@ async fn main() {
     }
     if run("fair") {
         fair::run(&b).await;
+    }
+    if run("keys") {
+        keys::run(&b).await;
     }
     if run("depth") {
         depth::run(&b).await;

@@ -204,7 +204,7 @@ impl Load {
     }
 
     async fn create(&self, seq: usize) -> CreateRecord {
-        let body = json!({
+        let mut body = json!({
             "work_type": "custom",
             "yaml_content": order_yaml(seq),
             "max_retries": 3,
@@ -212,6 +212,9 @@ impl Load {
             "claim_timeout_seconds": 60,
             "targeting": {"labels": [LABEL]},
         });
+        if let Some(concurrency) = crate::keys::concurrency_of(seq) {
+            body["concurrency"] = concurrency;
+        }
         let key = format!("faults-{}-{seq}", self.run);
         let mut record = CreateRecord {
             seq,

@@ -3,7 +3,9 @@
 //! replicas, and restarts PostgreSQL fast, immediate and after a kill of the postmaster; agents die
 //! mid-order and come back with stale claims. Then, from the database: every created order is in
 //! the log exactly once and none is left active, no order was completed twice, and every complete
-//! the server accepted carried the `claim_id` the log records. See `e2e/faults/README.md`.
+//! the server accepted carried the `claim_id` the log records. Half the orders carry concurrency
+//! keys, and a watcher checks throughout that no key holds more claims than its max (`keys`).
+//! See `e2e/faults/README.md`.
 //!
 //!   cargo test --test faults                   # short version (CI runs it with every target)
 //!   cargo test --test faults -- --full         # the full run recorded in the README
@@ -12,12 +14,14 @@
 //! `Idempotency-Key` not honoured), and on a complete the server applied but refused when the
 //! agent repeated it (docs/design.md §5 "Retry safety"). Flags: `--full`; `--lenient-5xx` and
 //! `--lenient-retry-safety` (report those findings without failing, to survey an older
-//! server); `--keep` (keep the data and server logs).
+//! server); `--keep` (keep the data and server logs); `--orders=N` (another number of orders
+//! over the same plan).
 
 mod checks;
 mod cluster;
 mod faults;
 mod http;
+mod keys;
 mod load;
 mod report;
 
@@ -37,6 +41,8 @@ use crate::report::progress;
 #[derive(Debug)]
 struct Config {
     full: bool,
+    /// `--orders=N`: how many orders the producer creates (default 500, full 3,000).
+    orders: Option<usize>,
     strict_5xx: bool,
     strict_idempotency: bool,
     keep: bool,
@@ -46,6 +52,7 @@ impl Config {
     fn parse() -> Config {
         let mut config = Config {
             full: false,
+            orders: None,
             strict_5xx: true,
             strict_idempotency: true,
             keep: false,
@@ -56,6 +63,12 @@ impl Config {
                 "--lenient-5xx" => config.strict_5xx = false,
                 "--lenient-retry-safety" => config.strict_idempotency = false,
                 "--keep" => config.keep = true,
+                other if other.starts_with("--orders=") => {
+                    config.orders = other["--orders=".len()..].parse().ok();
+                    if config.orders.is_none() {
+                        progress(&format!("{other:?}: not a number of orders; ignored"));
+                    }
+                }
                 // `cargo test` may pass harness flags or filters; they do not apply here.
                 other => progress(&format!("ignoring argument {other:?}")),
             }
@@ -65,8 +78,8 @@ impl Config {
 
     fn settings(&self, produce_for: Duration) -> LoadSettings {
         LoadSettings {
-            orders: if self.full { 3000 } else { 500 },
-            agents: 16,
+            orders: self.orders.unwrap_or(if self.full { 3000 } else { 500 }),
+            agents: if self.full { 50 } else { 16 },
             produce_for,
             death_rate: 0.03,
             stale_after: Duration::from_secs(10),
@@ -138,6 +151,11 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
         phases.len()
     ));
     let stop = CancellationToken::new();
+    let stop_watch = CancellationToken::new();
+    let key_watch = tokio::spawn(keys::watch(
+        checks::connect(&db_url).await?,
+        stop_watch.clone(),
+    ));
     let agents = load.spawn_agents(&stop);
     let producer = tokio::spawn({
         let load = load.clone();
@@ -159,6 +177,8 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
     let claims = load.claims.lock().unwrap().clone();
     let completes = load.completes.lock().unwrap().clone();
     let checks = checks::check(&pool, &creates, &claims, &completes).await?;
+    stop_watch.cancel();
+    let keys = key_watch.await?;
     pool.close().await;
     let exchanges = load.api.rec.exchanges();
     let findings = load.api.rec.findings();
@@ -175,6 +195,7 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
     report::print_answers(&exchanges);
     report::print_findings(&findings, 10);
     report::print_checks(&checks, drained, deaths, abandoned);
+    keys::print(&keys);
     report::print_server_errors(&logs, 10);
 
     let five_hundreds = report::five_hundreds(&exchanges);
@@ -184,6 +205,12 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
             "{} invariant violation(s) (lost, completed twice, claim_id mismatch, or not \
              drained): see VIOLATION lines above",
             checks.violations.len()
+        ));
+    }
+    if !keys.violations.is_empty() {
+        failures.push(format!(
+            "{} concurrency key violation(s): see VIOLATION lines above",
+            keys.violations.len()
         ));
     }
     if five_hundreds > 0 {
