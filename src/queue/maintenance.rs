@@ -40,10 +40,13 @@ pub struct MaintenanceReport {
     /// Slot rows of concurrency keys without claims or waiting orders, dropped
     /// ([`Queue::drop_idle_slots`]).
     pub idle_slots_dropped: u64,
+    /// Parked tenant turns whose tenants had orders to hand out, unparked
+    /// ([`Queue::unpark_stranded_turns`]).
+    pub turns_unparked: u64,
 }
 
 /// How often [`run_maintenance`] drops idle tenant turns: the table lock holds claims off for a
-/// moment, and an idle turn costs a claim one index probe until then.
+/// moment. Until then an idle turn is parked (docs/design.md §3), out of the claims' way.
 const TURN_DROP_INTERVAL: Duration = Duration::from_secs(60);
 
 impl Queue {
@@ -206,14 +209,16 @@ impl Queue {
         Ok(counts)
     }
 
-    /// One maintenance pass: reap, then promote.
+    /// One maintenance pass: reap, promote, then unpark stranded tenant turns.
     pub async fn maintain(&self) -> Result<MaintenanceReport, QueueError> {
         let (reclaimed, reclaims_exhausted) = self.reap_stale_claims().await?;
         let promoted = self.promote_due_retries().await?;
+        let turns_unparked = self.unpark_stranded_turns().await?;
         Ok(MaintenanceReport {
             reclaimed,
             reclaims_exhausted,
             promoted,
+            turns_unparked,
             ..MaintenanceReport::default()
         })
     }
@@ -263,6 +268,7 @@ pub async fn run_maintenance(
                         log_entries_deleted = report.log_entries_deleted,
                         idle_turns_dropped = report.idle_turns_dropped,
                         idle_slots_dropped = report.idle_slots_dropped,
+                        turns_unparked = report.turns_unparked,
                         "maintenance pass"
                     );
                 }

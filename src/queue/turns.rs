@@ -32,6 +32,10 @@ const TURN_DROP_TIMEOUT: &str = "1s";
 /// Most turns one [`Queue::drop_idle_turns`] deletes: the rest wait for the next pass.
 const DROP_AT_MOST: i64 = 10_000;
 
+/// Most parked turns one [`Queue::unpark_stranded_turns`] unparks: each takes a lock-table entry
+/// until its commit.
+const UNPARK_AT_MOST: i32 = 64;
+
 /// Whether tenants compete for agents, as this process last saw `tenant_turns`.
 #[derive(Debug, Default)]
 pub(super) struct TurnMode {
@@ -106,6 +110,38 @@ impl TurnMode {
 }
 
 impl Queue {
+    /// Parks the turns of `tenants` (tenant keys a claim named idle, `sql/claim_next_result.sql`)
+    /// whose tenants have no order to hand out (docs/design.md §3 "Parked turns";
+    /// `sql/park_turns.sql`), so the next claims' walks do not step past them. Called after the
+    /// claim committed: the look that decides is taken under each tenant's lock, after it. A
+    /// failure is logged and dropped: the claim has happened, and a later claim names the turn
+    /// again.
+    pub(super) async fn park_turns(&self, tenants: &[uuid::Uuid]) {
+        if tenants.is_empty() {
+            return;
+        }
+        let parked: Result<i32, sqlx::Error> = sqlx::query_scalar(sql::PARK_TURNS)
+            .bind(tenants)
+            .fetch_one(&self.pool)
+            .await;
+        match parked {
+            Ok(n) => tracing::trace!(named = tenants.len(), parked = n, "tenant turns parked"),
+            Err(error) => tracing::debug!(%error, "idle tenant turns not parked"),
+        }
+    }
+
+    /// Unparks up to [`UNPARK_AT_MOST`] parked turns whose tenants have orders to hand out
+    /// (docs/design.md §3 "Parked turns"; `sql/unpark_stranded_turns.sql`): the repair for a
+    /// statement that created orders of more than 64 tenants while a claim parked one of them.
+    /// Returns how many; queue maintenance calls it every pass.
+    pub async fn unpark_stranded_turns(&self) -> Result<u64, QueueError> {
+        let n: i32 = sqlx::query_scalar(sql::UNPARK_STRANDED_TURNS)
+            .bind(UNPARK_AT_MOST)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     /// Deletes the turns (`tenant_turns`, docs/design.md §3) of tenants that have no order left,
     /// claimed ones included (a claimed order may come back without an insert), so the claim's
     /// walk over the turns stays as short as the tenants with work, and one tenant alone is

@@ -390,7 +390,10 @@ async fn check(
                 ));
             };
             let turns: Vec<(Option<String>, DateTime<Utc>, Uuid)> =
-                sqlx::query_as("SELECT tenant, served_at, tenant_key FROM tenant_turns")
+                // A parked turn's 'infinity' is past what chrono holds; its order is kept.
+                sqlx::query_as(
+                    "SELECT tenant, least(served_at, '9999-12-31'), tenant_key FROM tenant_turns",
+                )
                     .fetch_all(queue.pool())
                     .await
                     .unwrap();

@@ -162,13 +162,20 @@ fn deadlocked(e: &sqlx::Error) -> bool {
         .is_some_and(|c| c == "40P01")
 }
 
-/// The claimer, the claimed orders and whether the walk lost an order to a filled concurrency
-/// key, from the rows of a claim-next statement (`sql/claim_next_result.sql`); `404` for an
-/// unknown agent, `409` for a retired one.
-fn claim_result(
-    req: &ClaimRequest,
-    rows: &[PgRow],
-) -> Result<(Claimer, Vec<WorkOrder>, bool), QueueError> {
+/// What one run of a claim-next statement (`sql/claim_next_result.sql`) answered.
+struct ClaimRun {
+    claimer: Claimer,
+    orders: Vec<WorkOrder>,
+    /// The walk lost an order to a concurrency key filled after its snapshot.
+    contended: bool,
+    /// Tenant turns that looked idle, to park once the claim has committed
+    /// ([`Queue::park_turns`]).
+    idle_turns: Vec<Uuid>,
+}
+
+/// The rows of a claim-next statement (`sql/claim_next_result.sql`) as a [`ClaimRun`]; `404`
+/// for an unknown agent, `409` for a retired one.
+fn claim_result(req: &ClaimRequest, rows: &[PgRow]) -> Result<ClaimRun, QueueError> {
     let first = rows.first().ok_or_else(|| QueueError::NotFound {
         what: "agent",
         id: req.agent_id.to_string(),
@@ -177,14 +184,18 @@ fn claim_result(
     if claimer.profile.retired {
         return Err(retired(req.agent_id));
     }
-    let contended: bool = first.try_get("contended")?;
     let mut orders = Vec::with_capacity(rows.len());
     for row in rows {
         if row.try_get::<Option<Uuid>, _>("id")?.is_some() {
             orders.push(OrderRow::from_row(row)?.into());
         }
     }
-    Ok((claimer, orders, contended))
+    Ok(ClaimRun {
+        claimer,
+        orders,
+        contended: first.try_get("contended")?,
+        idle_turns: first.try_get("idle_turns")?,
+    })
 }
 
 /// Work types as bound to SQL (`text[]`).
@@ -314,13 +325,14 @@ impl Queue {
                 }
                 rows => rows?,
             };
-            let (claimer, orders, contended) = claim_result(req, &rows)?;
-            if orders.is_empty() && contended && tries < CONTENDED_TRIES {
+            let run = claim_result(req, &rows)?;
+            self.park_turns(&run.idle_turns).await;
+            if run.orders.is_empty() && run.contended && tries < CONTENDED_TRIES {
                 contended_pause(tries).await;
                 continue;
             }
-            if !orders.is_empty() || claimer.max_concurrency.is_none() {
-                return Ok((orders, claimer));
+            if !run.orders.is_empty() || run.claimer.max_concurrency.is_none() {
+                return Ok((run.orders, run.claimer));
             }
             return self.claim_next_capped(req, work_types, max_orders).await;
         }
@@ -367,13 +379,14 @@ impl Queue {
                 }
                 rows => rows?,
             };
-            let (_, orders, contended) = claim_result(req, &rows)?;
+            let run = claim_result(req, &rows)?;
             tx.commit().await?;
-            if orders.is_empty() && contended && tries < CONTENDED_TRIES {
+            self.park_turns(&run.idle_turns).await;
+            if run.orders.is_empty() && run.contended && tries < CONTENDED_TRIES {
                 contended_pause(tries).await;
                 continue;
             }
-            return Ok((orders, claimer));
+            return Ok((run.orders, claimer));
         }
     }
 

@@ -23,3 +23,5 @@ target AS (
   LIMIT cardinality($2::uuid[])
   FOR UPDATE SKIP LOCKED
 ),
+-- No turn is served in this walk, so none is named idle (turn_walk.sql's `idle`).
+idle AS (SELECT NULL::uuid AS tenant_key WHERE false),

@@ -147,6 +147,8 @@ statements! {
     IDLE_TURNS = "idle_turns";
     LOCK_TENANT_TURNS = "lock_tenant_turns";
     DROP_IDLE_TURNS = "drop_idle_turns";
+    PARK_TURNS = "park_turns";
+    UNPARK_STRANDED_TURNS = "unpark_stranded_turns";
 
     // Why an order waits, and backlogs (docs/design.md §10; `queue::explain`, `queue::backlog`).
     WAITING_ORDER = "waiting_order";

@@ -30,10 +30,10 @@ turns AS (
   ) next
 ),
 target AS (
-  SELECT pick.id, turns.tenant_key
+  SELECT pick.id, turns.tenant_key, turns.served_at, pick.priority, pick.created_at
   FROM turns
   CROSS JOIN LATERAL (
-    SELECT w.id FROM work_orders w
+    SELECT w.id, w.priority, w.created_at FROM work_orders w
     WHERE w.tenant_key = turns.tenant_key
       AND w.status IN ('PENDING', 'RETRY_PENDING')
       AND (SELECT
@@ -48,3 +48,41 @@ target AS (
   LIMIT cardinality($2::uuid[])
 ),
 -- @include serve_turns.sql
+-- The turns that look idle in this statement's snapshot: the tenants served now that have no
+-- PENDING or RETRY_PENDING order after the last one `target` takes from them (in hand-out order:
+-- the index range past it, not the orders before it, whose completed rows the range would step
+-- over one by one), and the live turns this walk stepped past before its first pick (the first
+-- ones when it picked nothing), up to 8, that have none at all: claims that took a tenant's last
+-- orders together each saw the other's as pending. queue::turns parks them after the commit (the
+-- migration parked_turns: it looks again, under a lock, at all of the tenant's orders), so the
+-- next claims do not step past them.
+last_picks AS (
+  SELECT DISTINCT ON (tenant_key) tenant_key, priority, created_at, id FROM target
+  ORDER BY tenant_key, priority, created_at DESC, id DESC
+),
+idle AS (
+  SELECT l.tenant_key FROM last_picks l
+  WHERE NOT EXISTS (SELECT 1 FROM work_orders w
+                    WHERE w.tenant_key = l.tenant_key
+                      AND w.status IN ('PENDING', 'RETRY_PENDING')
+                      AND w.priority = l.priority
+                      AND (w.created_at, w.id) > (l.created_at, l.id))
+    AND NOT EXISTS (SELECT 1 FROM work_orders w
+                    WHERE w.tenant_key = l.tenant_key
+                      AND w.status IN ('PENDING', 'RETRY_PENDING')
+                      AND w.priority < l.priority)
+  UNION
+  SELECT x.tenant_key FROM (
+    SELECT t.tenant_key FROM tenant_turns t
+    WHERE (SELECT walks FROM a) AND (SELECT tenant FROM a) IS NULL
+      AND t.served_at < 'infinity'
+      AND (NOT EXISTS (SELECT 1 FROM target)
+           OR (t.served_at, t.tenant_key) < (SELECT f.served_at, f.tenant_key FROM target f
+                                             ORDER BY f.served_at, f.tenant_key LIMIT 1))
+    ORDER BY t.served_at, t.tenant_key
+    LIMIT 8
+  ) x
+  WHERE NOT EXISTS (SELECT 1 FROM work_orders w
+                    WHERE w.tenant_key = x.tenant_key
+                      AND w.status IN ('PENDING', 'RETRY_PENDING'))
+),
