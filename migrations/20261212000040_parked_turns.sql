@@ -15,6 +15,7 @@
 -- RETRY_PENDING) takes the same lock shared before it unparks, and holds it to its commit. So a
 -- park either sees the order (the creation committed before the park's look), or fails to take
 -- the lock (the creation is in flight), or makes the creation wait for its commit and then be seen.
+-- Requeues, many rows a statement, unpark without the lock (pullman_order_requeued, below).
 
 ALTER TABLE tenant_turns ADD COLUMN last_served_at timestamptz;
 -- The latest service of a parked turn: where the back of the walk is (serve_turns.sql).
@@ -30,14 +31,25 @@ RETURN ('x' || left(replace(tenant_key::text, '-', ''), 8))::bit(32)::integer;
 -- Parks the turns of `keys` whose tenants have no PENDING or RETRY_PENDING order; returns how
 -- many it parked. A turn whose lock is held (an order of it being created) or whose row is held
 -- (a claim serving it) is left live: whoever holds it makes it live anyway, or a later claim names
--- it again. Each statement of a volatile function reads a fresh snapshot, so the look below sees
--- every order committed before the locks were taken.
+-- it again. In READ COMMITTED each statement of a volatile function reads a fresh snapshot, so
+-- the look below sees every order committed before the locks were taken; in a stricter level the
+-- look would read the transaction's first snapshot, so nothing is parked there. It waits for
+-- nothing: the table lock its update needs is taken first, NOWAIT (queued behind maintenance's
+-- LOCK TABLE, it would hold creations of these tenants waiting on its locks meanwhile).
 CREATE FUNCTION pullman_park_turns(keys uuid[]) RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     k uuid;
     locked uuid[] := '{}';
     parked integer;
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN 0;
+    END IF;
+    BEGIN
+        LOCK TABLE tenant_turns IN ROW EXCLUSIVE MODE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 0;
+    END;
     FOREACH k IN ARRAY keys LOOP
         IF pg_try_advisory_xact_lock(1953396078, pullman_turn_lock_key(k)) THEN
             locked := locked || k;
@@ -116,10 +128,20 @@ END
 $$;
 
 -- A claimed order back in the queue (reaped, failed with retries left, released): its tenant's
--- turn unparked. The WHEN keeps every other update (claims above all) from calling anything.
+-- turn unparked. The WHEN keeps every other update (claims above all) from calling anything. Row
+-- by row, so unlike pullman_unpark_turns it neither waits nor takes the tenant's lock: one
+-- statement requeues up to a thousand orders of as many tenants in no set order, and two such
+-- statements waiting for each other's turns would deadlock (and a thousand transaction locks
+-- could fill the shared lock table). A turn another transaction holds is skipped; one a park
+-- in flight parks anyway is left to maintenance's repair, and its orders are late, not lost.
 CREATE FUNCTION pullman_order_requeued() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pullman_unpark_turns(ARRAY[NEW.tenant_key]);
+    UPDATE tenant_turns t
+    SET served_at = COALESCE(t.last_served_at, now()), last_served_at = NULL
+    FROM (SELECT x.tenant_key FROM tenant_turns x
+          WHERE x.tenant_key = NEW.tenant_key AND x.served_at = 'infinity'
+          FOR NO KEY UPDATE SKIP LOCKED) p
+    WHERE t.tenant_key = p.tenant_key;
     RETURN NULL;
 END
 $$;

@@ -118,6 +118,40 @@ async fn a_claimed_order_back_in_the_queue_unparks_its_tenant() {
     assert!(parked(&pool).await.is_empty(), "a has an order again");
 }
 
+/// Two statements that requeue orders of the same two parked tenants in opposite orders (two
+/// reapers, or the reaper and a retirement) neither deadlock nor wait for each other: each
+/// unparks the turn it reaches first and skips the one the other holds.
+#[tokio::test]
+async fn requeues_in_opposite_orders_do_not_deadlock() {
+    let queue = Queue::new(fresh_pool(4).await);
+    let pool = queue.pool().clone();
+    let agent = register_agent(&queue, json!({"name": "a", "labels": ["park"]})).await;
+    let (a1, b1) = (order(&queue, "a").await, order(&queue, "b").await);
+    let (a2, b2) = (order(&queue, "a").await, order(&queue, "b").await);
+    while claim(&queue, agent).await.is_some() {}
+    assert_eq!(parked(&pool).await, ["a", "b"]);
+    let requeue = "UPDATE work_orders SET status = 'PENDING' WHERE id = $1";
+    let (mut one, mut two) = (pool.begin().await.unwrap(), pool.begin().await.unwrap());
+    for tx in [&mut one, &mut two] {
+        // Waiting would show as an error here rather than as a hung test.
+        sqlx::query("SET LOCAL lock_timeout = '3s'")
+            .execute(&mut **tx)
+            .await
+            .unwrap();
+    }
+    for (first, id) in [(true, a1), (false, b1), (true, b2), (false, a2)] {
+        let tx = if first { &mut one } else { &mut two };
+        sqlx::query(requeue)
+            .bind(id)
+            .execute(&mut **tx)
+            .await
+            .unwrap_or_else(|e| panic!("requeue of {id}: {e}"));
+    }
+    one.commit().await.unwrap();
+    two.commit().await.unwrap();
+    assert!(parked(&pool).await.is_empty(), "each unparked one turn");
+}
+
 /// A turn parked while its tenant has an order (as a statement creating orders of more than 64
 /// tenants can leave one): a maintenance pass unparks it, at the back; and without the repair its
 /// order is still handed out, once the live turns have nothing (or by age, in the plain walk).
