@@ -55,7 +55,8 @@ pub mod exit {
 /// What `pullman worker --help` says after the flags: how CMD's exit status is reported, what
 /// stops the worker, and its exit codes.
 pub const WORKER_HELP: &str = "\
-Claims work orders with a lease (long-poll), heartbeats every lease/3, and runs CMD through
+Claims work orders with a lease (long-poll), checks in every --check-in-seconds while an order
+runs (a cancelled order's CMD is stopped as on a second signal), and runs CMD through
 `sh -c` with the work order JSON on stdin and PULLMAN_WORK_ORDER_ID, PULLMAN_CLAIM_ID and
 PULLMAN_WORK_TYPE in its environment. CMD's stdout and stderr are logged line by line as it
 runs, under the order's id, then its exit status, and sent to the server as the order's output
@@ -101,11 +102,18 @@ pub struct WorkerArgs {
     /// default: whatever the agent may take).
     #[arg(long = "work-type", env = "PULLMAN_WORK_TYPES", value_delimiter = ',')]
     pub work_types: Vec<String>,
-    /// Lease requested on each claim, in seconds (5-86400); a heartbeat goes out every third
-    /// of it.
+    /// Lease requested on each claim, in seconds (5-86400); a running order checks in every
+    /// --check-in-seconds, at least every third of it.
     #[arg(long, env = "PULLMAN_LEASE_SECONDS", default_value_t = limits::AGENT_LEASE_SECONDS as u32,
           value_parser = clap::value_parser!(u32).range(limits::LEASE_SECONDS.min..=limits::LEASE_SECONDS.max))]
     pub lease_seconds: u32,
+    /// How often a running order checks in with the server, in seconds (1-3600, at most a third
+    /// of --lease-seconds). A check-in is a heartbeat: it keeps the lease and is how the worker
+    /// learns that the order was cancelled, so a cancel stops CMD within about this long. Each
+    /// is one small write on the server: raise it for a large fleet of busy workers.
+    #[arg(long, env = "PULLMAN_CHECK_IN_SECONDS", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub check_in_seconds: u32,
     /// Orders run at once (1-1024; ignored with --once).
     #[arg(long, env = "PULLMAN_CONCURRENCY", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -208,6 +216,10 @@ async fn run_for_exit_code(args: WorkerArgs) -> i32 {
         lease_seconds: args.lease_seconds,
         concurrency: args.concurrency as usize,
         max_wait_seconds: 30,
+        heartbeat_every: Some(
+            Duration::from_secs(args.check_in_seconds.into())
+                .min(pull::lease_third(args.lease_seconds)),
+        ),
     };
     secrets.push(client.token().to_string());
     let carrier = Arc::new(ExecCarrier {

@@ -212,3 +212,56 @@ async fn a_concurrent_worker_claims_its_free_slots_in_one_request() {
         "more than --concurrency at once: {sizes:?}"
     );
 }
+
+/// A cancel stops CMD within about a check-in (`--check-in-seconds`, default 1), not a third of
+/// the lease later, even when CMD prints nothing: here the lease is 60 s, so the heartbeat of
+/// docs/design.md §4 alone would take 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_stops_a_silent_command_within_seconds() {
+    let s = TestServer::start_maintained().await;
+    let (_, token) = s.agent(json!({"name": "quiet", "labels": ["q"]})).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let exec = format!("echo $$ > {}; exec sleep 120", pid_file.display());
+    let _w = Worker::start(&s, &token, &exec, 60);
+    let order = s.order(configmap_order("q")).await;
+    let pid = eventually(30, "the command's pid", || async {
+        let text = std::fs::read_to_string(&pid_file).ok()?;
+        text.trim().parse::<i32>().ok()
+    })
+    .await;
+    let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists() && !zombie(pid);
+    assert!(alive(), "the command runs");
+    let (status, _) = s
+        .admin(
+            Method::DELETE,
+            &format!("/api/v1/work-orders/{order}"),
+            None,
+        )
+        .await;
+    assert!((200..300).contains(&status), "cancel answered {status}");
+    let cancelled = std::time::Instant::now();
+    while alive() {
+        assert!(
+            cancelled.elapsed() < std::time::Duration::from_secs(5),
+            "the cancelled order's command still runs {:?} after the cancel",
+            cancelled.elapsed()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let v = s.log_entry(&order, 10).await;
+    assert_eq!(v["outcome"], "cancelled", "{v}");
+}
+
+/// Whether process `pid` is a zombie (exited, not yet reaped by its parent).
+fn zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}

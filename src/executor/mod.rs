@@ -120,6 +120,7 @@ pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
         lease_seconds: args.lease_seconds,
         concurrency: args.concurrency as usize,
         max_wait_seconds: 30,
+        heartbeat_every: None,
     };
     pull::run(api, config, carrier, shutdown).await?;
     tracing::info!("executor stopped");

@@ -11,6 +11,12 @@ use uuid::Uuid;
 use super::Abandon;
 use crate::client::Client;
 
+/// The heartbeat interval of docs/design.md §4: a third of the lease (`lease_seconds`), at
+/// least 1 s.
+pub fn lease_third(lease_seconds: u32) -> Duration {
+    Duration::from_secs(u64::from(lease_seconds.max(3)) / 3)
+}
+
 /// The running heartbeats of one order; they stop when this is dropped, so an abandoned order's
 /// lease can lapse.
 pub struct Heartbeats {
@@ -19,18 +25,20 @@ pub struct Heartbeats {
 }
 
 impl Heartbeats {
-    /// Starts heartbeating `order_id` under `claim_id` every `lease_seconds / 3` (at least 1 s).
+    /// Starts heartbeating `order_id` under `claim_id` every `every` (the first one an interval
+    /// after the claim).
     pub fn start(
         client: Client,
         agent_id: Uuid,
         order_id: Uuid,
         claim_id: Option<Uuid>,
-        lease_seconds: u32,
+        every: Duration,
     ) -> Self {
         let (tx, rx) = oneshot::channel();
-        let every = Duration::from_secs(u64::from(lease_seconds.max(3)) / 3);
         let task = async move {
             let mut tick = tokio::time::interval(every);
+            // A heartbeat that hung is not followed by a burst of them.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
                 tick.tick().await;

@@ -27,12 +27,13 @@ pub mod redact;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
 pub use connect::{Backoff, ConnectError, connect_as_agent};
+pub use heartbeat::lease_third;
 pub use order::{Carrier, Ended, Reported, Stage, Verdict};
 
 use crate::client::{Client, ClientError};
@@ -64,6 +65,11 @@ pub struct LoopConfig {
     pub concurrency: usize,
     /// Long-poll wait per claim request, seconds (server cap 30).
     pub max_wait_seconds: u32,
+    /// How often a running order heartbeats, which is also how soon it learns that it was
+    /// cancelled or reclaimed (a heartbeat's 409). `None`: every lease/3, as docs/design.md §4
+    /// has the executor do; the worker checks in more often so a cancel stops its command within
+    /// about a second.
+    pub heartbeat_every: Option<Duration>,
 }
 
 /// Cancellation tokens of a two-stage shutdown.
@@ -163,6 +169,46 @@ impl Runs {
     }
 }
 
+/// The orders the loop has running, and what the finished ones said.
+struct Running {
+    set: tokio::task::JoinSet<Ended>,
+    /// A finished order whose token was refused: the agent cannot go on.
+    refused: Option<PullError>,
+    /// How the last finished order ended (what `--once` exits with).
+    last: Option<Ended>,
+}
+
+impl Running {
+    fn note(&mut self, done: Result<Ended, tokio::task::JoinError>) {
+        if let Ok(ended) = done {
+            if ended.unauthorized() && self.refused.is_none() {
+                self.refused = Some(PullError::Unauthorized(None));
+            }
+            self.last = Some(ended);
+        }
+    }
+
+    /// Notes the orders that have finished, without waiting, so the set does not grow.
+    fn reap(&mut self) {
+        while let Some(done) = self.set.try_join_next() {
+            self.note(done);
+        }
+    }
+
+    /// Waits for the next order to finish; false when none runs.
+    async fn join_next(&mut self) -> bool {
+        match self.set.join_next().await {
+            Some(done) => {
+                self.note(done);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The loop: reap finished orders → take a free slot → claim (for every free slot at once) →
+/// spawn each order claimed; then, drained, wait for the running ones.
 async fn run_loop<C: Carrier>(
     client: Client,
     config: LoopConfig,
@@ -171,61 +217,31 @@ async fn run_loop<C: Carrier>(
     runs: Runs,
 ) -> Result<Option<Ended>, PullError> {
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
-    let mut running = tokio::task::JoinSet::new();
+    let mut running = Running {
+        set: tokio::task::JoinSet::new(),
+        refused: None,
+        last: None,
+    };
     let mut backoff = Backoff::default();
-    let mut refused: Option<PullError> = None;
-    let mut last: Option<Ended> = None;
     loop {
-        // Reap finished orders so the set does not grow; a refused token ends the loop.
-        while let Some(done) = running.try_join_next() {
-            if let Ok(ended) = done {
-                note_end(&ended, &mut refused);
-                last = Some(ended);
-            }
-        }
-        if refused.is_some() || (runs.once() && last.is_some()) {
+        running.reap();
+        if running.refused.is_some() || (runs.once() && running.last.is_some()) {
             break;
         }
         let permit = tokio::select! {
             _ = shutdown.drain.cancelled() => break,
             p = slots.clone().acquire_owned() => p.expect("semaphore never closes"),
         };
-        if runs.once() && !running.is_empty() {
+        if runs.once() && !running.set.is_empty() {
             // The one order is running: wait for it instead of claiming another.
             drop(permit);
-            if let Some(Ok(ended)) = running.join_next().await {
-                note_end(&ended, &mut refused);
-                last = Some(ended);
-            }
+            running.join_next().await;
             break;
         }
-        // With --once and --wait, the long-poll never outlasts the wait (a claim answered after
-        // its request was dropped would sit claimed until the reaper hands it out again).
-        let mut max_wait = i64::from(config.max_wait_seconds);
-        if let Some(at) = runs.deadline() {
-            let left = at.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            max_wait = max_wait.min(left.as_secs_f64().ceil() as i64);
-        }
-        if backoff.failures() > 0 {
-            // After failures the first claim does not wait, so its answer says at once that the
-            // server is back (a long-poll would answer only when its wait ends, up to 30 s on).
-            max_wait = 0;
-        }
-        // Multi-claim: one request for every free slot, so an agent with room for several
-        // orders fills it in one round trip and one commit (each order still holds one slot).
-        let mut permits = vec![permit];
-        if config.concurrency > 1 {
-            let most = limits::MAX_ORDERS.max as usize;
-            while permits.len() < most {
-                match slots.clone().try_acquire_owned() {
-                    Ok(p) => permits.push(p),
-                    Err(_) => break,
-                }
-            }
-        }
+        let Some(max_wait) = claim_wait(&config, runs, &backoff) else {
+            break;
+        };
+        let permits = more_permits(&config, &slots, permit);
         let body = ClaimNextBody {
             work_types: (!config.work_types.is_empty()).then(|| config.work_types.clone()),
             max_wait_seconds: Some(max_wait),
@@ -254,32 +270,19 @@ async fn run_loop<C: Carrier>(
                 }
                 // Each order takes one slot; slots left over are free again.
                 for (order, permit) in claim.into_iter().zip(permits) {
-                    let span = tracing::info_span!("order", id = %order.id);
-                    let (client, carrier, abandon, agent_id, lease_seconds) = (
-                        client.clone(),
-                        carrier.clone(),
-                        shutdown.abandon.clone(),
-                        config.agent_id,
-                        config.lease_seconds,
-                    );
-                    running.spawn(
-                        async move {
-                            let ctx = order::OrderContext {
-                                client: &client,
-                                agent_id,
-                                lease_seconds,
-                                abandon: &abandon,
-                            };
-                            let ended = order::carry_one(ctx, carrier.as_ref(), order).await;
-                            drop(permit);
-                            ended
-                        }
-                        .instrument(span),
+                    spawn_order(
+                        &mut running,
+                        &client,
+                        &config,
+                        &carrier,
+                        &shutdown,
+                        order,
+                        permit,
                     );
                 }
             }
             Err(error) if error.is_unauthorized() => {
-                refused = Some(PullError::Unauthorized(Some(error)));
+                running.refused = Some(PullError::Unauthorized(Some(error)));
                 break;
             }
             Err(error) => {
@@ -299,36 +302,95 @@ async fn run_loop<C: Carrier>(
         }
     }
     // Orders that finished since the last claim stay in the set until joined.
-    while let Some(done) = running.try_join_next() {
-        if let Ok(ended) = done {
-            note_end(&ended, &mut refused);
-            last = Some(ended);
-        }
-    }
-    if refused.is_some() {
+    running.reap();
+    if running.refused.is_some() {
         // The same token cannot heartbeat or report: stop running orders at once.
         shutdown.abandon.cancel();
     }
-    if !running.is_empty() {
+    if !running.set.is_empty() {
         tracing::info!(
-            running = running.len(),
+            running = running.set.len(),
             "waiting for running orders to finish"
         );
     }
-    while let Some(done) = running.join_next().await {
-        if let Ok(ended) = done {
-            note_end(&ended, &mut refused);
-            last = Some(ended);
-        }
-    }
-    match refused {
+    while running.join_next().await {}
+    match running.refused {
         Some(e) => Err(e),
-        None => Ok(last),
+        None => Ok(running.last),
     }
 }
 
-fn note_end(ended: &Ended, refused: &mut Option<PullError>) {
-    if ended.unauthorized() && refused.is_none() {
-        *refused = Some(PullError::Unauthorized(None));
+/// How long the next claim may long-poll, in seconds; `None` when `--once --wait` has run out.
+fn claim_wait(config: &LoopConfig, runs: Runs, backoff: &Backoff) -> Option<i64> {
+    // With --once and --wait, the long-poll never outlasts the wait (a claim answered after
+    // its request was dropped would sit claimed until the reaper hands it out again).
+    let mut max_wait = i64::from(config.max_wait_seconds);
+    if let Some(at) = runs.deadline() {
+        let left = at.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        max_wait = max_wait.min(left.as_secs_f64().ceil() as i64);
     }
+    if backoff.failures() > 0 {
+        // After failures the first claim does not wait, so its answer says at once that the
+        // server is back (a long-poll would answer only when its wait ends, up to 30 s on).
+        max_wait = 0;
+    }
+    Some(max_wait)
+}
+
+/// Multi-claim: `first` and every other free slot (up to the server's `max_orders`), so an agent
+/// with room for several orders fills it in one round trip and one commit (each order still
+/// holds one slot).
+fn more_permits(
+    config: &LoopConfig,
+    slots: &Arc<Semaphore>,
+    first: OwnedSemaphorePermit,
+) -> Vec<OwnedSemaphorePermit> {
+    let mut permits = vec![first];
+    if config.concurrency > 1 {
+        let most = limits::MAX_ORDERS.max as usize;
+        while permits.len() < most {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+    }
+    permits
+}
+
+/// Carries `order` out in its own task, holding `permit` (its slot) until it ends.
+fn spawn_order<C: Carrier>(
+    running: &mut Running,
+    client: &Client,
+    config: &LoopConfig,
+    carrier: &Arc<C>,
+    shutdown: &Shutdown,
+    order: crate::wire::WorkOrder,
+    permit: OwnedSemaphorePermit,
+) {
+    let span = tracing::info_span!("order", id = %order.id);
+    let (client, carrier, abandon) = (client.clone(), carrier.clone(), shutdown.abandon.clone());
+    let (agent_id, lease_seconds, heartbeat_every) = (
+        config.agent_id,
+        config.lease_seconds,
+        config.heartbeat_every,
+    );
+    running.set.spawn(
+        async move {
+            let ctx = order::OrderContext {
+                client: &client,
+                agent_id,
+                lease_seconds,
+                heartbeat_every,
+                abandon: &abandon,
+            };
+            let ended = order::carry_one(ctx, carrier.as_ref(), order).await;
+            drop(permit);
+            ended
+        }
+        .instrument(span),
+    );
 }

@@ -135,8 +135,11 @@ pub trait Carrier: Send + Sync + 'static {
 pub struct OrderContext<'a> {
     pub client: &'a Client,
     pub agent_id: Uuid,
-    /// Lease asked for with the claim, seconds; heartbeats go out every third of it.
+    /// Lease asked for with the claim, seconds; heartbeats go out every third of it unless
+    /// `heartbeat_every` says more often.
     pub lease_seconds: u32,
+    /// Heartbeat interval when it is not lease/3 ([`super::LoopConfig::heartbeat_every`]).
+    pub heartbeat_every: Option<Duration>,
     /// The second shutdown signal.
     pub abandon: &'a CancellationToken,
 }
@@ -182,7 +185,8 @@ pub async fn carry_one<C: Carrier>(ctx: OrderContext<'_>, carrier: &C, order: Wo
             ctx.agent_id,
             order.id,
             order.claim_id,
-            ctx.lease_seconds,
+            ctx.heartbeat_every
+                .unwrap_or_else(|| super::lease_third(ctx.lease_seconds)),
         ),
         stop: ctx.abandon.child_token(),
         abandon: ctx.abandon,

@@ -99,6 +99,7 @@ async fn an_executor_is_ready_apart_from_its_agents_contact_which_follows_within
         lease_seconds: 5,
         concurrency: 2,
         max_wait_seconds: 5,
+        heartbeat_every: None,
     };
     let started = Instant::now();
     let task = tokio::spawn(pull::run(

@@ -81,6 +81,7 @@ impl Executor {
             lease_seconds: lease,
             concurrency,
             max_wait_seconds: 5,
+            heartbeat_every: None,
         };
         let task = tokio::spawn(pull::run(api, config, carrier.clone(), shutdown.clone()));
         (Executor { shutdown, task }, carrier)
