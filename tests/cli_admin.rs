@@ -4,30 +4,13 @@
 
 mod support;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, TestServer, configmap_order, pullman_bin};
-
-/// Runs the CLI against `server` with the admin token in the environment.
-fn cli_command(server: &TestServer, args: &[&str]) -> Command {
-    let mut cmd = Command::new(pullman_bin());
-    cmd.args(args)
-        .env("PULLMAN_SERVER", &server.base)
-        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env_remove("PULLMAN_ADMIN_TOKEN_FILE")
-        .env("NO_COLOR", "1");
-    cmd
-}
-
-async fn cli(server: &TestServer, args: &[&str]) -> Output {
-    let mut cmd = cli_command(server, args);
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
+use support::cli::{cli, cli_command};
+use support::{TestServer, configmap_order};
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
@@ -77,7 +60,7 @@ async fn claim_and_complete(
 fn spawn_wait(server: &TestServer, id: &str, extra: &[&str]) -> std::process::Child {
     let mut args = vec!["work-orders", "wait", id];
     args.extend_from_slice(extra);
-    cli_command(server, &args)
+    cli_command(&server.base, &args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -136,7 +119,7 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
     // Timeout: 5, and the order is untouched.
     let started = std::time::Instant::now();
     let out = cli(
-        &server,
+        &server.base,
         &[
             "work-orders",
             "wait",
@@ -159,7 +142,7 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
     )
     .unwrap();
     let creating = cli_command(
-        &server,
+        &server.base,
         &[
             "work-orders",
             "create",
@@ -181,7 +164,7 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
 
     // An unknown id is the command's own failure (1), not an outcome.
     let out = cli(
-        &server,
+        &server.base,
         &["work-orders", "wait", &uuid::Uuid::new_v4().to_string()],
     )
     .await;
@@ -207,17 +190,23 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
         .await;
     server.agent(json!({"name": "desk"})).await;
 
-    let got = json_of(&cli(&server, &["agents", "get", "laptop", "-o", "json"]).await);
+    let got = json_of(&cli(&server.base, &["agents", "get", "laptop", "-o", "json"]).await);
     assert_eq!(got["id"], laptop.as_str());
-    let got = json_of(&cli(&server, &["agents", "get", &laptop[..8], "-o", "json"]).await);
+    let got = json_of(&cli(&server.base, &["agents", "get", &laptop[..8], "-o", "json"]).await);
     assert_eq!(got["name"], "laptop");
-    let rotated = json_of(&cli(&server, &["agents", "rotate-token", "laptop", "-o", "json"]).await);
+    let rotated = json_of(
+        &cli(
+            &server.base,
+            &["agents", "rotate-token", "laptop", "-o", "json"],
+        )
+        .await,
+    );
     assert_eq!(rotated["agent"]["id"], laptop.as_str());
     assert!(rotated["token"].as_str().unwrap().starts_with("pullman_"));
-    let out = cli(&server, &["agents", "retire", "laptop"]).await;
+    let out = cli(&server.base, &["agents", "retire", "laptop"]).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("laptop") && stdout(&out).contains("retired"));
-    let out = cli(&server, &["agents", "get", "nobody"]).await;
+    let out = cli(&server.base, &["agents", "get", "nobody"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("no agent is named \"nobody\""),
@@ -237,7 +226,7 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
         .find(|p| ids.iter().filter(|id| first(id) == *p).count() > 1)
         .unwrap();
     let sharing: Vec<&String> = ids.iter().filter(|id| first(id) == shared).collect();
-    let out = cli(&server, &["work-orders", "get", &shared]).await;
+    let out = cli(&server.base, &["work-orders", "get", &shared]).await;
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("ambiguous"), "{err}");
@@ -247,13 +236,24 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
 
     // A unique prefix, with or without dashes, finds the order; active or in the log.
     let id = &ids[0];
-    let got = json_of(&cli(&server, &["work-orders", "get", &id[..13], "-o", "json"]).await);
+    let got = json_of(
+        &cli(
+            &server.base,
+            &["work-orders", "get", &id[..13], "-o", "json"],
+        )
+        .await,
+    );
     assert_eq!(got["id"], id.as_str());
     let undashed: String = id.replace('-', "")[..12].to_string();
-    let cancelled =
-        json_of(&cli(&server, &["work-orders", "cancel", &undashed, "-o", "json"]).await);
+    let cancelled = json_of(
+        &cli(
+            &server.base,
+            &["work-orders", "cancel", &undashed, "-o", "json"],
+        )
+        .await,
+    );
     assert_eq!(cancelled["id"], id.as_str());
-    let logged = json_of(&cli(&server, &["log", "get", &id[..10], "-o", "json"]).await);
+    let logged = json_of(&cli(&server.base, &["log", "get", &id[..10], "-o", "json"]).await);
     assert_eq!(logged["outcome"], "cancelled");
 
     // No match, and not a prefix at all.
@@ -261,14 +261,14 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
         .map(|n| format!("{n:08x}"))
         .find(|p| !ids.iter().any(|id| id.starts_with(p.as_str())))
         .unwrap();
-    let out = cli(&server, &["work-orders", "get", &unused]).await;
+    let out = cli(&server.base, &["work-orders", "get", &unused]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("no work order has an id starting with"),
         "{}",
         stderr(&out)
     );
-    let out = cli(&server, &["work-orders", "get", "not-hex"]).await;
+    let out = cli(&server.base, &["work-orders", "get", "not-hex"]).await;
     assert!(
         stderr(&out).contains("not a work order id"),
         "{}",
@@ -291,8 +291,8 @@ async fn yaml_output_is_the_json_document() {
         vec!["agents", "list"],
         vec!["agents", "get", "y"],
     ] {
-        let as_json = json_of(&cli(&server, &[&args[..], &["-o", "json"]].concat()).await);
-        let out = cli(&server, &[&args[..], &["-o", "yaml"]].concat()).await;
+        let as_json = json_of(&cli(&server.base, &[&args[..], &["-o", "json"]].concat()).await);
+        let out = cli(&server.base, &[&args[..], &["-o", "yaml"]].concat()).await;
         assert!(out.status.success(), "{}", stderr(&out));
         let as_yaml: Value = serde_norway::from_slice(&out.stdout).unwrap();
         assert_eq!(as_yaml, as_json, "{args:?}");
@@ -300,7 +300,7 @@ async fn yaml_output_is_the_json_document() {
     }
 
     // -o name: ids, one a line.
-    let out = cli(&server, &["log", "list", "-o", "name"]).await;
+    let out = cli(&server.base, &["log", "list", "-o", "name"]).await;
     assert_eq!(stdout(&out).trim(), id);
 }
 
@@ -316,13 +316,13 @@ async fn log_pages_with_limit_and_all() {
         assert_eq!(st, 200);
         ids.push(id);
     }
-    let out = cli(&server, &["log", "list", "--limit", "2", "-o", "name"]).await;
+    let out = cli(&server.base, &["log", "list", "--limit", "2", "-o", "name"]).await;
     assert_eq!(stdout(&out).lines().count(), 2);
-    let out = cli(&server, &["log", "list", "--limit", "2"]).await;
+    let out = cli(&server.base, &["log", "list", "--limit", "2"]).await;
     assert!(stderr(&out).contains("--all"), "{}", stderr(&out));
     // Pages of two: --all follows next_cursor to the end, --limit stops across pages.
     let out = cli(
-        &server,
+        &server.base,
         &[
             "log",
             "list",
@@ -337,7 +337,7 @@ async fn log_pages_with_limit_and_all() {
     .await;
     assert_eq!(stdout(&out).lines().count(), 3, "{}", stderr(&out));
     let out = cli(
-        &server,
+        &server.base,
         &["log", "list", "--all", "--chunk-size", "2", "-o", "name"],
     )
     .await;
@@ -379,7 +379,7 @@ async fn attempts_rerun_and_list_filters() {
         )
         .await;
     assert_eq!(st, 202);
-    let out = cli(&server, &["work-orders", "get", &id[..8]]).await;
+    let out = cli(&server.base, &["work-orders", "get", &id[..8]]).await;
     let text = stdout(&out);
     assert!(
         text.contains("RETRY_PENDING") && text.contains("Next retry:"),
@@ -403,7 +403,7 @@ async fn attempts_rerun_and_list_filters() {
     // Filters: by agent (name), by label, since.
     let by_agent = json_of(
         &cli(
-            &server,
+            &server.base,
             &["work-orders", "list", "--agent", "hist", "-o", "json"],
         )
         .await,
@@ -412,7 +412,7 @@ async fn attempts_rerun_and_list_filters() {
     assert_eq!(by_agent[0]["id"], id.as_str());
     let by_label = json_of(
         &cli(
-            &server,
+            &server.base,
             &[
                 "work-orders",
                 "list",
@@ -428,7 +428,7 @@ async fn attempts_rerun_and_list_filters() {
     assert_ne!(by_label[0]["id"], id.as_str());
     let future = json_of(
         &cli(
-            &server,
+            &server.base,
             &[
                 "work-orders",
                 "list",
@@ -443,13 +443,13 @@ async fn attempts_rerun_and_list_filters() {
     assert_eq!(future, json!([]));
     let recent = json_of(
         &cli(
-            &server,
+            &server.base,
             &["work-orders", "list", "--since", "1h", "-o", "json"],
         )
         .await,
     );
     assert_eq!(recent.as_array().unwrap().len(), 2);
-    let out = cli(&server, &["work-orders", "get", &id]).await;
+    let out = cli(&server.base, &["work-orders", "get", &id]).await;
     let text = stdout(&out);
     assert!(
         text.contains("running") && text.contains("Lease expires:")
@@ -469,7 +469,7 @@ async fn attempts_rerun_and_list_filters() {
         )
         .await;
     assert_eq!(st, 200);
-    let out = cli(&server, &["log", "get", &id[..8]]).await;
+    let out = cli(&server.base, &["log", "get", &id[..8]]).await;
     let text = stdout(&out);
     let attempt_lines: Vec<&str> = text.lines().filter(|l| l.contains("hist  ")).collect();
     assert_eq!(attempt_lines.len(), 2, "{text}");
@@ -477,12 +477,12 @@ async fn attempts_rerun_and_list_filters() {
         attempt_lines[0].contains("retry_scheduled") && attempt_lines[1].contains("succeeded"),
         "{text}"
     );
-    let logged = json_of(&cli(&server, &["log", "get", &id, "-o", "json"]).await);
+    let logged = json_of(&cli(&server.base, &["log", "get", &id, "-o", "json"]).await);
     assert_eq!(logged["attempts"].as_array().unwrap().len(), 2);
 
     let ok = json_of(
         &cli(
-            &server,
+            &server.base,
             &[
                 "log",
                 "list",
@@ -499,7 +499,7 @@ async fn attempts_rerun_and_list_filters() {
     assert_eq!(ok.as_array().unwrap().len(), 1);
     let failed = json_of(
         &cli(
-            &server,
+            &server.base,
             &["log", "list", "--outcome", "failed", "-o", "json"],
         )
         .await,
@@ -507,18 +507,24 @@ async fn attempts_rerun_and_list_filters() {
     assert_eq!(failed, json!([]));
 
     // Rerun by prefix: a new pending order linked to the original.
-    let rerun = json_of(&cli(&server, &["work-orders", "rerun", &id[..8], "-o", "json"]).await);
+    let rerun = json_of(
+        &cli(
+            &server.base,
+            &["work-orders", "rerun", &id[..8], "-o", "json"],
+        )
+        .await,
+    );
     assert_eq!(rerun["rerun_of"], id.as_str());
     assert_eq!(rerun["status"], "PENDING");
     let out = cli(
-        &server,
+        &server.base,
         &["work-orders", "get", rerun["id"].as_str().unwrap()],
     )
     .await;
     assert!(stdout(&out).contains("Rerun of:") && stdout(&out).contains(&id));
     // Rerun of an active order is refused by the server: the CLI says so and exits 1.
     let out = cli(
-        &server,
+        &server.base,
         &["work-orders", "rerun", rerun["id"].as_str().unwrap()],
     )
     .await;
@@ -534,7 +540,7 @@ async fn get_watch_prints_each_change_until_the_order_finishes() {
         .agent(json!({"name": "watched", "labels": ["wt"]}))
         .await;
     let id = server.order(configmap_order("wt")).await;
-    let watching = cli_command(&server, &["work-orders", "get", &id, "-w"])
+    let watching = cli_command(&server.base, &["work-orders", "get", &id, "-w"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -580,7 +586,7 @@ async fn get_watch_prints_each_change_until_the_order_finishes() {
 async fn logs_follow_fails_at_once_when_the_server_was_never_reached() {
     let server = TestServer::start().await;
     let id = uuid::Uuid::new_v4().to_string();
-    let mut cmd = cli_command(&server, &["work-orders", "logs", &id, "-f"]);
+    let mut cmd = cli_command(&server.base, &["work-orders", "logs", &id, "-f"]);
     cmd.env("PULLMAN_SERVER", "http://127.0.0.1:9");
     let out = tokio::time::timeout(
         std::time::Duration::from_secs(20),
@@ -605,7 +611,7 @@ async fn create_timeout_without_wait_is_refused_before_creating() {
     )
     .unwrap();
     let out = cli(
-        &server,
+        &server.base,
         &[
             "work-orders",
             "create",
@@ -624,6 +630,6 @@ async fn create_timeout_without_wait_is_refused_before_creating() {
         "{}",
         stderr(&out)
     );
-    let list = cli(&server, &["work-orders", "list", "-o", "json"]).await;
+    let list = cli(&server.base, &["work-orders", "list", "-o", "json"]).await;
     assert_eq!(json_of(&list), serde_json::json!([]), "{}", stdout(&list));
 }

@@ -7,32 +7,12 @@ mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, TestServer, configmap_order, free_port, pullman_bin};
-
-fn cli_command(server: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(pullman_bin());
-    cmd.args(args)
-        .env("PULLMAN_SERVER", server)
-        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env_remove("PULLMAN_ADMIN_TOKEN_FILE")
-        .env("NO_COLOR", "1");
-    cmd
-}
-
-async fn cli(server: &str, args: &[&str]) -> Output {
-    let mut cmd = cli_command(server, args);
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).to_string()
-}
+use support::cli::{cli, cli_command, text};
+use support::{TestServer, configmap_order, free_port};
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777

@@ -4,33 +4,13 @@
 mod support;
 
 use std::io::Read;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, TestServer, configmap_order, pullman_bin};
-
-fn cli_command(server: &TestServer, args: &[&str]) -> Command {
-    let mut cmd = Command::new(pullman_bin());
-    cmd.args(args)
-        .env("PULLMAN_SERVER", &server.base)
-        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env_remove("PULLMAN_ADMIN_TOKEN_FILE")
-        .env("NO_COLOR", "1");
-    cmd
-}
-
-async fn cli(server: &TestServer, args: &[&str]) -> Output {
-    let mut cmd = cli_command(server, args);
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).to_string()
-}
+use support::cli::{cli, cli_command, text};
+use support::{TestServer, configmap_order};
 
 /// Claims the agent's next order: (order id, claim id).
 async fn claim(s: &TestServer, agent: &str, token: &str) -> (String, String) {
@@ -111,14 +91,14 @@ async fn logs_prints_by_id_prefix_with_tail_and_timestamps_and_survives_a_closed
     )
     .await;
     let prefix = &order[..8];
-    let out = cli(&s, &["work-orders", "logs", prefix]).await;
+    let out = cli(&s.base, &["work-orders", "logs", prefix]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let printed = text(&out.stdout);
     let mut want = lines.join("\n");
     want.push_str("\n[job-x-abc/main] from a pod\n");
     assert_eq!(printed, want, "every line once, in order, across pages");
     let out = cli(
-        &s,
+        &s.base,
         &["work-orders", "logs", prefix, "--tail", "2", "--timestamps"],
     )
     .await;
@@ -127,7 +107,7 @@ async fn logs_prints_by_id_prefix_with_tail_and_timestamps_and_survives_a_closed
         "2026-12-02T10:00:00.250Z line 3000\n2026-12-02T10:00:00.250Z [job-x-abc/main] from a pod\n"
     );
     // A reader that stops early (| head -1): no panic, quiet end.
-    let mut child = cli_command(&s, &["work-orders", "logs", prefix])
+    let mut child = cli_command(&s.base, &["work-orders", "logs", prefix])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -153,7 +133,7 @@ async fn logs_prints_by_id_prefix_with_tail_and_timestamps_and_survives_a_closed
         text(&out.stderr)
     );
     // Unknown id: exit 1 with a message.
-    let out = cli(&s, &["work-orders", "logs", "ffffffff"]).await;
+    let out = cli(&s.base, &["work-orders", "logs", "ffffffff"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
 }
 
@@ -172,7 +152,7 @@ async fn logs_follow_prints_lines_as_they_come_and_exits_with_the_outcome() {
         chunk(&agent, &claim_id, 0, "stdout", &["early".to_string()]),
     )
     .await;
-    let cmd = cli_command(&s, &["work-orders", "logs", &order, "-f"]);
+    let cmd = cli_command(&s.base, &["work-orders", "logs", &order, "-f"]);
     let run = tokio::task::spawn_blocking(move || {
         let mut cmd = cmd;
         cmd.output().unwrap()
@@ -223,7 +203,7 @@ async fn create_wait_logs_follows_while_it_waits() {
     )
     .unwrap();
     let cmd = cli_command(
-        &s,
+        &s.base,
         &[
             "work-orders",
             "create",
@@ -261,7 +241,7 @@ async fn create_wait_logs_follows_while_it_waits() {
     );
     // --logs without --wait is a usage error.
     let out = cli(
-        &s,
+        &s.base,
         &[
             "work-orders",
             "create",
@@ -274,4 +254,110 @@ async fn create_wait_logs_follows_while_it_waits() {
     )
     .await;
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// An order's second attempt starts with a boundary line saying how the first ended; `-o json`
+/// prints each line as the API's object (stream, attempt, time); `--attempt` past the attempts
+/// a finished order had is an error, and `--tail` past the server's bound still prints the last
+/// lines (issue #36, points 8 and 10).
+#[tokio::test]
+async fn logs_mark_each_attempt_print_json_lines_and_refuse_an_attempt_never_made() {
+    let s = TestServer::start().await;
+    let (agent, token) = s
+        .agent(json!({"name": "cli-tries", "labels": ["ct"]}))
+        .await;
+    let mut body = configmap_order("ct");
+    body["max_retries"] = json!(1);
+    body["backoff_seconds"] = json!(1);
+    let order = s.order(body).await;
+    let (_, first) = claim(&s, &agent, &token).await;
+    send(
+        &s,
+        &token,
+        &order,
+        chunk(&agent, &first, 0, "stdout", &["one".to_string()]),
+    )
+    .await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/work-orders/{order}/complete"),
+            Some(&token),
+            Some(
+                json!({"agent_id": agent, "claim_id": first, "success": false,
+                        "retryable": true, "message": "disk full"}),
+            ),
+        )
+        .await;
+    assert_eq!(st, 202, "a retry is scheduled: {v}");
+    let (_, second) = claim(&s, &agent, &token).await;
+    send(
+        &s,
+        &token,
+        &order,
+        chunk(&agent, &second, 0, "stdout", &["two".to_string()]),
+    )
+    .await;
+    finish(&s, &token, &order, &agent, &second, true).await;
+
+    let out = cli(&s.base, &["work-orders", "logs", &order]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "one\n--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n"
+    );
+    // Only the second attempt, from its start: its boundary says what came before.
+    let out = cli(&s.base, &["work-orders", "logs", &order, "--attempt", "2"]).await;
+    assert_eq!(
+        text(&out.stdout),
+        "--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n"
+    );
+
+    let out = cli(&s.base, &["work-orders", "logs", &order, "-o", "json"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let seen: Vec<(Value, Value, Value)> = lines
+        .iter()
+        .map(|l| (l["text"].clone(), l["attempt"].clone(), l["stream"].clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (json!("one"), json!(1), json!("stdout")),
+            (json!("two"), json!(2), json!("stdout")),
+        ]
+    );
+    assert!(lines.iter().all(|l| l["at"].is_string()), "{lines:?}");
+
+    let out = cli(&s.base, &["work-orders", "logs", &order, "--attempt", "3"]).await;
+    assert!(!out.status.success(), "attempt 3 was never made");
+    assert!(
+        text(&out.stderr).contains("--attempt 3")
+            && text(&out.stderr).contains("finished after 2 attempts"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = cli(&s.base, &["work-orders", "logs", &order, "-o", "yaml"]).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("-o json"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = cli(&s.base, &["work-orders", "logs", &order, "--tail", "10001"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "one\n--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n"
+    );
+    let out = cli(&s.base, &["work-orders", "logs", &order, "--tail", "1"]).await;
+    assert_eq!(
+        text(&out.stdout),
+        "--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n",
+        "a tail that starts in a later attempt says which"
+    );
 }

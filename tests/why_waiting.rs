@@ -8,25 +8,8 @@ mod support;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, TestServer, configmap_order, pullman_bin};
-
-/// Runs the admin CLI against `s`; returns (success, stdout, stderr).
-async fn cli(s: &TestServer, args: &[&str]) -> (bool, String, String) {
-    let mut cmd = std::process::Command::new(pullman_bin());
-    cmd.args(args)
-        .env("PULLMAN_SERVER", &s.base)
-        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env_remove("PULLMAN_ADMIN_TOKEN_FILE")
-        .env("NO_COLOR", "1");
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::cli::cli_text;
+use support::{TestServer, configmap_order};
 
 async fn get(s: &TestServer, path: &str) -> (u16, Value) {
     s.admin(Method::GET, path, None).await
@@ -340,18 +323,18 @@ async fn the_cli_says_why_by_id_prefix() {
     let s = TestServer::start().await;
     let o = s.order(configmap_order("gpu")).await;
     let prefix = &o[..8];
-    let (ok, out, err) = cli(&s, &["work-orders", "explain", prefix]).await;
+    let (ok, out, err) = cli_text(&s.base, &["work-orders", "explain", prefix]).await;
     assert!(ok, "{err}");
     assert!(out.contains("No live agent may take work order"), "{out}");
     assert!(out.contains("(no_matching_agent)"), "{out}");
-    let (ok, out, err) = cli(&s, &["work-orders", "get", prefix]).await;
+    let (ok, out, err) = cli_text(&s.base, &["work-orders", "get", prefix]).await;
     assert!(ok, "{err}");
     assert!(
         out.lines()
             .any(|l| l.starts_with("Waiting") && l.contains("No live agent")),
         "{out}"
     );
-    let (ok, out, _) = cli(&s, &["work-orders", "explain", prefix, "-o", "json"]).await;
+    let (ok, out, _) = cli_text(&s.base, &["work-orders", "explain", prefix, "-o", "json"]).await;
     assert!(ok);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["reason"], "no_matching_agent");
@@ -360,10 +343,10 @@ async fn the_cli_says_why_by_id_prefix() {
         .await;
     assert_eq!(st, 200);
     // An order that no longer waits is described, not an error.
-    let (ok, out, err) = cli(&s, &["work-orders", "explain", prefix]).await;
+    let (ok, out, err) = cli_text(&s.base, &["work-orders", "explain", prefix]).await;
     assert!(ok, "{err}");
     assert!(out.contains("finished: cancelled"), "{out}");
-    let (ok, out, err) = cli(&s, &["work-orders", "explain", prefix, "-o", "json"]).await;
+    let (ok, out, err) = cli_text(&s.base, &["work-orders", "explain", prefix, "-o", "json"]).await;
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
@@ -382,15 +365,84 @@ async fn the_cli_says_why_by_id_prefix() {
         )
         .await;
     assert_eq!((st, v["id"].clone()), (200, json!(running)), "{v}");
-    let (ok, out, err) = cli(&s, &["work-orders", "explain", &running[..8]]).await;
+    let (ok, out, err) = cli_text(&s.base, &["work-orders", "explain", &running[..8]]).await;
     assert!(ok, "{err}");
     assert!(out.contains("is running on agent laptop since"), "{out}");
-    let (ok, out, _) = cli(&s, &["work-orders", "explain", &running, "-o", "json"]).await;
+    let (ok, out, _) = cli_text(&s.base, &["work-orders", "explain", &running, "-o", "json"]).await;
     assert!(ok);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         (v["reason"].clone(), v["agent"].clone()),
         (json!("running"), json!("laptop"))
+    );
+    // laptop registered no max_concurrency, so by the server's count it has room; whether it
+    // does depends on the worker's own --concurrency. "Next in line" alone would read as "starts
+    // now": the sentence says what laptop runs (issue #36, point 9).
+    let next = s.order(configmap_order("gpu")).await;
+    let (ok, out, err) = cli_text(&s.base, &["work-orders", "explain", &next]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("is next in line for agent laptop.")
+            && out.contains("laptop is running 1 order now; it starts when laptop takes another"),
+        "{out}"
+    );
+}
+
+/// Where people wait on an order, they are told why it waits (issue #36, point 3): `wait` and
+/// `create --wait --logs` say the reason on stderr after a few seconds, and their timeout
+/// message carries it.
+#[tokio::test]
+async fn waiting_commands_say_why_the_order_waits() {
+    let s = TestServer::start().await;
+    let o = s.order(configmap_order("nobody-has-this")).await;
+    let out = support::cli::cli(&s.base, &["work-orders", "wait", &o, "--timeout", "5"]).await;
+    let err = support::cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "timeout exit: {err}");
+    let note = err
+        .lines()
+        .find(|l| l.starts_with("No live agent may take work order"))
+        .unwrap_or_else(|| panic!("the reason said while waiting: {err}"));
+    assert!(note.ends_with("(no_matching_agent)."), "{note}");
+    assert!(
+        err.lines().any(|l| l.starts_with("timed out after 5 s")
+            && l.contains("still PENDING: No live agent may take")),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: w\n",
+    )
+    .unwrap();
+    let out = support::cli::cli(
+        &s.base,
+        &[
+            "work-orders",
+            "create",
+            "-f",
+            file.to_str().unwrap(),
+            "--label",
+            "nobody-has-this",
+            "--wait",
+            "--logs",
+            "--timeout",
+            "5",
+        ],
+    )
+    .await;
+    let err = support::cli::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "timeout exit: {err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("No live agent may take work order")),
+        "the reason said while following: {err}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.contains("has not finished: No live agent may take")),
+        "{err}"
     );
 }
 

@@ -239,9 +239,10 @@ pub struct LogsArgs {
     /// outcome (0 succeeded, 3 failed, 4 cancelled), as `work-orders wait` does.
     #[arg(short = 'f', long)]
     pub follow: bool,
-    /// Start with only the last N lines (1-10000). Default: from the first line.
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=crate::queue::limits::MAX_OUTPUT_TAIL))]
-    pub tail: Option<u16>,
+    /// Start with only the last N lines (at least 1). Default: from the first line. Up to 10000
+    /// are asked of the server at once; for more, every line is read and the last N printed.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub tail: Option<u32>,
     /// Only the lines of this attempt (1 = the order's first claim, 2 = its first retry or
     /// reclaim, ...). Default: every attempt.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]

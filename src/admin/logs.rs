@@ -1,86 +1,102 @@
-//! `pullman work-orders logs ID [-f] [--tail N] [--attempt N] [--timestamps]` and
+//! `pullman work-orders logs ID [-f] [--tail N] [--attempt N] [--timestamps] [-o json]` and
 //! `work-orders create --wait --logs` (docs/design.md §9, issue #24): print an order's output; with
-//! `-f` follow it as it is stored and exit with the order's outcome, as `wait` does.
+//! `-f` follow it as it is stored and exit with the order's outcome, as `wait` does. Each attempt
+//! after the first starts with a boundary line saying how the one before it ended; while the
+//! order waits for an agent, why it waits is said on stderr ([`super::wait_note`]).
 
+use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::args::LogsArgs;
+use super::args::{LogsArgs, Output};
+use super::render::one_line;
 use super::wait::exit_code_of;
+use super::wait_note::note_while_waiting;
 use crate::client::{Client, ClientError};
-use crate::wire::{OutputEntry, OutputQuery};
+use crate::queue::limits::MAX_OUTPUT_TAIL;
+use crate::wire::{Attempt, OutputEntry, OutputQuery};
 
 /// Lines asked for per page.
 const PAGE_LINES: i64 = crate::queue::limits::OUTPUT_PAGE_LINES_DEFAULT;
 /// Pause before following again after the server could not be reached.
 const RETRY: Duration = Duration::from_secs(1);
 
-/// Prints order `id`'s output as `args` says. Without `-f`: every stored line (or the last
-/// `--tail`), exit 0. With `-f`: then every new line until the order finishes, and the order's
-/// outcome as exit status; a cut connection or a server restart is resumed from the last line
-/// printed (no line twice), with a note on stderr. A server never reached is an error at once
-/// (exit 1), as for `wait`: a wrong `--server` is not waited out.
-pub async fn logs(client: &Client, id: Uuid, args: &LogsArgs) -> anyhow::Result<ExitCode> {
+/// Prints order `id`'s output as `args` says, as text or (`-o json`) one JSON object per line
+/// with its stream, attempt and time (the API's line shape). Without `-f`: every stored line (or
+/// the last `--tail`), exit 0. With `-f`: then every new line until the order finishes, and the
+/// order's outcome as exit status; a cut connection or a server restart is resumed from the last
+/// line printed (no line twice), with a note on stderr. A server never reached is an error at
+/// once (exit 1), as for `wait`: a wrong `--server` is not waited out. `--attempt N` for an
+/// attempt the order never had (and, finished, never will) is an error.
+pub async fn logs(
+    client: &Client,
+    id: Uuid,
+    args: &LogsArgs,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let json = match output {
+        Output::Table | Output::Wide => false,
+        Output::Json => true,
+        Output::Yaml | Output::Name => anyhow::bail!(
+            "logs prints text, or with -o json one JSON object per line; -o {} has no meaning for \
+             a stream of lines",
+            if output == Output::Yaml {
+                "yaml"
+            } else {
+                "name"
+            }
+        ),
+    };
+    if let Some(n) = args.attempt {
+        check_attempt(client, id, n, args.follow).await?;
+    }
     let filter = OutputQuery {
         attempt: args.attempt.map(|a| a as i32),
         ..OutputQuery::default()
     };
+    let mut printer = Printer {
+        client,
+        id,
+        timestamps: args.timestamps,
+        json,
+        last_attempt: None,
+    };
+    let mut after = match args.tail {
+        Some(n) => printer.tail(&filter, n).await?,
+        None => None,
+    };
     if !args.follow {
-        let mut query = match args.tail {
-            Some(n) => OutputQuery {
-                tail: Some(i64::from(n)),
-                ..filter.clone()
-            },
-            None => OutputQuery {
-                limit: Some(PAGE_LINES),
-                ..filter.clone()
-            },
-        };
-        loop {
-            let page = client.read_output(id, &query).await?;
-            print_lines(&page.lines, args.timestamps);
-            match (page.more, page.next_cursor) {
-                (true, Some(c)) => {
-                    query = OutputQuery {
-                        limit: Some(PAGE_LINES),
-                        after: Some(c),
-                        ..filter.clone()
-                    }
-                }
-                _ => return Ok(ExitCode::SUCCESS),
-            }
+        if args.tail.is_none() {
+            printer.pages(&filter, None).await?;
         }
+        return Ok(ExitCode::SUCCESS);
     }
-    let mut after: Option<i64> = None;
-    let mut reported = false;
-    let mut first = true;
+    // A look already answered is a server reached: only a server never reached fails at once.
+    let reached = args.tail.is_some() || args.attempt.is_some();
+    tokio::select! {
+        code = follow(&mut printer, &filter, &mut after, reached) => code,
+        () = note_while_waiting(client, id) => unreachable!("never returns"),
+    }
+}
+
+/// Follows the stream after `after` until the order finishes; its outcome as exit status.
+async fn follow(
+    printer: &mut Printer<'_>,
+    filter: &OutputQuery,
+    after: &mut Option<i64>,
     // Whether the server has answered once: only then is a failure a restart to wait out.
-    let mut reached = false;
+    mut reached: bool,
+) -> anyhow::Result<ExitCode> {
+    let (client, id) = (printer.client, printer.id);
+    let mut reported = false;
     loop {
-        let query = match (after, args.tail) {
-            (Some(c), _) => OutputQuery {
-                after: Some(c),
-                ..filter.clone()
-            },
-            (None, Some(n)) if first => OutputQuery {
-                tail: Some(i64::from(n)),
-                ..filter.clone()
-            },
-            (None, _) => filter.clone(),
+        let query = OutputQuery {
+            after: *after,
+            ..filter.clone()
         };
-        first = false;
-        match follow_once(
-            client,
-            id,
-            &query,
-            &mut after,
-            &mut reached,
-            args.timestamps,
-        )
-        .await
-        {
+        match follow_once(printer, &query, after, &mut reached).await {
             Ok(()) => {
                 // A clean end: the order finished (or the server is stopping: look).
                 match client.get_log_entry(id).await {
@@ -117,17 +133,184 @@ fn is_not_found(e: &ClientError) -> bool {
     matches!(e, ClientError::Api { status, .. } if *status == reqwest::StatusCode::NOT_FOUND)
 }
 
+/// Order `id`'s attempts so far, and whether it is finished (no attempt will follow).
+async fn attempts_of(client: &Client, id: Uuid) -> Result<(Vec<Attempt>, bool), ClientError> {
+    match client.get_work_order(id).await {
+        Ok(order) => Ok((order.attempts.unwrap_or_default(), false)),
+        Err(e) if is_not_found(&e) => {
+            let entry = client.get_log_entry(id).await?;
+            Ok((entry.attempts.unwrap_or_default(), true))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `--attempt n` names an attempt the order had, or, with `-f` on an order still active, one
+/// it may have yet (then waited for, with a note).
+async fn check_attempt(client: &Client, id: Uuid, n: u32, follow: bool) -> anyhow::Result<()> {
+    let (attempts, finished) = attempts_of(client, id).await?;
+    let had = attempts.len();
+    if n as usize <= had {
+        return Ok(());
+    }
+    let had_text = match had {
+        0 => "no attempt (it was never claimed)".to_string(),
+        1 => "1 attempt".to_string(),
+        _ => format!("{had} attempts"),
+    };
+    if follow && !finished {
+        eprintln!("work order {id} has had {had_text}; following attempt {n} once it starts");
+        return Ok(());
+    }
+    anyhow::bail!(
+        "--attempt {n}: work order {id} {} {had_text}",
+        if finished {
+            "finished after"
+        } else {
+            "has had"
+        }
+    )
+}
+
+/// Prints lines as text or JSON, with a boundary line where a new attempt starts.
+struct Printer<'a> {
+    client: &'a Client,
+    id: Uuid,
+    timestamps: bool,
+    json: bool,
+    /// The attempt of the last line printed.
+    last_attempt: Option<i32>,
+}
+
+impl Printer<'_> {
+    /// Prints every page after `after` (`None`: from the first line); returns the last cursor.
+    async fn pages(
+        &mut self,
+        filter: &OutputQuery,
+        mut after: Option<i64>,
+    ) -> Result<Option<i64>, ClientError> {
+        loop {
+            let query = OutputQuery {
+                limit: Some(PAGE_LINES),
+                after,
+                ..filter.clone()
+            };
+            let page = self.client.read_output(self.id, &query).await?;
+            self.print(&page.lines).await;
+            after = page.next_cursor.or(after);
+            if !page.more {
+                return Ok(after);
+            }
+        }
+    }
+
+    /// Prints the last `n` lines; returns the cursor of the last one. Up to the server's tail
+    /// bound it asks for them at once; past it, it reads every page and keeps the last `n`.
+    async fn tail(&mut self, filter: &OutputQuery, n: u32) -> Result<Option<i64>, ClientError> {
+        if i64::from(n) <= MAX_OUTPUT_TAIL {
+            let query = OutputQuery {
+                tail: Some(i64::from(n)),
+                ..filter.clone()
+            };
+            let page = self.client.read_output(self.id, &query).await?;
+            self.print(&page.lines).await;
+            return Ok(page.lines.last().map(|l| l.cursor).or(page.next_cursor));
+        }
+        let mut kept: VecDeque<OutputEntry> = VecDeque::new();
+        let mut after = None;
+        loop {
+            let query = OutputQuery {
+                limit: Some(PAGE_LINES),
+                after,
+                ..filter.clone()
+            };
+            let page = self.client.read_output(self.id, &query).await?;
+            after = page.next_cursor.or(after);
+            for line in page.lines {
+                if kept.len() == n as usize {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+            if !page.more {
+                self.print(&Vec::from(kept)).await;
+                return Ok(after);
+            }
+        }
+    }
+
+    /// Prints `lines`, one flush per batch; a closed pipe ends the process quietly.
+    async fn print(&mut self, lines: &[OutputEntry]) {
+        let mut out = String::new();
+        for l in lines {
+            if !self.json
+                && let Some(attempt) = l.attempt
+                && self.last_attempt != Some(attempt)
+                && (self.last_attempt.is_some() || attempt > 1)
+            {
+                out.push_str(&self.boundary(attempt).await);
+                out.push('\n');
+            }
+            if l.attempt.is_some() {
+                self.last_attempt = l.attempt;
+            }
+            if self.json {
+                out.push_str(&serde_json::to_string(l).expect("an output line serializes"));
+                out.push('\n');
+                continue;
+            }
+            if self.timestamps {
+                out.push_str(&l.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+                out.push(' ');
+            }
+            // The executor's lines name their pod and container; a worker's stdout/stderr do not.
+            if !matches!(
+                l.stream.as_str(),
+                "stdout" | "stderr" | crate::queue::output::MARKER_STREAM
+            ) {
+                out.push('[');
+                out.push_str(&l.stream);
+                out.push_str("] ");
+            }
+            out.push_str(&l.text);
+            out.push('\n');
+        }
+        if !out.is_empty() {
+            crate::stdout::write_all(out.as_bytes());
+        }
+    }
+
+    /// The line that opens `attempt`: which it is and how the attempt before it ended (read from
+    /// the order's attempts; only the number when they cannot be read).
+    async fn boundary(&self, attempt: i32) -> String {
+        let before = match attempts_of(self.client, self.id).await {
+            Ok((attempts, _)) => usize::try_from(attempt - 2)
+                .ok()
+                .and_then(|i| attempts.get(i))
+                .map(|a| {
+                    let how = a.result.as_str();
+                    match a.message.as_deref().filter(|m| !m.trim().is_empty()) {
+                        Some(m) => {
+                            format!(" (attempt {} {how}: {})", attempt - 1, one_line(m, 120))
+                        }
+                        None => format!(" (attempt {} {how})", attempt - 1),
+                    }
+                }),
+            Err(_) => None,
+        };
+        format!("--- attempt {attempt}{} ---", before.unwrap_or_default())
+    }
+}
+
 /// One follow request: prints lines until the stream ends (`Ok`) or is cut (a transport error,
 /// transient). `after` tracks the last line printed; `reached` is set once the server answers.
 async fn follow_once(
-    client: &Client,
-    id: Uuid,
+    printer: &mut Printer<'_>,
     query: &OutputQuery,
     after: &mut Option<i64>,
     reached: &mut bool,
-    timestamps: bool,
 ) -> Result<(), ClientError> {
-    let answer = client.follow_output(id, query).await;
+    let answer = printer.client.follow_output(printer.id, query).await;
     // Any answer of the server's (a 503 too) shows it is the right one, only busy.
     *reached |= answer.is_ok() || matches!(answer, Err(ClientError::Api { .. }));
     let mut resp = answer?;
@@ -154,35 +337,9 @@ async fn follow_once(
                 .map_err(|e| ClientError::Protocol(format!("a line of the output stream: {e}")))?;
             lines.push(line);
         }
-        print_lines(&lines, timestamps);
+        printer.print(&lines).await;
         if let Some(last) = lines.last() {
             *after = Some(last.cursor);
         }
     }
-}
-
-/// Prints lines as read, one flush per batch; a closed pipe ends the process quietly.
-fn print_lines(lines: &[OutputEntry], timestamps: bool) {
-    if lines.is_empty() {
-        return;
-    }
-    let mut out = String::new();
-    for l in lines {
-        if timestamps {
-            out.push_str(&l.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
-            out.push(' ');
-        }
-        // The executor's lines name their pod and container; a worker's stdout/stderr do not.
-        if !matches!(
-            l.stream.as_str(),
-            "stdout" | "stderr" | crate::queue::output::MARKER_STREAM
-        ) {
-            out.push('[');
-            out.push_str(&l.stream);
-            out.push_str("] ");
-        }
-        out.push_str(&l.text);
-        out.push('\n');
-    }
-    crate::stdout::write_all(out.as_bytes());
 }

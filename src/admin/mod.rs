@@ -1,7 +1,7 @@
 //! Admin commands over the REST API (docs/design.md §5): `pullman agents …`, `pullman work-orders …`,
 //! `pullman log …`. One concern per file: [`args`] the flags, [`render`] the output formats,
 //! [`agents`], [`orders`] and [`log`] the commands, [`history`] the attempts, [`lookup`] names and id prefixes, [`wait`]
-//! waiting and watching.
+//! waiting and watching, [`wait_note`] why an order waits, said while waiting.
 
 pub mod agents;
 pub mod args;
@@ -14,6 +14,7 @@ pub mod order_list;
 pub mod orders;
 pub mod render;
 pub mod wait;
+pub mod wait_note;
 
 use std::future::Future;
 use std::path::PathBuf;

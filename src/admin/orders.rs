@@ -208,15 +208,19 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
                         follow: true,
                         ..Default::default()
                     };
-                    let logs = super::logs::logs(&client, order.id, &follow);
+                    let logs = super::logs::logs(&client, order.id, &follow, output);
                     if wait_args.timeout.is_zero() {
                         return logs.await;
                     }
                     return match tokio::time::timeout(wait_args.timeout, logs).await {
                         Ok(code) => code,
                         Err(_) => {
+                            let why = super::wait_note::why_now(&client, order.id)
+                                .await
+                                .map(|w| format!(": {w}"))
+                                .unwrap_or_default();
                             eprintln!(
-                                "timed out after {} s: work order {} has not finished",
+                                "timed out after {} s: work order {} has not finished{why}",
                                 wait_args.timeout.as_secs(),
                                 order.id
                             );
@@ -286,7 +290,7 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
         }
         WorkOrdersCommand::Logs { id, logs } => {
             let id = resolve_order(&client, &id, Scope::Either).await?;
-            return super::logs::logs(&client, id, &logs).await;
+            return super::logs::logs(&client, id, &logs, output).await;
         }
         WorkOrdersCommand::Cancel { id } => {
             let id = resolve_order(&client, &id, Scope::Active).await?;

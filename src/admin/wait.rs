@@ -11,9 +11,11 @@ use uuid::Uuid;
 
 use super::agents::agent_names;
 use super::args::{OrderListFilter, Output, WaitArgs};
+use super::explain::waiting_sentence;
 use super::log::print_message;
 use super::order_list::{NEXT_COLUMN, ORDER_HEADERS, STATE_COLUMN, list_orders, order_rows};
 use super::render::{print_rows, print_table};
+use super::wait_note::WaitNotes;
 use crate::client::{Client, ClientError};
 use crate::wire::{LogEntry, Outcome, WorkOrder};
 
@@ -98,6 +100,7 @@ pub async fn wait_for(
     let started = Instant::now();
     let give_up_at = (!args.timeout.is_zero()).then(|| started + args.timeout);
     let mut first = true;
+    let mut notes = WaitNotes::default();
     loop {
         let state = if first {
             look(client, id).await.map_err(anyhow::Error::from)
@@ -115,13 +118,19 @@ pub async fn wait_for(
             State::Active(order) => order,
         };
         if give_up_at.is_some_and(|at| Instant::now() >= at) {
+            let why = order
+                .waiting
+                .as_ref()
+                .map(|e| format!(": {}", waiting_sentence(e)))
+                .unwrap_or_default();
             eprintln!(
-                "timed out after {} s: work order {id} is still {}",
+                "timed out after {} s: work order {id} is still {}{why}",
                 args.timeout.as_secs(),
                 order.status.as_str()
             );
             return Ok(ExitCode::from(EXIT_TIMEOUT));
         }
+        notes.saw(order.waiting.as_ref());
         tokio::time::sleep(WAIT_POLL).await;
     }
 }

@@ -196,19 +196,20 @@ pub fn explanation(
             "Work order {id} matches {list}; every one in contact holds its max_concurrency \
              claims. It waits until one finishes a claim."
         ),
-        WaitReason::Queued => match position {
-            Some(1) | None => {
-                format!("Work order {id} is next in line for {list}.")
-            }
-            Some(p) if p - 1 > MAX_POSITION_COUNTED => format!(
-                "Work order {id} is in line for {list}: more than {MAX_POSITION_COUNTED} orders \
-                 go first."
-            ),
-            Some(p) => format!(
-                "Work order {id} is number {p} in line for {list}: {} order(s) go first.",
-                p - 1
-            ),
-        },
+        WaitReason::Queued => {
+            let line = match position {
+                Some(1) | None => format!("Work order {id} is next in line for {list}."),
+                Some(p) if p - 1 > MAX_POSITION_COUNTED => format!(
+                    "Work order {id} is in line for {list}: more than {MAX_POSITION_COUNTED} \
+                     orders go first."
+                ),
+                Some(p) => format!(
+                    "Work order {id} is number {p} in line for {list}: {} order(s) go first.",
+                    p - 1
+                ),
+            };
+            format!("{line}{}", takers_running(verdict))
+        }
     };
     Explanation {
         reason: verdict.reason,
@@ -234,6 +235,33 @@ pub fn explanation(
             None
         },
         waiting_seconds: order.waiting_seconds.max(0),
+    }
+}
+
+/// For `queued`, when every agent that could take the order now already runs orders: what they
+/// run. An agent with room by its `max_concurrency` (or none registered) may still be full by
+/// its own count (`worker --concurrency 1`), so "next in line" alone would read as "starts now".
+fn takers_running(verdict: &Verdict<'_>) -> String {
+    let takers: Vec<&AgentState> = verdict
+        .matching
+        .iter()
+        .copied()
+        .filter(|a| verdict.takers.contains(&a.profile.id))
+        .collect();
+    if takers.is_empty() || takers.iter().any(|a| a.held == 0) {
+        return String::new();
+    }
+    let running: i64 = takers.iter().map(|a| a.held).sum();
+    let orders = if running == 1 { "order" } else { "orders" };
+    match takers.as_slice() {
+        [one] => format!(
+            " {} is running {running} {orders} now; it starts when {} takes another.",
+            one.profile.name, one.profile.name
+        ),
+        _ => format!(
+            " Those agents are running {running} {orders} now; it starts when one of them takes \
+             another."
+        ),
     }
 }
 

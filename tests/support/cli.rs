@@ -1,0 +1,39 @@
+//! The admin CLI (`pullman agents|work-orders|log …`) as a user runs it against a test server:
+//! the server in `PULLMAN_SERVER`, the admin token in `PULLMAN_ADMIN_TOKEN`, no colours.
+
+use std::process::{Command, Output};
+
+use super::{ADMIN_TOKEN, pullman_bin};
+
+/// `pullman ARGS` against the server at `base`, not yet started (for stdin, pipes, signals).
+pub fn cli_command(base: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(pullman_bin());
+    cmd.args(args)
+        .env("PULLMAN_SERVER", base)
+        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env_remove("PULLMAN_ADMIN_TOKEN_FILE")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+/// Runs `pullman ARGS` against `base` to its end, off the async runtime's threads.
+///
+/// # Panics
+/// When the binary cannot be started.
+pub async fn cli(base: &str, args: &[&str]) -> Output {
+    let mut cmd = cli_command(base, args);
+    tokio::task::spawn_blocking(move || cmd.output().expect("running pullman"))
+        .await
+        .expect("the CLI's thread")
+}
+
+/// [`cli`] as (success, stdout, stderr).
+pub async fn cli_text(base: &str, args: &[&str]) -> (bool, String, String) {
+    let out = cli(base, args).await;
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// Bytes a command printed, as text (invalid UTF-8 as U+FFFD).
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
