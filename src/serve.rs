@@ -95,11 +95,16 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
                 listen: Listen::UnixSocket,
                 database: "pullman".into(),
                 bin_dir: args.postgres_bin_dir.clone(),
-                die_with_parent: false,
+                // Issue #36: a `serve` killed by SIGKILL or a crash must not leave it running.
+                die_with_parent: true,
             })
             .await
             .context("starting the embedded PostgreSQL (set DATABASE_URL to use another one)")?;
-            tracing::info!(dir = %root.display(), "embedded PostgreSQL running (Unix socket only)");
+            tracing::info!(
+                dir = %root.display(),
+                pid = pg.pid(),
+                "embedded PostgreSQL running (Unix socket only)"
+            );
             (pg.options(), Some(pg))
         }
     };

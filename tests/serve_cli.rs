@@ -597,3 +597,134 @@ async fn a_second_signal_ends_the_shutdown_delay() {
         "{said}"
     );
 }
+
+/// The pid in `<pg_data>/postmaster.pid`, if the file is there.
+fn postmaster_pid(pg_data: &Path) -> Option<i32> {
+    std::fs::read_to_string(pg_data.join("postmaster.pid"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether `pid` is a live process; a zombie (exited, not yet reaped by its parent) is not.
+fn is_running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Waits (at most `secs`) for `pid` to be gone; says whether it went.
+fn gone_within(pid: i32, secs: u64) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while is_running(pid) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+/// Issue #36 point 6: a `kill -9` of `serve` took nothing of its PostgreSQL with it; the next
+/// `serve` then connected to that orphan, said "embedded PostgreSQL running" although its own
+/// postmaster had failed on the lock file, and said "stopped" on SIGTERM while the orphan ran on.
+/// Now the embedded PostgreSQL goes with a killed `serve`, and a PostgreSQL found running on the
+/// data dir anyway (left by an older pullman, or started by hand) is named in the log and stopped
+/// before `serve` starts its own; "stopped" is said once the postmaster has exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_serve_takes_its_postgres_along_and_a_left_over_one_is_stopped_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let data = dir.path().join("data");
+    let pg_root = data.join("postgres");
+    let pg_data = pg_root.join("data");
+
+    // kill -9 of serve: its postmaster exits too.
+    let port = free_port();
+    let mut first = start_serve(&data, port);
+    wait_ready(port).await;
+    let killed_with_serve = postmaster_pid(&pg_data).expect("postmaster.pid of the first serve");
+    assert!(is_running(killed_with_serve));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(
+        gone_within(killed_with_serve, 15),
+        "the embedded PostgreSQL (pid {killed_with_serve}) outlived a kill -9 of serve: {:?}",
+        postgres_processes_for(&data)
+    );
+
+    // A PostgreSQL left running on the data dir anyway, on the socket serve uses.
+    let bin = pullman::postgres::find_binaries(None).unwrap();
+    let mut orphan = Command::new(bin.join("postgres"));
+    if nix::unistd::Uid::effective().is_root() {
+        use std::os::unix::process::CommandExt;
+        let user = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+        orphan.uid(user.uid.as_raw()).gid(user.gid.as_raw());
+    }
+    let orphan_log = std::fs::File::create(dir.path().join("orphan.log")).unwrap();
+    let mut orphan = orphan
+        .arg("-D")
+        .arg(&pg_data)
+        .arg("-k")
+        .arg(pg_root.join("run"))
+        .args(["-c", "listen_addresses=", "-p", "5432"])
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .stdout(orphan_log.try_clone().unwrap())
+        .stderr(orphan_log)
+        .spawn()
+        .unwrap();
+    let orphan_pid = orphan.id() as i32;
+    eventually(60, "the left-over PostgreSQL to be ready", || {
+        let file = std::fs::read_to_string(pg_data.join("postmaster.pid")).unwrap_or_default();
+        let ready = file.lines().next() == Some(orphan_pid.to_string().as_str())
+            && file.lines().nth(7).is_some_and(|s| s.trim() == "ready");
+        async move { ready.then_some(()) }
+    })
+    .await;
+
+    let log = dir.path().join("second.log");
+    let port = free_port();
+    let second = start_serve_logging(&data, port, std::fs::File::create(&log).unwrap());
+    wait_ready(port).await;
+    let said = std::fs::read_to_string(&log).unwrap();
+    let found = said
+        .lines()
+        .find(|l| l.contains("left running on this data directory"))
+        .unwrap_or_else(|| panic!("serve does not say it found a PostgreSQL running: {said}"));
+    assert!(found.contains(&format!("pid={orphan_pid}")), "{found}");
+    assert!(
+        said.contains("the left-over PostgreSQL stopped"),
+        "serve does not say what became of it: {said}"
+    );
+    assert!(
+        orphan.try_wait().unwrap().is_some(),
+        "serve is ready while the left-over PostgreSQL still runs"
+    );
+    let own = postmaster_pid(&pg_data).expect("postmaster.pid of the second serve");
+    assert_ne!(own, orphan_pid);
+    assert!(is_running(own));
+    assert!(!said.contains("embedded PostgreSQL stopped"), "{said}");
+
+    // SIGTERM: "stopped" is said, and true.
+    let status = sigterm_and_wait(second);
+    assert!(status.success(), "serve exit status {status}");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains("embedded PostgreSQL stopped"), "{said}");
+    assert!(
+        !is_running(own),
+        "serve said its PostgreSQL (pid {own}) stopped; it runs on"
+    );
+    assert!(
+        postgres_processes_for(&data).is_empty(),
+        "stray postgres: {:?}",
+        postgres_processes_for(&data)
+    );
+}
