@@ -24,33 +24,67 @@ pub const VERSION: &str = concat!(
 #[derive(Debug, Parser)]
 #[command(name = "pullman", version = VERSION, about, long_about)]
 pub struct Cli {
-    /// Log format of the server processes (serve, executor, worker): text for people, json for
-    /// log collectors.
-    #[arg(
-        long,
-        global = true,
-        env = "PULLMAN_LOG_FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
-    pub log_format: LogFormat,
-
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The log format the command asked for: `--log-format` where the command has it (the
+    /// processes that log), text for the rest, whose own messages go to stdout and stderr
+    /// directly and whose `RUST_LOG` debugging is read by people.
+    pub fn log_format(&self) -> LogFormat {
+        match &self.command {
+            Command::Serve { log, .. }
+            | Command::Migrate { log, .. }
+            | Command::Executor { log, .. }
+            | Command::Worker { log, .. } => log.log_format,
+            _ => LogFormat::Text,
+        }
+    }
+}
+
+/// `--log-format`, flattened into the commands that log through `tracing` (serve, migrate,
+/// executor, worker) and only those: on the admin commands it changed nothing (issue #36).
+#[derive(Debug, Clone, Copy, Args)]
+pub struct LogArgs {
+    /// Log format: text for people, json (one object per line) for log collectors. The level
+    /// is read from RUST_LOG.
+    #[arg(long, env = "PULLMAN_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the REST API, the reaper and (when a cluster is reachable) the controller.
-    Serve(ServeArgs),
+    Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Apply the database migrations and exit.
-    Migrate(DatabaseArgs),
+    Migrate {
+        #[command(flatten)]
+        args: DatabaseArgs,
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Print the CustomResourceDefinitions (YAML) of WorkOrder and Executor.
     Crdgen,
     /// Run work orders in this Kubernetes cluster (the in-cluster executor).
-    Executor(crate::executor::ExecutorArgs),
+    Executor {
+        #[command(flatten)]
+        args: crate::executor::ExecutorArgs,
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Run work orders with a shell command (the reference external worker).
-    Worker(crate::worker::WorkerArgs),
+    Worker {
+        #[command(flatten)]
+        args: crate::worker::WorkerArgs,
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Manage agents (admin).
     Agents {
         #[command(flatten)]

@@ -11,17 +11,17 @@ use pullman::cli::{Cli, Command};
 async fn main() -> ExitCode {
     pullman::memory::return_large_blocks();
     let cli = Cli::parse();
-    pullman::telemetry::init_logging(cli.log_format);
+    pullman::telemetry::init_logging(cli.log_format());
     let done = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     let result = match cli.command {
-        Command::Serve(args) => done(pullman::serve::serve(args).await),
-        Command::Migrate(args) => done(pullman::serve::migrate(args).await),
+        Command::Serve { args, .. } => done(pullman::serve::serve(args).await),
+        Command::Migrate { args, .. } => done(pullman::serve::migrate(args).await),
         Command::Crdgen => {
             pullman::stdout::write_all(pullman::crd::crds_yaml().as_bytes());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Executor(args) => done(pullman::executor::run(args).await),
-        Command::Worker(args) => done(pullman::worker::run(args).await),
+        Command::Executor { args, .. } => done(pullman::executor::run(args).await),
+        Command::Worker { args, .. } => done(pullman::worker::run(args).await),
         Command::Agents { conn, command } => done(pullman::admin::agents(&conn, command).await),
         Command::WorkOrders { conn, command } => pullman::admin::work_orders(&conn, command).await,
         Command::Log { conn, command } => done(pullman::admin::log(&conn, command).await),

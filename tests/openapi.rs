@@ -4,6 +4,8 @@
 //! `required`, checked against what serde actually writes. e2e/openapi/client.sh generates a
 //! Python client from the same document and runs it against a real server.
 
+mod support;
+
 use std::collections::BTreeSet;
 
 use pullman::api::ApiDoc;
@@ -14,6 +16,7 @@ use pullman::wire::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use support::{ADMIN_TOKEN, TestServer};
 
 fn doc() -> Value {
     ApiDoc::document()
@@ -285,4 +288,57 @@ fn every_answer_with_a_body_declares_its_content_type() {
             "{op} {status}"
         );
     }
+}
+
+/// The backlog routes as the running server documents them (issue #36): `GET /backlog` is called
+/// with any one of its parameters alone (the README does), so a generated client must not demand
+/// the others; `/agents/{id}/backlog` takes an agent's name too, so `{id}` is no UUID there.
+#[tokio::test]
+async fn served_backlog_parameters_are_optional_and_agents_are_named_by_id_or_name() {
+    let s = TestServer::start().await;
+    let (st, doc) = s
+        .call(reqwest::Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    assert_eq!(st, 200, "{doc}");
+    let params = doc["paths"]["/api/v1/backlog"]["get"]["parameters"]
+        .as_array()
+        .expect("GET /api/v1/backlog has parameters");
+    for (name, alone) in [
+        ("label", "label=gpu"),
+        ("annotation", "annotation=zone%3Da"),
+        ("work_type", "work_type=build"),
+        ("tenant", "tenant=team-a"),
+    ] {
+        let p = params
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no parameter {name} in {params:?}"));
+        assert_eq!(p["in"], "query", "{p}");
+        assert!(
+            matches!(p.get("required"), None | Some(Value::Bool(false))),
+            "{name} must be optional: {p}"
+        );
+        let (st, v) = s
+            .call(
+                reqwest::Method::GET,
+                &format!("/api/v1/backlog?{alone}"),
+                Some(ADMIN_TOKEN),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{name} alone: {v}");
+    }
+    let id = doc["paths"]["/api/v1/agents/{id}/backlog"]["get"]["parameters"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "id"))
+        .expect("the id parameter of /agents/{id}/backlog");
+    assert_eq!(id["schema"]["type"], "string", "{id}");
+    assert!(
+        id["schema"].get("format").is_none(),
+        "a name is no UUID: {id}"
+    );
+    assert!(
+        id["description"].as_str().unwrap_or("").contains("name"),
+        "{id}"
+    );
 }

@@ -49,3 +49,87 @@ async fn own_backlog_is_the_backlog_of_the_tokens_agent() {
         .await;
     assert_eq!(agent["health"], "never_seen", "{agent}");
 }
+
+/// `GET /agents/{id}/backlog` takes an agent's name as `pullman agents` does (issue #36): before,
+/// a name was a UUID parse error. A name means its live agent, else the newest retired one; an
+/// unknown name is a 404 that says what was looked for; an agent token may name only itself.
+#[tokio::test]
+async fn agent_backlog_by_name() {
+    let s = TestServer::start().await;
+    let (a, a_tok) = s.agent(json!({"name": "gpu-box", "labels": ["gpu"]})).await;
+    let (_, b_tok) = s.agent(json!({"name": "cpu-box", "labels": ["cpu"]})).await;
+    for _ in 0..3 {
+        s.order(configmap_order("gpu")).await;
+    }
+    s.order(configmap_order("cpu")).await;
+    let by_name = "/api/v1/agents/gpu-box/backlog";
+    let (st, v) = s.call(Method::GET, by_name, Some(ADMIN_TOKEN), None).await;
+    assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
+    let (_, w) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/agents/{a}/backlog"),
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(v, w, "by name and by id answer alike");
+    let (st, v) = s.call(Method::GET, by_name, Some(&a_tok), None).await;
+    assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
+    let (st, v) = s.call(Method::GET, by_name, Some(&b_tok), None).await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (403, json!("forbidden")),
+        "{v}"
+    );
+    // Another agent's token learns nothing of which names exist.
+    let (st, _) = s
+        .call(
+            Method::GET,
+            "/api/v1/agents/nobody/backlog",
+            Some(&b_tok),
+            None,
+        )
+        .await;
+    assert_eq!(st, 403);
+
+    let (st, v) = s
+        .call(
+            Method::GET,
+            "/api/v1/agents/nobody/backlog",
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, v["error"]["code"].clone()),
+        (404, json!("not_found")),
+        "{v}"
+    );
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("\"nobody\""), "{message}");
+    assert!(!message.to_lowercase().contains("uuid"), "{message}");
+
+    // A name freed by retirement and taken again means the live agent.
+    let (st, _) = s
+        .call(
+            Method::DELETE,
+            &format!("/api/v1/agents/{a}"),
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (again, _) = s.agent(json!({"name": "gpu-box", "labels": ["cpu"]})).await;
+    let (st, v) = s.call(Method::GET, by_name, Some(ADMIN_TOKEN), None).await;
+    assert_eq!((st, v["count"].clone()), (200, json!(1)), "{v}");
+    let (_, w) = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/agents/{again}/backlog"),
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(v, w, "the name is the live agent's");
+}

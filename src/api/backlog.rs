@@ -18,27 +18,59 @@ use crate::queue::{NewAgent, RequestedWorkType, WorkType};
 
 /// What this agent could claim now: unclaimed orders it may take that are due, whether or not
 /// it has room (a busy agent's backlog is what more agents like it would take), and the longest
-/// wait among them. The agent's own token or the admin token.
+/// wait among them. The agent's own token or the admin token. The agent is named by its id or,
+/// as `pullman agents` takes it, by its name: a scaler is configured by people, who know names.
 #[utoipa::path(get, path = "/api/v1/agents/{id}/backlog", tag = "agents",
-    params(("id" = Uuid, Path, description = "Agent id")),
+    params(("id" = String, Path,
+        description = "The agent's id, or its name: the live agent of that name, else the newest \
+            retired one. A name that is itself a UUID is read as an id; `me` is the caller's own \
+            agent (`GET /api/v1/agents/me/backlog`).")),
     responses((status = 200, description = "The agent's backlog", body = Backlog),
-        (status = 404, description = "Unknown agent (`not_found`)", body = ErrorBody),
+        (status = 404, description = "No agent has this id or name (`not_found`)", body = ErrorBody),
         (status = 403, description = "Token of another agent", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn agent(
     State(state): State<AppState>,
     Caller(caller): Caller,
-    ApiPath(id): ApiPath<Uuid>,
+    ApiPath(given): ApiPath<String>,
 ) -> Result<Json<Backlog>, ApiError> {
-    caller.require_agent(id)?;
+    let id = agent_named(&state, caller, &given).await?;
     Ok(Json(state.queue.agent_backlog(id).await?))
+}
+
+/// The agent `given` names, as `pullman agents` reads it: a UUID is an id; anything else is a
+/// name, meaning the live agent of that name, else the newest retired one (names are unique
+/// among live agents only, docs/design.md §5). An agent token may name only its own agent: it is
+/// answered 403 for any other name without learning whether that name exists.
+async fn agent_named(state: &AppState, caller: Principal, given: &str) -> Result<Uuid, ApiError> {
+    if let Ok(id) = Uuid::parse_str(given) {
+        caller.require_agent(id)?;
+        return Ok(id);
+    }
+    if let Principal::Agent(own) = caller {
+        if state.queue.get_agent(own).await?.name == given {
+            return Ok(own);
+        }
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("this token belongs to another agent, not to the agent named {given:?}"),
+        ));
+    }
+    state.queue.agent_named(given).await?.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no agent is named {given:?}, and it is not an agent id"),
+        )
+    })
 }
 
 /// The caller's own backlog, as `GET /api/v1/agents/{id}/backlog` with the id its token belongs
 /// to (docs/design.md §10). For scalers that hold an agent's token but cannot know its id when they are
 /// configured: a chart-declared Executor's agent id is its `metadata.uid`, assigned at creation.
 /// Only an agent token names an agent: the admin token gets `403 forbidden` (it may read any
-/// agent's backlog by id, or a profile's).
+/// agent's backlog by id or name, or a profile's).
 #[utoipa::path(get, path = "/api/v1/agents/me/backlog", tag = "agents",
     operation_id = "get_own_backlog",
     responses((status = 200, description = "The backlog of the agent the token belongs to", body = Backlog),

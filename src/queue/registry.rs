@@ -146,6 +146,15 @@ impl Queue {
         })
     }
 
+    /// The id of the agent `name` means: the live agent of that name, else the newest retired
+    /// one (names are unique among live agents only); `None` when no agent ever had it.
+    pub async fn agent_named(&self, name: &str) -> Result<Option<Uuid>, QueueError> {
+        Ok(sqlx::query_scalar(sql::AGENT_NAMED)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
     /// Agents in registration order (docs/design.md §5 `GET /agents`).
     pub async fn list_agents(
         &self,

@@ -1,13 +1,15 @@
 //! Test support: the shared set-up of `pullman::testing` (one throwaway PostgreSQL per test
 //! process, a fresh migrated database per test, an in-process API server), plus what only an
-//! integration test can name (the built binary, `pullman worker` runs in [`worker`]) and the
-//! Kubernetes helpers.
+//! integration test can name (the built binary, the admin CLI in [`cli`], `pullman worker` runs
+//! in [`worker`], `pullman serve` as a process in [`serve`]) and the Kubernetes helpers.
 #![allow(dead_code)]
 
+pub mod cli;
 #[cfg(feature = "k8s-tests")]
 pub mod kube;
 #[cfg(feature = "k8s-tests")]
 pub mod open_streams;
+pub mod serve;
 pub mod worker;
 
 pub use pullman::testing::*;

@@ -129,6 +129,7 @@ statements! {
     RETIRE_AGENT = "retire_agent";
     RELEASE_AGENT_CLAIMS = "release_agent_claims";
     GET_AGENT = "get_agent";
+    AGENT_NAMED = "agent_named";
     LIST_AGENTS = "list_agents";
 
     // Maintenance (docs/design.md §2, §7; `queue::maintenance`).
