@@ -1,7 +1,6 @@
 //! Output of running orders (docs/design.md §9, issue #24), the server side, against real PostgreSQL:
 //! storing chunks once under real concurrency, fencing, bad input, the cap and gap markers, the
-//! readers (`after`, `tail`, `attempt`), following to the end with one and with 100 readers,
-//! a follower that leaves, and retention.
+//! readers (`after`, `tail`, `attempt`) and retention. Following: `tests/output_follow.rs`.
 
 mod support;
 
@@ -11,76 +10,8 @@ use pullman::api::OutputSettings;
 use pullman::queue::output::STORED_LINE_OVERHEAD_BYTES;
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, TestServer, configmap_order};
-
-/// An agent with `label`, an order for it, and its claim: (agent, token, order, claim).
-async fn claimed(s: &TestServer, label: &str) -> (String, String, String, String) {
-    let (agent, token) = s.agent(json!({"name": label, "labels": [label]})).await;
-    let order = s.order(configmap_order(label)).await;
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(&token),
-            Some(json!({"max_wait_seconds": 5})),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    assert_eq!(v["id"], order.as_str());
-    let claim = v["claim_id"].as_str().unwrap().to_string();
-    (agent, token, order, claim)
-}
-
-fn chunk(agent: &str, claim: &str, seq: i64, texts: &[&str]) -> Value {
-    let lines: Vec<Value> = texts
-        .iter()
-        .map(|t| json!({"stream": "stdout", "text": t, "at": "2026-12-02T10:00:00Z"}))
-        .collect();
-    json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": lines})
-}
-
-async fn send(s: &TestServer, token: &str, order: &str, body: Value) -> (u16, Value) {
-    s.call(
-        Method::POST,
-        &format!("/api/v1/work-orders/{order}/output"),
-        Some(token),
-        Some(body),
-    )
-    .await
-}
-
-async fn read(s: &TestServer, order: &str, query: &str) -> Value {
-    let (st, v) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{order}/output{query}"),
-            None,
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    v
-}
-
-fn texts(page: &Value) -> Vec<String> {
-    page["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["text"].as_str().unwrap().to_string())
-        .collect()
-}
-
-async fn complete(s: &TestServer, token: &str, order: &str, agent: &str, claim: &str) {
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/complete"),
-            Some(token),
-            Some(json!({"agent_id": agent, "claim_id": claim, "success": true})),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-}
+use support::output::{chunk, claimed, complete, read, send, texts};
+use support::{TestServer, configmap_order};
 
 #[tokio::test]
 async fn chunks_are_stored_once_under_concurrent_resends_and_read_in_order() {
@@ -449,95 +380,6 @@ async fn tail_attempt_and_after_select_lines_and_the_holder_may_read() {
     }
 }
 
-/// Follows `order` to its end; returns the texts seen.
-async fn follow(base: String, order: String) -> Vec<String> {
-    let r = reqwest::Client::new()
-        .get(format!(
-            "{base}/api/v1/work-orders/{order}/output?follow=true"
-        ))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    assert_eq!(r.headers()["content-type"], "application/x-ndjson");
-    let body = r.text().await.unwrap();
-    body.lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            v["text"].as_str().unwrap().to_string()
-        })
-        .collect()
-}
-
-#[tokio::test]
-async fn followers_see_every_line_once_in_order_and_end_when_the_order_finishes() {
-    let s = TestServer::start().await;
-    let (agent, token, order, claim) = claimed(&s, "out-e").await;
-    send(&s, &token, &order, chunk(&agent, &claim, 0, &["before"])).await;
-    let followers: Vec<_> = (0..100)
-        .map(|_| tokio::spawn(follow(s.base.clone(), order.clone())))
-        .collect();
-    support::eventually(10, "100 followers connected", || async {
-        s.metrics
-            .encode()
-            .contains("pullman_output_followers 100")
-            .then_some(())
-    })
-    .await;
-    let mut want = vec!["before".to_string()];
-    for seq in 1..=50 {
-        let batch: Vec<String> = (0..10).map(|i| format!("{seq}-{i}")).collect();
-        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
-        let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, seq, &refs)).await;
-        assert_eq!(st, 200, "{v}");
-        want.extend(batch);
-    }
-    complete(&s, &token, &order, &agent, &claim).await;
-    for f in followers {
-        let got = tokio::time::timeout(Duration::from_secs(20), f)
-            .await
-            .expect("a follower ends once the order finished")
-            .unwrap();
-        assert_eq!(got, want);
-    }
-    support::eventually(5, "the followers gauge back to 0", || async {
-        s.metrics
-            .encode()
-            .contains("pullman_output_followers 0")
-            .then_some(())
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn a_follower_that_disconnects_frees_its_resources_at_once() {
-    let s = TestServer::start().await;
-    let (agent, token, order, claim) = claimed(&s, "out-f").await;
-    send(&s, &token, &order, chunk(&agent, &claim, 0, &["one"])).await;
-    let r = s
-        .http
-        .get(s.url(&format!(
-            "/api/v1/work-orders/{order}/output?follow=true&tail=5"
-        )))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let mut r = r;
-    let first = r.chunk().await.unwrap().unwrap();
-    assert!(String::from_utf8_lossy(&first).contains("\"one\""));
-    assert!(s.metrics.encode().contains("pullman_output_followers 1"));
-    drop(r);
-    support::eventually(3, "the followers gauge to drop", || async {
-        s.metrics
-            .encode()
-            .contains("pullman_output_followers 0")
-            .then_some(())
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn retention_deletes_the_output_with_the_log_entry() {
     let s = TestServer::start().await;
@@ -688,32 +530,58 @@ async fn a_chunk_being_uploaded_holds_its_write_permit() {
     );
 }
 
-/// `serve --max-output-followers`: past it a new follower is refused with `503` and
-/// `Retry-After`; a follower that leaves gives its place back.
+/// A claim that is no longer live cannot add output, whichever way it stopped being live (issue
+/// #35): its lease ran out but the reaper has not run yet, and after the reaper released it and
+/// another agent claimed the order. The new claim's output is its own attempt.
 #[tokio::test]
-async fn followers_past_the_limit_are_told_to_come_back() {
-    let s = TestServer::start_with_output(OutputSettings {
-        max_followers: 1,
-        ..OutputSettings::default()
-    })
-    .await;
-    let (_, _, order, _) = claimed(&s, "out-f").await;
-    let url = s.url(&format!("/api/v1/work-orders/{order}/output?follow=true"));
-    let http = reqwest::Client::new();
-    let follow = || http.get(&url).bearer_auth(ADMIN_TOKEN).send();
-    let first = follow().await.unwrap();
-    assert_eq!(first.status(), 200);
-    let refused = follow().await.unwrap();
-    assert_eq!(refused.status(), 503);
-    assert_eq!(refused.headers()["retry-after"], "5");
-    let body: Value = refused.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "too_many_followers", "{body}");
-    // Pages are not followers: still served.
+async fn a_stale_claims_chunks_are_refused_before_and_after_the_reaper() {
+    let s = TestServer::start().await;
+    let (agent, token) = s.agent(json!({"name": "out-s", "labels": ["out-s"]})).await;
+    let order = s.order(configmap_order("out-s")).await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{agent}/claim"),
+            Some(&token),
+            Some(json!({"max_wait_seconds": 5, "lease_seconds": 5})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let old = v["claim_id"].as_str().unwrap().to_string();
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &old, 0, &["before"])).await;
+    assert_eq!(st, 200, "{v}");
+    // The lease runs out; nothing reaps (this server runs no maintenance).
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &old, 1, &["late"])).await;
+    assert_eq!(st, 409, "an expired lease, not yet reaped: {v}");
+    assert_eq!(v["error"]["code"], "reclaimed", "{v}");
+
+    let (reclaimed, _) = s.queue.reap_stale_claims().await.unwrap();
+    assert_eq!(reclaimed, 1);
+    let (next, next_token) = s
+        .agent(json!({"name": "out-s2", "labels": ["out-s"]}))
+        .await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/agents/{next}/claim"),
+            Some(&next_token),
+            Some(json!({"max_wait_seconds": 5})),
+        )
+        .await;
+    assert_eq!((st, v["id"].clone()), (200, json!(order)), "{v}");
+    let new = v["claim_id"].as_str().unwrap().to_string();
+    let (st, v) = send(&s, &token, &order, chunk(&agent, &old, 1, &["later still"])).await;
+    assert_eq!(st, 409, "the reaped claim, the order claimed again: {v}");
+    let (st, v) = send(&s, &next_token, &order, chunk(&next, &new, 0, &["after"])).await;
+    assert_eq!(st, 200, "{v}");
     let page = read(&s, &order, "").await;
-    assert_eq!(page["lines"], json!([]), "{page}");
-    drop(first);
-    support::eventually(5, "a follower's place given back", || async {
-        (follow().await.unwrap().status() == 200).then_some(())
-    })
-    .await;
+    assert_eq!(texts(&page), vec!["before", "after"]);
+    let attempts: Vec<Value> = page["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["attempt"].clone())
+        .collect();
+    assert_eq!(attempts, vec![json!(1), json!(2)]);
 }

@@ -30,9 +30,10 @@ use crate::queue::limits::{
 const BODY_READ_LIMIT: Duration = Duration::from_secs(30);
 /// `Retry-After` of a follow refused for `serve --max-output-followers`, seconds.
 const FOLLOWERS_RETRY_AFTER_SECONDS: u64 = 5;
-/// A follower reads again at least this often even without a notification: the order finishing
-/// sends none, and notifications are lost while the listener reconnects.
-const FOLLOW_POLL: Duration = Duration::from_millis(500);
+/// A follower reads again at least this often even without a notification. Stored chunks and the
+/// finish of a followed order notify it, and a listener that reconnects wakes every follower, so
+/// this is only the safety net: 1,000 idle followers cost 2 statements a minute each.
+const FOLLOW_POLL: Duration = Duration::from_secs(60);
 
 /// Append one chunk of the claim's output (agent scope: the agent holding the live claim).
 #[utoipa::path(post, path = "/api/v1/work-orders/{id}/output", tag = "output",
@@ -326,6 +327,7 @@ fn follow(
         after: first.last().map(|l| l.cursor).or(after),
         attempt,
         first: (!first.is_empty()).then(|| ndjson(&first)),
+        followed: None,
         _gauge: FollowerGauge::enter(&state.metrics),
         _permit: permit,
     };
@@ -395,6 +397,8 @@ struct Follower {
     attempt: Option<i32>,
     /// The `tail` lines, sent first.
     first: Option<Bytes>,
+    /// This stream's row in `output_followers` (its order's finish notifies it), once written.
+    followed: Option<Uuid>,
     _gauge: FollowerGauge,
     /// One of `serve --max-output-followers`, given back when the stream ends.
     _permit: OwnedSemaphorePermit,
@@ -407,6 +411,14 @@ impl Follower {
     async fn next_batch(&mut self) -> Option<Result<Bytes, std::io::Error>> {
         if let Some(first) = self.first.take() {
             return Some(Ok(first));
+        }
+        if self.followed.is_none() {
+            // Before the first read: a finish after it notifies; one before it is read.
+            let follower = Uuid::new_v4();
+            if let Err(e) = self.queue.follow_output(self.order, follower).await {
+                return Some(Err(std::io::Error::other(e.to_string())));
+            }
+            self.followed = Some(follower);
         }
         loop {
             let read = async {
@@ -462,6 +474,23 @@ impl Follower {
             _ = self.draining.cancelled() => false,
             _ = stored => true,
             _ = tokio::time::sleep(FOLLOW_POLL) => true,
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        if let Some(follower) = self.followed.take() {
+            let (queue, order) = (self.queue.clone(), self.order);
+            // Not awaited: the connection is gone. A row left behind (a server stopping) costs
+            // one NOTIFY when the order finishes, and maintenance deletes it after a day.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    if let Err(e) = queue.unfollow_output(order, follower).await {
+                        tracing::debug!(error = %e, %order, "could not drop a follower's row");
+                    }
+                });
+            }
         }
     }
 }

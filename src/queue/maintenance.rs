@@ -10,6 +10,10 @@ use uuid::Uuid;
 use super::orders::{EndedBy, FinalClaim, finish};
 use super::{AgentHealth, IDEMPOTENCY_KEY_RETENTION, Outcome, Queue, QueueError, sql};
 
+/// How long a follower's row (`output_followers`, docs/design.md §9) is kept: one a killed server
+/// left behind costs a NOTIFY when its order finishes, until then.
+const FOLLOWER_ROW_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
 /// Rows handled per statement; a larger backlog is worked through in several batches.
 const BATCH: i64 = 1000;
 
@@ -151,6 +155,8 @@ impl Queue {
             .delete_in_batches(sql::EXPIRE_LOG, log_retention)
             .await?;
         self.delete_in_batches(sql::EXPIRE_IDEMPOTENCY_KEYS, IDEMPOTENCY_KEY_RETENTION)
+            .await?;
+        self.delete_in_batches(sql::EXPIRE_FOLLOWERS, FOLLOWER_ROW_RETENTION)
             .await?;
         Ok(deleted)
     }

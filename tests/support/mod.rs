@@ -9,6 +9,7 @@ pub mod cli;
 pub mod kube;
 #[cfg(feature = "k8s-tests")]
 pub mod open_streams;
+pub mod output;
 pub mod serve;
 pub mod worker;
 

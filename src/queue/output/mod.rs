@@ -309,6 +309,29 @@ impl Queue {
             .await?)
     }
 
+    /// Marks `order_id` as followed by `follower` (one id per stream), so that its move to the
+    /// log notifies its followers (`NOTIFY pullman_output`, docs/design.md §9). Call before the
+    /// follower's first read: an order finishing later then notifies, one finished earlier is
+    /// seen by that read.
+    pub async fn follow_output(&self, order_id: Uuid, follower: Uuid) -> Result<(), QueueError> {
+        sqlx::query(sql::OUTPUT_FOLLOW)
+            .bind(order_id)
+            .bind(follower)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The stream of `follower` ended: its order's finish need not be notified for it.
+    pub async fn unfollow_output(&self, order_id: Uuid, follower: Uuid) -> Result<(), QueueError> {
+        sqlx::query(sql::OUTPUT_UNFOLLOW)
+            .bind(order_id)
+            .bind(follower)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Whether `agent_id` holds the live claim on the order (such an agent may read its output).
     pub async fn holds_live_claim(
         &self,

@@ -169,6 +169,9 @@ statements! {
     OUTPUT_PAGE = "output_page";
     OUTPUT_TAIL = "output_tail";
     OUTPUT_READER_HOLDS = "output_reader_holds";
+    OUTPUT_FOLLOW = "output_follow";
+    OUTPUT_UNFOLLOW = "output_unfollow";
+    EXPIRE_FOLLOWERS = "expire_followers";
 
     // Health and readiness (`queue`).
     COUNT_BY_STATUS = "count_by_status";
