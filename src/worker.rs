@@ -215,7 +215,7 @@ async fn run_for_exit_code(args: WorkerArgs) -> i32 {
         work_types: args.work_types.clone(),
         lease_seconds: args.lease_seconds,
         concurrency: args.concurrency as usize,
-        max_wait_seconds: 30,
+        max_wait_seconds: limits::MAX_WAIT_SECONDS,
         heartbeat_every: Some(
             Duration::from_secs(args.check_in_seconds.into())
                 .min(pull::lease_third(args.lease_seconds)),

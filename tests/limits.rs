@@ -431,3 +431,127 @@ async fn the_concurrency_key_limits_are_stated_where_they_are_used() {
         "{help}"
     );
 }
+
+/// The list routes' page limit (docs/design.md §5 "Lists") and claim-next's long-poll cap as the
+/// served document, the server's answers and `--help` state them.
+#[tokio::test]
+async fn the_page_limit_and_the_long_poll_cap_are_stated_where_they_are_used() {
+    use pullman::queue::limits::{MAX_WAIT_SECONDS, PAGE_LIMIT};
+    let s = TestServer::start().await;
+    let (agent, token) = s
+        .agent(json!({"name": "limits-paging", "labels": ["limits-paging"]}))
+        .await;
+    let routes = [
+        "/api/v1/work-orders".to_string(),
+        "/api/v1/work-order-log".to_string(),
+        "/api/v1/agents".to_string(),
+        "/api/v1/agents/{id}/work-orders/pending".to_string(),
+    ];
+    let (_, doc) = s
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    let (min, max, default) = (PAGE_LIMIT.min, PAGE_LIMIT.max, PAGE_LIMIT.default.unwrap());
+    // Every `limit` of the document is the page limit, but the output route's (lines, its own
+    // bound), so a new list route cannot forget it.
+    let mut stated = vec![];
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let params = item["get"]["parameters"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for p in params.iter().filter(|p| p["name"] == PAGE_LIMIT.field) {
+            if path.ends_with("/output") {
+                continue;
+            }
+            let what = format!("{path} limit");
+            assert_eq!(number(&p["schema"]["minimum"], &what), min as f64, "{what}");
+            assert_eq!(number(&p["schema"]["maximum"], &what), max as f64, "{what}");
+            let said = p["description"].as_str().unwrap_or_default();
+            assert!(
+                said.contains(&format!("{min}–{max} (default {default})")),
+                "{what}: {said:?}"
+            );
+            stated.push(path.clone());
+        }
+    }
+    stated.sort();
+    let mut listed = routes.to_vec();
+    listed.sort();
+    assert_eq!(stated, listed, "the list routes");
+    // The server takes both ends and refuses one past either, naming `limit` and both ends.
+    for route in &routes {
+        let route = route.replace("{id}", &agent);
+        for (limit, ok) in [(min, 200), (max, 200), (min - 1, 400), (max + 1, 400)] {
+            let (status, answer) = s
+                .admin(Method::GET, &format!("{route}?limit={limit}"), None)
+                .await;
+            assert_eq!(status, ok, "{route}?limit={limit}: {answer}");
+            if ok == 400 {
+                let message = answer["error"]["message"].as_str().unwrap();
+                assert!(
+                    message.contains(&format!("limit must be between {min} and {max}")),
+                    "{route}: {message}"
+                );
+            }
+        }
+    }
+    // The CLI's page is the server's, and its help says so.
+    for command in [&["work-orders", "list"][..], &["log", "list"]] {
+        let help = flag_help(command, "--chunk-size");
+        assert!(
+            help.contains(&format!("{min}-{max}")),
+            "{command:?}: {help}"
+        );
+        assert!(
+            help.contains(&format!("[default: {max}]")),
+            "{command:?}: {help}"
+        );
+        let help = flag_help(command, "--limit");
+        assert!(help.contains(&format!("past {max}")), "{command:?}: {help}");
+    }
+    let help = flag_help(&["agents", "list"], "--limit");
+    assert!(help.contains(&format!("past {max}")), "{help}");
+    assert!(help.contains(&format!("[default: {max}]")), "{help}");
+
+    // Claim-next's wait: the document states the cap in prose (a longer wait is capped, not
+    // refused, so there is no `maximum`), a negative one is refused naming the field and the cap,
+    // and a longer one is taken.
+    let field = &doc["components"]["schemas"]["ClaimNextBody"]["properties"]["max_wait_seconds"];
+    assert_eq!(number(&field["minimum"], "max_wait_seconds"), 0.0);
+    assert!(field.get("maximum").is_none(), "{field}");
+    // Doc comments break lines where rustfmt wraps them.
+    let said = field["description"].as_str().unwrap_or_default();
+    let said = said.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        said.contains(&format!("capped at {MAX_WAIT_SECONDS}")),
+        "{said:?}"
+    );
+    let claim = format!("/api/v1/agents/{agent}/claim");
+    let (status, answer) = s
+        .call(
+            Method::POST,
+            &claim,
+            Some(&token),
+            Some(json!({"max_wait_seconds": -1})),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "max_wait_seconds must be between 0 and {MAX_WAIT_SECONDS}"
+        )),
+        "{message}"
+    );
+    let order = s.order(configmap_order("limits-paging")).await;
+    let (status, answer) = s
+        .call(
+            Method::POST,
+            &claim,
+            Some(&token),
+            Some(json!({"max_wait_seconds": MAX_WAIT_SECONDS + 1})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["id"], json!(order));
+}

@@ -198,7 +198,7 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     let (st, v) = get(&s, "/api/v1/backlog?labels=gpu").await;
     assert_eq!(st, 400, "{v}");
     // A profile travels in a URL: its bounds are the URL's, each refusal naming the parameter.
-    let many = vec!["label=x"; pullman::api::backlog::PROFILE_MAX_VALUES + 1].join("&");
+    let many = vec!["label=x"; pullman::queue::limits::PROFILE_MAX_VALUES + 1].join("&");
     let (st, v) = get(&s, &format!("/api/v1/backlog?{many}")).await;
     assert_eq!(st, 400, "{v}");
     assert!(
@@ -208,7 +208,7 @@ async fn backlog_of_an_agent_and_of_a_profile() {
             .starts_with("label:"),
         "{v}"
     );
-    let long = "a".repeat(pullman::api::backlog::PROFILE_MAX_CHARS + 1);
+    let long = "a".repeat(pullman::queue::limits::PROFILE_MAX_CHARS + 1);
     let (st, v) = get(&s, &format!("/api/v1/backlog?annotation=k={long}")).await;
     assert_eq!(st, 400, "{v}");
     assert!(
@@ -429,11 +429,16 @@ async fn waiting_commands_say_why_the_order_waits() {
             "--logs",
             "--timeout",
             "5",
+            "-o",
+            "name",
         ],
     )
     .await;
     let err = support::cli::text(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "timeout exit: {err}");
+    // -o name is the created order's format: its id, then the lines as text.
+    let id = support::cli::text(&out.stdout);
+    assert!(uuid::Uuid::parse_str(id.trim()).is_ok(), "{id}");
     assert!(
         err.lines()
             .any(|l| l.starts_with("No live agent may take work order")),

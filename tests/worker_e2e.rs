@@ -243,7 +243,7 @@ async fn a_cancel_stops_a_silent_command_within_seconds() {
     let cancelled = std::time::Instant::now();
     while alive() {
         assert!(
-            cancelled.elapsed() < std::time::Duration::from_secs(5),
+            cancelled.elapsed() < std::time::Duration::from_secs(3),
             "the cancelled order's command still runs {:?} after the cancel",
             cancelled.elapsed()
         );

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 
+use crate::queue::limits::PAGE_LIMIT;
+
 /// How results are printed (`-o`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -50,6 +52,32 @@ pub struct Connection {
     pub output: Output,
 }
 
+/// How a list command pages (`work-orders list`, `log list`): how many items it shows and how
+/// many it asks the server for at once. The server's page is at most `PAGE_LIMIT.max` items
+/// (docs/design.md §5 "Lists"); the help states that number in prose, and `tests/limits.rs`
+/// holds it there.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Paging {
+    /// Most items shown; past 1000 the list is fetched page by page.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Show every matching item, following the pages to the end (ignores --limit).
+    #[arg(long)]
+    pub all: bool,
+    /// Items fetched per request, 1-1000 (the API's page size); lists longer than this are
+    /// fetched page by page, following next_cursor.
+    #[arg(long, default_value_t = PAGE_LIMIT.max as u16,
+        value_parser = clap::value_parser!(u16).range(PAGE_LIMIT.min..=PAGE_LIMIT.max))]
+    pub chunk_size: u16,
+}
+
+impl Paging {
+    /// `--chunk-size` as a count of items.
+    pub fn chunk(&self) -> usize {
+        usize::from(self.chunk_size)
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum AgentsCommand {
     /// Register an agent and print its token (shown once).
@@ -57,7 +85,7 @@ pub enum AgentsCommand {
     /// List agents with their health.
     List {
         /// Most agents shown; past 1000 the list is fetched page by page.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = PAGE_LIMIT.max as usize)]
         limit: usize,
     },
     /// Show one agent.
@@ -121,7 +149,12 @@ Exit status:
 pub const LOGS_HELP: &str = "\
 Lines are printed as the agent read them; a worker's stdout and stderr are merged, an executor's
 lines start with [pod/container]. Lines starting with [pullman: ...] are the server's: output the
-agent could not deliver (a gap), or older output dropped past the server's per-order cap.
+agent could not deliver (a gap), or older output dropped past the server's per-order cap. Where
+an attempt after the first begins, a line says so and how the attempt before it ended:
+  --- attempt 2 (attempt 1 retry_scheduled: exit status 1: ...) ---
+-o json prints each line as one JSON object (text, stream, attempt, at, cursor) per line, with no
+boundary lines; -o table and wide print the text; -o yaml and name are refused. While the order
+waits for an agent, -f says why on stderr (after 3 s, and again when the reason changes).
 
 Exit status with -f (as `work-orders wait`):
   0  the order succeeded
@@ -144,16 +177,8 @@ pub enum WorkOrdersCommand {
     List {
         #[command(flatten)]
         filter: OrderListFilter,
-        /// Most orders shown; past 1000 the list is fetched page by page.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
-        /// Show every matching order, following the pages to the end (ignores --limit).
-        #[arg(long)]
-        all: bool,
-        /// Items fetched per request, 1-1000 (the API's page size); lists longer than this are
-        /// fetched page by page, following next_cursor.
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
-        chunk_size: u16,
+        #[command(flatten)]
+        paging: Paging,
         /// Keep polling (every 2 s) and print orders that appear, change or leave; Ctrl-C stops.
         #[arg(short = 'w', long)]
         watch: bool,
@@ -343,16 +368,8 @@ pub enum LogCommand {
         /// Only orders whose last claim was this agent's (name, id or unique id prefix).
         #[arg(long = "agent", alias = "agent-id")]
         agent: Option<String>,
-        /// Most entries shown; past 1000 the log is fetched page by page.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
-        /// Show every matching entry, following the pages to the end (ignores --limit).
-        #[arg(long)]
-        all: bool,
-        /// Items fetched per request, 1-1000 (the API's page size); lists longer than this are
-        /// fetched page by page, following next_cursor.
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
-        chunk_size: u16,
+        #[command(flatten)]
+        paging: Paging,
     },
     /// Show one finished work order with its whole result message.
     Get {

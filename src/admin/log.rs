@@ -141,16 +141,14 @@ pub async fn log(conn: &Connection, cmd: LogCommand) -> anyhow::Result<()> {
             label,
             since,
             agent,
-            limit,
-            all,
-            chunk_size,
+            paging,
         } => {
             let agent_id = match agent {
                 Some(a) => Some(resolve_agent(&client, &a).await?.to_string()),
                 None => None,
             };
             let (entries, more) =
-                collect_pages(limit, all, usize::from(chunk_size), |size, cursor| {
+                collect_pages(paging.limit, paging.all, paging.chunk(), |size, cursor| {
                     let q = query(&[
                         ("work_type", work_type.clone()),
                         ("success", success.map(|s| s.to_string())),

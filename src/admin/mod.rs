@@ -27,6 +27,7 @@ pub use log::log;
 pub use orders::work_orders;
 
 use crate::client::{Client, ClientError, read_token_file};
+use crate::queue::limits::PAGE_LIMIT;
 use crate::wire::Page;
 
 impl Connection {
@@ -100,8 +101,8 @@ fn rename_fields(message: &str, fields: &[(&str, &str)]) -> String {
     out
 }
 
-/// Largest page the API serves (docs/design.md §5: `limit` ≤ 1000).
-pub const MAX_PAGE: usize = 1000;
+/// Largest page the API serves, in items: [`PAGE_LIMIT`]`.max` as a count (docs/design.md §5).
+pub const MAX_PAGE: usize = PAGE_LIMIT.max as usize;
 
 /// Fetches pages of at most `chunk` items through `fetch(page_size, cursor)` following
 /// `next_cursor`, until `limit` items (or, with `all`, the last page). Returns the items and

@@ -208,7 +208,9 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
                         follow: true,
                         ..Default::default()
                     };
-                    let logs = super::logs::logs(&client, order.id, &follow, output);
+                    // `-o` was the created order's format (`name`: its id, printed above);
+                    // the lines follow as text.
+                    let logs = super::logs::logs(&client, order.id, &follow, Output::Table);
                     if wait_args.timeout.is_zero() {
                         return logs.await;
                     }
@@ -239,9 +241,7 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
         }
         WorkOrdersCommand::List {
             filter,
-            limit,
-            all,
-            chunk_size,
+            paging,
             watch,
         } => {
             if watch {
@@ -249,7 +249,7 @@ pub async fn work_orders(conn: &Connection, cmd: WorkOrdersCommand) -> anyhow::R
                 return Ok(ExitCode::SUCCESS);
             }
             let (orders, more) =
-                list_orders(&client, &filter, limit, all, usize::from(chunk_size)).await?;
+                list_orders(&client, &filter, paging.limit, paging.all, paging.chunk()).await?;
             let names = if matches!(output, Output::Table | Output::Wide) {
                 agent_names(&client).await?
             } else {

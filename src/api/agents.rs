@@ -22,7 +22,6 @@ pub use crate::wire::WhoAmI;
 #[serde(deny_unknown_fields)]
 pub struct AgentListQuery {
     /// Page size, 1–1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
@@ -37,7 +36,6 @@ pub struct PendingQuery {
     #[param(value_type = Option<WorkType>)]
     work_type: Option<String>,
     /// Page size, 1–1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,

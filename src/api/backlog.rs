@@ -13,6 +13,7 @@ use super::{Admin, ApiError, AppState, Caller, ErrorBody};
 use crate::auth::Principal;
 use crate::queue::backlog::Backlog;
 use crate::queue::eligibility::AgentProfile;
+use crate::queue::limits::{PROFILE_MAX_CHARS, PROFILE_MAX_VALUES};
 use crate::queue::validate::validate_agent;
 use crate::queue::{NewAgent, RequestedWorkType, WorkType};
 
@@ -128,14 +129,9 @@ pub async fn profile(
     Ok(Json(state.queue.profile_backlog(&profile).await?))
 }
 
-/// The profile a query names, checked as a registration would be (bounds on texts and lists).
-/// Most values of each parameter of a profile query, and most characters of each value. Tighter
-/// than a registration's bounds: the whole profile travels in a URL, which the HTTP server refuses
-/// past its buffer (`414`/`431`) long before a registration's 256 × 4096 characters.
-pub const PROFILE_MAX_VALUES: usize = 32;
-/// See [`PROFILE_MAX_VALUES`].
-pub const PROFILE_MAX_CHARS: usize = 253;
-
+/// The profile a query names, checked as a registration would be (bounds on texts and lists),
+/// within the tighter bounds of a profile: [`PROFILE_MAX_VALUES`] values of each parameter and
+/// [`PROFILE_MAX_CHARS`] characters of each value.
 fn parse_profile(query: &str) -> Result<AgentProfile, ApiError> {
     let mut q = ProfileQuery::default();
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {

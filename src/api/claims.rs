@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
 use super::error::{ApiJson, ApiPath, parse_optional_json};
-use super::{ApiError, AppState, Caller, ErrorBody, MAX_WAIT_CAP};
-use crate::queue::limits;
+use super::{ApiError, AppState, Caller, ErrorBody};
+use crate::queue::limits::{self, MAX_WAIT_SECONDS};
 use crate::queue::validate::{parse_work_type, validate_lease};
 use crate::queue::{
     ClaimRequest, Completion, CompletionResult, Heartbeat, LogEntry, WorkOrder, WorkType,
@@ -38,6 +38,22 @@ fn claimed(state: &AppState, order: &WorkOrder, started: Instant) {
     let agent = order.claimed_by.map(|a| a.to_string()).unwrap_or_default();
     let claim = order.claim_id.map(|c| c.to_string()).unwrap_or_default();
     tracing::info!(work_order = %order.id, %agent, %claim, "work order claimed");
+}
+
+/// How long claim-next waits for `max_wait_seconds` (docs/design.md §5): not at all when absent
+/// or 0, at most [`MAX_WAIT_SECONDS`] (a longer ask is capped, not refused), and `400
+/// invalid_field` naming the field when negative.
+fn long_poll_wait(max_wait_seconds: Option<i64>) -> Result<Duration, ApiError> {
+    match max_wait_seconds {
+        None | Some(0) => Ok(Duration::ZERO),
+        Some(s) if s < 0 => Err(ApiError::bad_request(
+            "invalid_field",
+            format!("max_wait_seconds must be between 0 and {MAX_WAIT_SECONDS}, got {s}"),
+        )),
+        Some(s) => Ok(Duration::from_secs(
+            (s as u64).min(u64::from(MAX_WAIT_SECONDS)),
+        )),
+    }
 }
 
 /// Claim one work order by id.
@@ -96,16 +112,7 @@ pub async fn claim_next(
         .iter()
         .map(|t| parse_work_type("work_types", t))
         .collect::<Result<_, _>>()?;
-    let wait = match body.max_wait_seconds {
-        None | Some(0) => Duration::ZERO,
-        Some(s) if s < 0 => {
-            return Err(ApiError::bad_request(
-                "invalid_field",
-                format!("max_wait_seconds must be between 0 and 30, got {s}"),
-            ));
-        }
-        Some(s) => Duration::from_secs(s as u64).min(MAX_WAIT_CAP),
-    };
+    let wait = long_poll_wait(body.max_wait_seconds)?;
     let req = ClaimRequest {
         agent_id,
         lease_seconds: validate_lease(body.lease_seconds)?,
@@ -247,4 +254,25 @@ pub async fn complete(
                 .into_response()
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_long_poll_is_capped_not_refused_and_never_negative() {
+        let cap = Duration::from_secs(u64::from(MAX_WAIT_SECONDS));
+        assert_eq!(long_poll_wait(None).unwrap(), Duration::ZERO);
+        assert_eq!(long_poll_wait(Some(0)).unwrap(), Duration::ZERO);
+        let at_cap = i64::from(MAX_WAIT_SECONDS);
+        assert_eq!(
+            long_poll_wait(Some(at_cap - 1)).unwrap(),
+            cap - Duration::from_secs(1)
+        );
+        assert_eq!(long_poll_wait(Some(at_cap)).unwrap(), cap);
+        assert_eq!(long_poll_wait(Some(at_cap + 1)).unwrap(), cap);
+        assert_eq!(long_poll_wait(Some(i64::MAX)).unwrap(), cap);
+        assert!(long_poll_wait(Some(-1)).is_err());
+    }
 }

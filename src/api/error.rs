@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use crate::auth::AuthError;
+use crate::queue::limits::PAGE_LIMIT;
 use crate::queue::{ConflictCode, QueueError};
 pub use crate::wire::{ErrorBody, ErrorDetail};
 
@@ -244,14 +245,19 @@ pub fn parse_optional_json<T: DeserializeOwned + Default>(bytes: &[u8]) -> Resul
     from_json_object(value)
 }
 
-/// `limit` of list routes: 1–1000, default 100 (docs/design.md §5).
+/// `limit` of list routes within [`PAGE_LIMIT`], its default when absent (docs/design.md §5);
+/// `400 invalid_query` naming `limit` and both ends otherwise.
 pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    let (min, max) = (PAGE_LIMIT.min, PAGE_LIMIT.max);
     match limit {
-        None => Ok(100),
-        Some(l) if (1..=1000).contains(&l) => Ok(l),
+        None => Ok(i64::from(PAGE_LIMIT.default_i32())),
+        Some(l) if (min..=max).contains(&l) => Ok(l),
         Some(l) => Err(ApiError::bad_request(
             "invalid_query",
-            format!("limit must be between 1 and 1000, got {l}"),
+            format!(
+                "{} must be between {min} and {max}, got {l}",
+                PAGE_LIMIT.field
+            ),
         )),
     }
 }

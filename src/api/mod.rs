@@ -11,7 +11,7 @@ mod pages;
 mod work_orders;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
@@ -34,9 +34,6 @@ use crate::telemetry::{HttpLabels, Metrics, RouteLabel};
 /// Largest request body accepted, in bytes. Above `yaml_content`'s 1 MiB limit so that an
 /// oversized YAML is answered with a `413` naming the field; JSON escaping can inflate a body.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
-/// Server cap on `max_wait_seconds` of claim-next (docs/design.md §5).
-pub const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
 
 /// Everything a request handler needs. Cheap to clone.
 #[derive(Clone)]

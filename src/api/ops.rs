@@ -165,7 +165,7 @@ fn input_bounds(doc: &mut serde_json::Value) {
         .pointer_mut("/paths/~1api~1v1~1backlog/get/parameters")
         .and_then(Value::as_array_mut)
     {
-        use super::backlog::{PROFILE_MAX_CHARS, PROFILE_MAX_VALUES};
+        use crate::queue::limits::{PROFILE_MAX_CHARS, PROFILE_MAX_VALUES};
         let label = json!({"type": "string", "minLength": 1, "maxLength": PROFILE_MAX_CHARS, "pattern": "[^\\u0000]"});
         let pair = json!({"type": "string", "maxLength": PROFILE_MAX_CHARS,
             "pattern": "^[^=\\u0000]+=[^\\u0000]*$"});
@@ -254,12 +254,21 @@ fn input_bounds(doc: &mut serde_json::Value) {
     });
 }
 
+/// The routes answering a page of a list, whose `limit` is `queue::limits::PAGE_LIMIT`
+/// (docs/design.md §5 "Lists").
+const LIST_ROUTES: [&str; 4] = [
+    "/api/v1/work-orders",
+    "/api/v1/work-order-log",
+    "/api/v1/agents",
+    "/api/v1/agents/{id}/work-orders/pending",
+];
+
 /// The request fields bounded by crate::queue::limits get their `minimum`, `maximum`, `default`
 /// and length bounds from there, so the document states the numbers validation enforces.
 fn limits(doc: &mut serde_json::Value) {
     use crate::queue::limits::{
         CONCURRENCY_MAX, MAX_AGENT_NAME_CHARS, MAX_CONCURRENCY_KEY_CHARS, MAX_STRING_CHARS,
-        MAX_YAML_BYTES, RANGES,
+        MAX_YAML_BYTES, PAGE_LIMIT, RANGES,
     };
     use serde_json::json;
     let requests = ["NewWorkOrder", "NewAgent", "ClaimBody", "ClaimNextBody"];
@@ -291,6 +300,22 @@ fn limits(doc: &mut serde_json::Value) {
         }
         if name == "NewWorkOrder" {
             length("yaml_content", MAX_YAML_BYTES);
+        }
+    }
+    // `limit` of every list route (`PAGE_LIMIT`; the output route's `limit` counts lines and has
+    // its own bound).
+    for route in LIST_ROUTES {
+        let params = doc
+            .pointer_mut(&format!(
+                "/paths/{}/get/parameters",
+                route.replace('/', "~1")
+            ))
+            .and_then(serde_json::Value::as_array_mut);
+        for p in params.into_iter().flatten() {
+            if p["name"] == PAGE_LIMIT.field {
+                p["schema"]["minimum"] = json!(PAGE_LIMIT.min);
+                p["schema"]["maximum"] = json!(PAGE_LIMIT.max);
+            }
         }
     }
     if let Some(props) = doc

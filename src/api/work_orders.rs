@@ -41,7 +41,6 @@ pub struct ListQuery {
     #[param(pattern = "^-*[0-9a-fA-F](-*[0-9a-fA-F]){0,31}-*$")]
     id_prefix: Option<String>,
     /// Page size, 1–1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
@@ -70,7 +69,6 @@ pub struct LogQuery {
     #[param(pattern = "^-*[0-9a-fA-F](-*[0-9a-fA-F]){0,31}-*$")]
     id_prefix: Option<String>,
     /// Page size, 1–1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,

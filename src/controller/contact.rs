@@ -16,14 +16,12 @@ use uuid::Uuid;
 
 use super::executor_status::health_str;
 use crate::crd::Executor;
+use crate::queue::limits::PAGE_LIMIT;
 use crate::queue::{AgentHealth, Queue, QueueError};
 
 /// How often agents' health is compared with what the Executors show. The queue records contact
 /// at most once a second per agent, so a shorter period would gain little.
 pub const POLL: Duration = Duration::from_secs(2);
-
-/// Page size of the agent listing (the queue's largest).
-const PAGE: i64 = 1000;
 
 /// Executors whose `status.health` no longer matches their agent's health. Executors without a
 /// published health (not registered yet) or being deleted are left to their own reconcile.
@@ -54,7 +52,7 @@ async fn agents_health(queue: &Queue) -> Result<HashMap<Uuid, AgentHealth>, Queu
     let mut health = HashMap::new();
     let mut cursor: Option<String> = None;
     loop {
-        let page = queue.list_agents(PAGE, cursor.as_deref()).await?;
+        let page = queue.list_agents(PAGE_LIMIT.max, cursor.as_deref()).await?;
         health.extend(page.items.iter().map(|a| (a.id, a.health)));
         match page.next_cursor {
             Some(next) => cursor = Some(next),

@@ -119,7 +119,7 @@ pub async fn run(args: ExecutorArgs) -> anyhow::Result<()> {
         work_types: vec![],
         lease_seconds: args.lease_seconds,
         concurrency: args.concurrency as usize,
-        max_wait_seconds: 30,
+        max_wait_seconds: limits::MAX_WAIT_SECONDS,
         heartbeat_every: None,
     };
     pull::run(api, config, carrier, shutdown).await?;

@@ -40,10 +40,16 @@ impl Heartbeats {
             // A heartbeat that hung is not followed by a burst of them.
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
+            let mut failing: u32 = 0;
             loop {
                 tick.tick().await;
                 match client.heartbeat(order_id, agent_id, claim_id).await {
-                    Ok(_) => {}
+                    Ok(_) => {
+                        if failing > 0 {
+                            tracing::info!(failed = failing, "heartbeat delivered again");
+                            failing = 0;
+                        }
+                    }
                     Err(e) if e.is_conflict() => {
                         tracing::warn!(error = %e, "heartbeat refused; stopping work on the order");
                         let why = if e.code() == Some("cancelled") {
@@ -59,7 +65,15 @@ impl Heartbeats {
                         let _ = tx.send(Abandon::Unauthorized);
                         return;
                     }
-                    Err(e) => tracing::warn!(error = %e, "heartbeat failed; will retry"),
+                    // Said once per outage, not at every check-in (the worker's is a second).
+                    Err(e) => {
+                        failing += 1;
+                        if failing == 1 {
+                            tracing::warn!(error = %e, "heartbeat failed; retrying at each interval");
+                        } else {
+                            tracing::debug!(error = %e, failing, "heartbeat failed again");
+                        }
+                    }
                 }
             }
         };

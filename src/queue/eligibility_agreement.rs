@@ -294,7 +294,7 @@ async fn check(
     // 2. The pending list.
     let types: Vec<WorkType> = agent.requested.clone();
     let listed: BTreeSet<Uuid> = queue
-        .pending_for_agent(agent_id, &types, 1000, None)
+        .pending_for_agent(agent_id, &types, crate::queue::limits::PAGE_LIMIT.max, None)
         .await
         .unwrap()
         .items

@@ -144,6 +144,32 @@ pub const MAX_ORDERS: Range = Range {
     default: None,
 };
 
+/// `limit` of the list routes (`GET /work-orders`, `/work-order-log`, `/agents`,
+/// `/agents/{id}/pending`): items in one page, 1–1000, default 100 (docs/design.md §5 "Lists").
+/// A query parameter, so not in [`RANGES`]: `api::ops` states it on each list route and
+/// `api::error::page_limit` answers `400 invalid_query` outside it. The admin CLI fetches pages of
+/// at most `max` items (`--chunk-size`), and the controller reads agents in pages of `max`.
+pub const PAGE_LIMIT: Range = Range {
+    field: "limit",
+    min: 1,
+    max: 1000,
+    default: Some(100),
+};
+
+/// Longest claim-next long-poll, in seconds (docs/design.md §5: `max_wait_seconds` ≥ 0, capped
+/// at 30). A larger `max_wait_seconds` is not refused but waits this long; `pullman worker` and
+/// `pullman executor` ask for this much on each claim.
+pub const MAX_WAIT_SECONDS: u32 = 30;
+
+/// Most values of each parameter of a `GET /backlog` profile query (`label`, `annotation`,
+/// `work_type`; docs/design.md §10), `400 invalid_query` past it. Tighter than a registration's
+/// [`MAX_LIST_ENTRIES`]: the whole profile travels in a URL, which the HTTP server refuses past
+/// its buffer (`414`/`431`) long before a registration's 256 × 4096 characters.
+pub const PROFILE_MAX_VALUES: usize = 32;
+/// Longest `label`, `annotation` (`KEY=VALUE`) or `tenant` of a `GET /backlog` profile query, in
+/// characters; see [`PROFILE_MAX_VALUES`] for why it is tighter than [`MAX_STRING_CHARS`].
+pub const PROFILE_MAX_CHARS: usize = 253;
+
 /// Most successful completes one group commit runs in one statement (`serve --complete-batch`,
 /// `queue::group_commit`); 1 turns batching off.
 pub const COMPLETE_BATCH_MAX: u64 = 1000;
@@ -221,7 +247,7 @@ mod tests {
 
     #[test]
     fn every_range_is_ordered_fits_the_column_and_holds_its_default() {
-        for r in RANGES {
+        for r in RANGES.into_iter().chain([PAGE_LIMIT]) {
             assert!(r.min <= r.max, "{}", r.field);
             assert!(
                 r.min >= i64::from(i32::MIN) && r.max <= i64::from(i32::MAX),

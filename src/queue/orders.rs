@@ -25,7 +25,7 @@ pub struct OrderFilter {
     pub since: Option<DateTime<Utc>>,
     /// Orders whose id starts with this prefix.
     pub id_prefix: Option<IdPrefix>,
-    /// 1–1000.
+    /// Items in the page, within [`super::limits::PAGE_LIMIT`] (the API checks it).
     pub limit: i64,
     pub cursor: Option<String>,
 }
@@ -45,7 +45,7 @@ pub struct LogFilter {
     pub since: Option<DateTime<Utc>>,
     /// Orders whose id starts with this prefix.
     pub id_prefix: Option<IdPrefix>,
-    /// 1–1000.
+    /// Items in the page, within [`super::limits::PAGE_LIMIT`] (the API checks it).
     pub limit: i64,
     pub cursor: Option<String>,
 }

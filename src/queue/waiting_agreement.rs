@@ -381,7 +381,10 @@ async fn check(
                 .collect();
             let mut visible: BTreeMap<Uuid, WorkOrder> = BTreeMap::new();
             for t in &takers {
-                let page = queue.pending_for_agent(*t, &[], 1000, None).await.unwrap();
+                let page = queue
+                    .pending_for_agent(*t, &[], crate::queue::limits::PAGE_LIMIT.max, None)
+                    .await
+                    .unwrap();
                 visible.extend(page.items.into_iter().map(|w| (w.id, w)));
             }
             let Some(me) = visible.get(o) else {
