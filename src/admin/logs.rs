@@ -69,7 +69,7 @@ pub async fn logs(
     };
     if !args.follow {
         if args.tail.is_none() {
-            printer.pages(&filter, None).await?;
+            printer.pages(&filter, None, None).await?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -183,12 +183,16 @@ struct Printer<'a> {
 }
 
 impl Printer<'_> {
-    /// Prints every page after `after` (`None`: from the first line); returns the last cursor.
+    /// Reads every page after `after` (`None`: from the first line) and prints each as it comes,
+    /// or, with `keep_last`, only that many last lines once all are read. Returns the last
+    /// cursor.
     async fn pages(
         &mut self,
         filter: &OutputQuery,
         mut after: Option<i64>,
+        keep_last: Option<usize>,
     ) -> Result<Option<i64>, ClientError> {
+        let mut kept: VecDeque<OutputEntry> = VecDeque::new();
         loop {
             let query = OutputQuery {
                 limit: Some(PAGE_LINES),
@@ -196,9 +200,20 @@ impl Printer<'_> {
                 ..filter.clone()
             };
             let page = self.client.read_output(self.id, &query).await?;
-            self.print(&page.lines).await;
             after = page.next_cursor.or(after);
+            match keep_last {
+                None => self.print(&page.lines).await,
+                Some(n) => {
+                    for line in page.lines {
+                        if kept.len() == n {
+                            kept.pop_front();
+                        }
+                        kept.push_back(line);
+                    }
+                }
+            }
             if !page.more {
+                self.print(&Vec::from(kept)).await;
                 return Ok(after);
             }
         }
@@ -207,36 +222,16 @@ impl Printer<'_> {
     /// Prints the last `n` lines; returns the cursor of the last one. Up to the server's tail
     /// bound it asks for them at once; past it, it reads every page and keeps the last `n`.
     async fn tail(&mut self, filter: &OutputQuery, n: u32) -> Result<Option<i64>, ClientError> {
-        if i64::from(n) <= MAX_OUTPUT_TAIL {
-            let query = OutputQuery {
-                tail: Some(i64::from(n)),
-                ..filter.clone()
-            };
-            let page = self.client.read_output(self.id, &query).await?;
-            self.print(&page.lines).await;
-            return Ok(page.lines.last().map(|l| l.cursor).or(page.next_cursor));
+        if i64::from(n) > MAX_OUTPUT_TAIL {
+            return self.pages(filter, None, Some(n as usize)).await;
         }
-        let mut kept: VecDeque<OutputEntry> = VecDeque::new();
-        let mut after = None;
-        loop {
-            let query = OutputQuery {
-                limit: Some(PAGE_LINES),
-                after,
-                ..filter.clone()
-            };
-            let page = self.client.read_output(self.id, &query).await?;
-            after = page.next_cursor.or(after);
-            for line in page.lines {
-                if kept.len() == n as usize {
-                    kept.pop_front();
-                }
-                kept.push_back(line);
-            }
-            if !page.more {
-                self.print(&Vec::from(kept)).await;
-                return Ok(after);
-            }
-        }
+        let query = OutputQuery {
+            tail: Some(i64::from(n)),
+            ..filter.clone()
+        };
+        let page = self.client.read_output(self.id, &query).await?;
+        self.print(&page.lines).await;
+        Ok(page.lines.last().map(|l| l.cursor).or(page.next_cursor))
     }
 
     /// Prints `lines`, one flush per batch; a closed pipe ends the process quietly.

@@ -197,6 +197,20 @@ impl Shared {
         self.room.notify_waiters();
     }
 
+    /// The end-of-order flush ran out: the lines still held become dropped bytes (a gap with
+    /// the cause the server last gave), so what is sent next is only their marker.
+    fn give_up_lines(&self) {
+        let mut b = self.buffer();
+        let held = b.held as u64;
+        if held > 0 {
+            b.lines.clear();
+            b.held = 0;
+            b.bytes = 0;
+            b.dropped += held;
+            b.dropped_while = Some(b.server);
+        }
+    }
+
     /// Nothing more is sent: waiting producers return and later lines are thrown away.
     fn stop(&self) {
         let mut b = self.buffer();
@@ -326,10 +340,12 @@ impl OutputSender {
         self.handle.clone()
     }
 
-    /// No more lines: sends what is buffered, for as long as chunks are delivered, and gives
-    /// up after `within` without one. Then the order is completed anyway and what was not
-    /// delivered is logged. Returns whether everything was delivered (or the server had refused
-    /// the claim, so nothing more could be).
+    /// No more lines: sends what is buffered, for as long as chunks are delivered. After
+    /// `within` without one it gives the lines still held up: they become one gap (their bytes,
+    /// with the cause the server last gave), sent for another `within`, so the finished order's
+    /// output says where it is incomplete (docs/design.md §9). Then the order is completed anyway
+    /// and what was not delivered is logged. Returns whether every line was delivered (or the
+    /// server had refused the claim, so nothing more could be).
     pub async fn finish(mut self, within: Duration) -> bool {
         let mut delivered = {
             let mut b = self.handle.shared.buffer();
@@ -344,19 +360,30 @@ impl OutputSender {
             if tokio::time::timeout(within, &mut task).await.is_ok() {
                 return true;
             }
-            let b = self.handle.shared.buffer();
-            if b.delivered > delivered {
-                delivered = b.delivered;
+            let (now_delivered, unsent_lines, unsent_bytes, server) = {
+                let b = self.handle.shared.buffer();
+                (b.delivered, b.lines.len(), b.held, b.server)
+            };
+            if now_delivered > delivered {
+                delivered = now_delivered;
                 continue;
             }
-            task.abort();
             tracing::warn!(
-                unsent_lines = b.lines.len(),
-                unsent_bytes = b.held,
+                unsent_lines,
+                unsent_bytes,
                 waited = ?within,
-                "output not all delivered ({}); completing the order anyway",
-                b.server
+                "output not all delivered ({server}); sending it as a gap, then completing the \
+                 order anyway"
             );
+            self.handle.shared.give_up_lines();
+            self.handle.shared.wake.notify_one();
+            if tokio::time::timeout(within, &mut task).await.is_err() {
+                task.abort();
+                tracing::warn!(
+                    "the gap could not be delivered either: the order's output ends without saying \
+                     what is missing"
+                );
+            }
             return false;
         }
     }

@@ -192,3 +192,70 @@ async fn a_chunk_the_server_finds_too_large_is_split_and_nothing_is_lost() {
     );
     assert!(chunks.iter().all(|c| c.dropped_bytes.is_none()), "no gap");
 }
+
+/// A server that answers `503` until `back_after` has passed since it started, then stores
+/// every chunk.
+async fn late_server(back_after: Duration) -> (String, Arc<Mutex<Vec<OutputChunk>>>) {
+    use axum::body::Bytes;
+    use axum::http::StatusCode;
+    let stored: Arc<Mutex<Vec<OutputChunk>>> = Arc::default();
+    let keep = stored.clone();
+    let started = std::time::Instant::now();
+    let app = axum::Router::new().route(
+        "/api/v1/work-orders/{id}/output",
+        axum::routing::post(move |body: Bytes| {
+            let keep = keep.clone();
+            async move {
+                if started.elapsed() < back_after {
+                    let e = r#"{"error":{"code":"database_unavailable","message":"down"}}"#;
+                    return (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+                }
+                let chunk: OutputChunk = serde_json::from_slice(&body).unwrap();
+                let answer = format!(r#"{{"seq":{},"lines":{}}}"#, chunk.seq, chunk.lines.len());
+                keep.lock().unwrap().push(chunk);
+                (StatusCode::OK, answer)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, stored)
+}
+
+/// The end-of-order flush that runs out gives up the lines it still holds as one gap, sent
+/// after the chunk in flight, so the finished order's output says what is missing and why
+/// (issue #35) instead of ending early without a word.
+#[tokio::test]
+async fn lines_unsent_when_the_flush_runs_out_go_out_as_a_gap() {
+    let (url, stored) = late_server(Duration::from_millis(1200)).await;
+    let config = OutputConfig {
+        client: Client::new(&url, "token").unwrap(),
+        agent_id: Uuid::nil(),
+        buffer_bytes: 4 * CHUNK_BUDGET_BYTES,
+        redactor: Redactor::default(),
+    };
+    let sender = OutputSender::start(&config, Uuid::nil(), Uuid::nil(), 0);
+    let h = sender.handle();
+    let total = 1000;
+    for i in 0..total {
+        h.push("stdout", &format!("{i:04}{}", "w".repeat(996)), Utc::now())
+            .await;
+    }
+    assert!(
+        !sender.finish(Duration::from_secs(1)).await,
+        "not every line was delivered"
+    );
+    let chunks = stored.lock().unwrap();
+    assert_eq!(chunks.len(), 2, "the chunk in flight, then the gap");
+    let (sent, gap) = (&chunks[0], &chunks[1]);
+    assert!(!sent.lines.is_empty() && sent.dropped_bytes.is_none());
+    assert!(gap.lines.is_empty(), "only the marker");
+    assert_eq!(gap.seq, sent.seq + 1);
+    assert_eq!(
+        gap.dropped_bytes,
+        Some(((total - sent.lines.len()) * 1000) as i64),
+        "every line not sent is in the gap"
+    );
+    assert_eq!(gap.dropped_reason, Some(DroppedReason::ServerUnavailable));
+}
