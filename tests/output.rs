@@ -585,3 +585,92 @@ async fn a_stale_claims_chunks_are_refused_before_and_after_the_reaper() {
         .collect();
     assert_eq!(attempts, vec![json!(1), json!(2)]);
 }
+
+/// Retention deletes in batches bounded by the bytes of output too (issue #35): with a budget of
+/// one order's output, each batch takes one entry (the first always goes, however large), and the
+/// next batch takes the next; an entry without output adds nothing to a batch.
+#[tokio::test]
+async fn retention_batches_are_bounded_by_the_bytes_of_output() {
+    let s = TestServer::start().await;
+    let text = "r".repeat(5000);
+    let mut orders = Vec::new();
+    for i in 0..3 {
+        let (agent, token, order, claim) = claimed(&s, &format!("out-r{i}")).await;
+        let (st, v) = send(&s, &token, &order, chunk(&agent, &claim, 0, &[&text])).await;
+        assert_eq!(st, 200, "{v}");
+        complete(&s, &token, &order, &agent, &claim).await;
+        orders.push(order);
+    }
+    let quiet = s.order(configmap_order("nobody")).await;
+    let (st, _) = s
+        .admin(
+            Method::DELETE,
+            &format!("/api/v1/work-orders/{quiet}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    // Oldest first: the three with output, then the one without.
+    for (i, id) in orders.iter().chain([&quiet]).enumerate() {
+        sqlx::query(
+            "UPDATE work_order_log SET completed_at = now() - interval '2 days' \
+             + make_interval(secs => $2) WHERE id = $1::uuid",
+        )
+        .bind(id)
+        .bind(i as f64)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    }
+    let left = || async {
+        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM work_order_log")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+        n
+    };
+    let day = Duration::from_secs(86_400);
+    // As the cap counts it: the text, the stream and the per-line overhead.
+    let (one_order,): (i64,) = sqlx::query_as(
+        "SELECT stored_bytes FROM work_order_output_totals WHERE work_order_id = $1::uuid",
+    )
+    .bind(&orders[0])
+    .fetch_one(&s.pool)
+    .await
+    .unwrap();
+    assert!(one_order >= 5000, "{one_order}");
+    assert_eq!(
+        s.queue
+            .expire_log_batch(day, 1000, one_order)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(left().await, 3);
+    assert_eq!(
+        s.queue
+            .expire_log_batch(day, 1000, one_order + 1)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        left().await,
+        1,
+        "the third with output went, the quiet one is next"
+    );
+    assert_eq!(
+        s.queue
+            .expire_log_batch(day, 1000, one_order)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.queue
+            .expire_log_batch(day, 1000, one_order)
+            .await
+            .unwrap(),
+        0
+    );
+}

@@ -17,6 +17,10 @@ const FOLLOWER_ROW_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// Rows handled per statement; a larger backlog is worked through in several batches.
 const BATCH: i64 = 1000;
 
+/// Stored output deleted per retention batch, bytes (docs/design.md §9): the entries of one batch
+/// stop at the one that reaches it.
+const LOG_BATCH_BYTES: i64 = 64 << 20;
+
 /// Live agents by health (retired agents are not counted).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AgentHealthCounts {
@@ -151,14 +155,41 @@ impl Queue {
     /// first, taken with `SKIP LOCKED`: several replicas can run it together, and a large backlog
     /// never becomes one long transaction. Returns the number of log entries deleted.
     pub async fn expire_history(&self, log_retention: Duration) -> Result<u64, QueueError> {
-        let deleted = self
-            .delete_in_batches(sql::EXPIRE_LOG, log_retention)
-            .await?;
+        let mut deleted = 0;
+        // Batches are bounded by bytes too, so a short one does not mean the last one.
+        loop {
+            let n = self
+                .expire_log_batch(log_retention, BATCH, LOG_BATCH_BYTES)
+                .await?;
+            if n == 0 {
+                break;
+            }
+            deleted += n;
+        }
         self.delete_in_batches(sql::EXPIRE_IDEMPOTENCY_KEYS, IDEMPOTENCY_KEY_RETENTION)
             .await?;
         self.delete_in_batches(sql::EXPIRE_FOLLOWERS, FOLLOWER_ROW_RETENTION)
             .await?;
         Ok(deleted)
+    }
+
+    /// Deletes one batch of log entries finished more than `retention` ago, oldest first, with
+    /// their attempts and output (docs/design.md §7, §9): at most `rows` entries, and no entry
+    /// past the one whose stored output brings the batch to `bytes` (at least one entry, however
+    /// large). Returns the entries deleted; 0 when none is due.
+    pub async fn expire_log_batch(
+        &self,
+        retention: Duration,
+        rows: i64,
+        bytes: i64,
+    ) -> Result<u64, QueueError> {
+        Ok(sqlx::query(sql::EXPIRE_LOG)
+            .bind(retention.as_secs_f64())
+            .bind(rows)
+            .bind(bytes)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
     }
 
     /// Runs a `DELETE` taking `$1` (retention, seconds) and `$2` ([`BATCH`]) until a batch comes
