@@ -69,13 +69,23 @@ async fn explain_answers_the_reason_and_get_carries_it() {
     let second = s.order(configmap_order("gpu")).await;
     let (_, order) = get(&s, &format!("/api/v1/work-orders/{second}")).await;
     assert_eq!(order["waiting"]["reason"], "queued", "{order}");
-    assert_eq!(order["waiting"]["position"], 1);
+    // GET does not count the orders ahead (`wait` reads it every second); explain does.
+    assert!(order["waiting"].get("position").is_none(), "{order}");
     assert!(
         order["waiting"]["message"]
             .as_str()
             .unwrap()
-            .contains("next in line for agent runner-1"),
+            .contains("is in line for agent runner-1 (`pullman work-orders explain` counts"),
         "{order}"
+    );
+    let (_, e) = get(&s, &format!("/api/v1/work-orders/{second}/explain")).await;
+    assert_eq!(e["position"], 1, "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("next in line for agent runner-1"),
+        "{e}"
     );
 }
 

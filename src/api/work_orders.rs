@@ -183,7 +183,7 @@ pub async fn list(
 /// One active work order with `yaml_content`; `404` with code `finished` when it is in the log.
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}", tag = "work orders", operation_id = "get_work_order",
     params(("id" = Uuid, Path, description = "Work order id")),
-    responses((status = 200, description = "The order in full, with its attempts and, while unclaimed, why it waits", body = WorkOrder),
+    responses((status = 200, description = "The order in full, with its attempts and, while unclaimed, why it waits (without `position`: `GET …/explain` counts it)", body = WorkOrder),
         (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_one(
@@ -193,7 +193,7 @@ pub async fn get_one(
 ) -> Result<Json<WorkOrder>, ApiError> {
     let mut order = state.queue.get_work_order(id).await?;
     order.attempts = Some(state.queue.attempts(id).await?);
-    order.waiting = state.queue.waiting(id).await?;
+    order.waiting = state.queue.waiting_reason(id).await?;
     Ok(Json(order))
 }
 

@@ -168,8 +168,25 @@ impl Queue {
         }
     }
 
-    /// Why work order `id` waits, or `None` when it is not an active unclaimed order.
+    /// Why work order `id` waits, with its place in line (`explain`), or `None` when it is not
+    /// an active unclaimed order.
     pub async fn waiting(&self, id: Uuid) -> Result<Option<Explanation>, QueueError> {
+        self.waiting_with(id, true).await
+    }
+
+    /// [`Self::waiting`] without counting the orders ahead (`position` absent), for
+    /// `GET /work-orders/{id}`: the reason is a few reads by primary key, the place in line a walk
+    /// of up to 10,000 orders, and `work-orders wait` reads the order every second
+    /// (docs/design.md §10; `explain` counts it).
+    pub async fn waiting_reason(&self, id: Uuid) -> Result<Option<Explanation>, QueueError> {
+        self.waiting_with(id, false).await
+    }
+
+    async fn waiting_with(
+        &self,
+        id: Uuid,
+        count_position: bool,
+    ) -> Result<Option<Explanation>, QueueError> {
         let mut tx = snapshot(self).await?;
         let row: Option<WaitingOrderRow> = sqlx::query_as(sql::WAITING_ORDER)
             .bind(id)
@@ -195,7 +212,7 @@ impl Queue {
             }
             _ => None,
         };
-        let position = if verdict.takers.is_empty() {
+        let position = if verdict.takers.is_empty() || !count_position {
             None
         } else {
             let (ahead,): (i64,) = sqlx::query_as(sql::QUEUE_POSITION)

@@ -198,7 +198,11 @@ pub fn explanation(
         ),
         WaitReason::Queued => {
             let line = match position {
-                Some(1) | None => format!("Work order {id} is next in line for {list}."),
+                Some(1) => format!("Work order {id} is next in line for {list}."),
+                None => format!(
+                    "Work order {id} is in line for {list} (`pullman work-orders explain` counts \
+                     its place)."
+                ),
                 Some(p) if p - 1 > MAX_POSITION_COUNTED => format!(
                     "Work order {id} is in line for {list}: more than {MAX_POSITION_COUNTED} \
                      orders go first."
@@ -216,10 +220,10 @@ pub fn explanation(
         message,
         matching_agents: shown,
         matching_agent_count: names.len(),
-        position: match position.unwrap_or(1) {
+        position: match position {
             _ if verdict.reason != WaitReason::Queued => None,
-            p if p - 1 > MAX_POSITION_COUNTED => None,
-            p => Some(p),
+            Some(p) if p - 1 > MAX_POSITION_COUNTED => None,
+            p => p,
         },
         position_past: (verdict.reason == WaitReason::Queued
             && position.is_some_and(|p| p - 1 > MAX_POSITION_COUNTED))
