@@ -129,6 +129,33 @@ pub(in crate::queue) async fn live_agents(
     Ok(rows.into_iter().map(Into::into).collect())
 }
 
+/// How long the Schedulable condition's reads reuse one read of the live agents: a burst of
+/// WorkOrder reconciles (each asking why its order waits) reads them once, not once per order
+/// (docs/design.md §10). An agent registered, retired or gone stale shows within this plus the
+/// condition's refresh.
+const AGENTS_REUSED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The live agents as last read for [`Queue::waits`], and when. Behind an async lock, so that
+/// reconciles that ask together wait for one read instead of each making their own.
+#[derive(Default)]
+pub(in crate::queue) struct RecentAgents(
+    tokio::sync::Mutex<Option<(tokio::time::Instant, std::sync::Arc<Vec<AgentState>>)>>,
+);
+
+impl RecentAgents {
+    async fn get(&self, queue: &Queue) -> Result<std::sync::Arc<Vec<AgentState>>, QueueError> {
+        let mut recent = self.0.lock().await;
+        if let Some((at, agents)) = recent.as_ref()
+            && at.elapsed() < AGENTS_REUSED_FOR
+        {
+            return Ok(agents.clone());
+        }
+        let agents = std::sync::Arc::new(live_agents(&queue.pool).await?);
+        *recent = Some((tokio::time::Instant::now(), agents.clone()));
+        Ok(agents)
+    }
+}
+
 /// A read-only transaction on one snapshot, so the order, the agents and the position agree.
 async fn snapshot(queue: &Queue) -> Result<Transaction<'static, Postgres>, QueueError> {
     let mut tx = queue.pool.begin().await?;
@@ -261,25 +288,24 @@ impl Queue {
     }
 
     /// Why each of `ids` waits, for the WorkOrder `Schedulable` condition (docs/design.md §10): one
-    /// statement (`sql/waiting_orders.sql`, by primary key) and one read of the live agents in
-    /// one snapshot, each group of orders sharing their side of eligibility decided once by
-    /// `waiting::classify`. Ids that are claimed, finished or unknown are absent from the answer.
+    /// statement (`sql/waiting_orders.sql`, by primary key) and the live agents as read at most
+    /// [`AGENTS_REUSED_FOR`] ago (shared by every caller in this process), each group of orders
+    /// sharing their side of eligibility decided once by `waiting::classify`. Ids that are
+    /// claimed, finished or unknown are absent from the answer.
     pub async fn waits(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Wait>, QueueError> {
         let mut out = HashMap::new();
         if ids.is_empty() {
             return Ok(out);
         }
-        let mut tx = snapshot(self).await?;
         let groups: Vec<WaitingGroupRow> = sqlx::query_as(sql::WAITING_ORDERS)
             .bind(ids)
-            .fetch_all(&mut *tx)
+            .fetch_all(&self.pool)
             .await?;
         let agents = if groups.is_empty() {
-            vec![]
+            std::sync::Arc::default()
         } else {
-            live_agents(&mut *tx).await?
+            self.recent_agents.get(self).await?
         };
-        tx.commit().await?;
         for g in groups {
             let Some(verdict) = g.columns.verdict(&agents) else {
                 continue;
@@ -297,5 +323,38 @@ impl Queue {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reconciles that ask together share one read of the live agents (no read per order in a
+    /// burst, issue #35), and a read older than [`AGENTS_REUSED_FOR`] is made again.
+    #[tokio::test]
+    async fn the_live_agents_are_read_once_for_a_burst_and_again_later() {
+        let queue = Queue::new(crate::testing::fresh_pool(4).await);
+        let recent = RecentAgents::default();
+        let (first, burst) = tokio::join!(recent.get(&queue), async {
+            futures::future::join_all((0..20).map(|_| recent.get(&queue))).await
+        });
+        let first = first.unwrap();
+        assert!(first.is_empty());
+        for agents in burst {
+            assert!(std::sync::Arc::ptr_eq(&first, &agents.unwrap()), "one read");
+        }
+        crate::testing::register_agent(
+            &queue,
+            serde_json::json!({"name": "late", "labels": ["x"]}),
+        )
+        .await;
+        tokio::time::sleep(AGENTS_REUSED_FOR + std::time::Duration::from_millis(100)).await;
+        let later = recent.get(&queue).await.unwrap();
+        assert_eq!(
+            later.len(),
+            1,
+            "read again: the agent registered meanwhile is there"
+        );
     }
 }

@@ -223,6 +223,8 @@ pub struct Queue {
     group_commit: Option<group_commit::GroupCommit>,
     /// Whether tenants compete, so that claims walk their turns (`queue::turns`).
     turns: std::sync::Arc<turns::TurnMode>,
+    /// The live agents as the Schedulable condition last read them ([`Queue::waits`]).
+    recent_agents: std::sync::Arc<explain::RecentAgents>,
 }
 
 impl Queue {
@@ -235,6 +237,7 @@ impl Queue {
             retry_scheduled: Default::default(),
             group_commit: None,
             turns: Default::default(),
+            recent_agents: Default::default(),
         }
     }
 
