@@ -201,12 +201,13 @@ impl Shared {
     /// the cause the server last gave), so what is sent next is only their marker.
     fn give_up_lines(&self) {
         let mut b = self.buffer();
-        let held = b.held as u64;
-        if held > 0 {
+        if !b.lines.is_empty() {
+            // Each line's text and its line ending, so blank lines (`yes ''`) count too.
+            let given_up = (b.held + b.lines.len()) as u64;
             b.lines.clear();
             b.held = 0;
             b.bytes = 0;
-            b.dropped += held;
+            b.dropped += given_up;
             b.dropped_while = Some(b.server);
         }
     }

@@ -254,8 +254,8 @@ async fn lines_unsent_when_the_flush_runs_out_go_out_as_a_gap() {
     assert_eq!(gap.seq, sent.seq + 1);
     assert_eq!(
         gap.dropped_bytes,
-        Some(((total - sent.lines.len()) * 1000) as i64),
-        "every line not sent is in the gap"
+        Some(((total - sent.lines.len()) * 1001) as i64),
+        "every line not sent is in the gap, with its line ending"
     );
     assert_eq!(gap.dropped_reason, Some(DroppedReason::ServerUnavailable));
 }

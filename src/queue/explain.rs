@@ -138,21 +138,48 @@ const AGENTS_REUSED_FOR: std::time::Duration = std::time::Duration::from_secs(1)
 /// The live agents as last read for [`Queue::waits`], and when. Behind an async lock, so that
 /// reconciles that ask together wait for one read instead of each making their own.
 #[derive(Default)]
-pub(in crate::queue) struct RecentAgents(
-    tokio::sync::Mutex<Option<(tokio::time::Instant, std::sync::Arc<Vec<AgentState>>)>>,
-);
+pub(in crate::queue) struct RecentAgents(tokio::sync::Mutex<Recent>);
+
+#[derive(Default)]
+enum Recent {
+    #[default]
+    Unread,
+    Read(tokio::time::Instant, std::sync::Arc<Vec<AgentState>>),
+    /// The last read failed: callers read on their own (at once, not one after the other
+    /// behind the lock) until a read works again.
+    Failed(tokio::time::Instant),
+}
 
 impl RecentAgents {
     async fn get(&self, queue: &Queue) -> Result<std::sync::Arc<Vec<AgentState>>, QueueError> {
         let mut recent = self.0.lock().await;
-        if let Some((at, agents)) = recent.as_ref()
-            && at.elapsed() < AGENTS_REUSED_FOR
-        {
-            return Ok(agents.clone());
+        match &*recent {
+            Recent::Read(at, agents) if at.elapsed() < AGENTS_REUSED_FOR => {
+                return Ok(agents.clone());
+            }
+            Recent::Failed(at) if at.elapsed() < AGENTS_REUSED_FOR => {
+                drop(recent);
+                return Ok(std::sync::Arc::new(live_agents(&queue.pool).await?));
+            }
+            _ => {}
         }
-        let agents = std::sync::Arc::new(live_agents(&queue.pool).await?);
-        *recent = Some((tokio::time::Instant::now(), agents.clone()));
-        Ok(agents)
+        match live_agents(&queue.pool).await {
+            Ok(agents) => {
+                let agents = std::sync::Arc::new(agents);
+                *recent = Recent::Read(tokio::time::Instant::now(), agents.clone());
+                Ok(agents)
+            }
+            Err(e) => {
+                *recent = Recent::Failed(tokio::time::Instant::now());
+                Err(e)
+            }
+        }
+    }
+
+    /// An agent was registered or retired here: the next read sees it at once (an order created
+    /// right after its agent must not read as having none).
+    pub(in crate::queue) async fn forget(&self) {
+        *self.0.lock().await = Recent::Unread;
     }
 }
 

@@ -156,10 +156,15 @@ impl Queue {
     /// never becomes one long transaction. Returns the number of log entries deleted.
     pub async fn expire_history(&self, log_retention: Duration) -> Result<u64, QueueError> {
         let mut deleted = 0;
-        // Batches are bounded by bytes too, so a short one does not mean the last one.
+        // One cutoff for every batch: entries finishing meanwhile wait for the next pass, so the
+        // loop ends. Batches are bounded by bytes too, so a short one is not the last one.
+        let (cutoff,): (DateTime<Utc>,) = sqlx::query_as(sql::LOG_CUTOFF)
+            .bind(log_retention.as_secs_f64())
+            .fetch_one(&self.pool)
+            .await?;
         loop {
             let n = self
-                .expire_log_batch(log_retention, BATCH, LOG_BATCH_BYTES)
+                .expire_log_batch(cutoff, BATCH, LOG_BATCH_BYTES)
                 .await?;
             if n == 0 {
                 break;
@@ -173,18 +178,18 @@ impl Queue {
         Ok(deleted)
     }
 
-    /// Deletes one batch of log entries finished more than `retention` ago, oldest first, with
-    /// their attempts and output (docs/design.md §7, §9): at most `rows` entries, and no entry
-    /// past the one whose stored output brings the batch to `bytes` (at least one entry, however
+    /// Deletes one batch of log entries completed before `cutoff`, oldest first, with their
+    /// attempts and output (docs/design.md §7, §9): at most `rows` entries, and no entry past
+    /// the one whose stored output brings the batch to `bytes` (at least one entry, however
     /// large). Returns the entries deleted; 0 when none is due.
     pub async fn expire_log_batch(
         &self,
-        retention: Duration,
+        cutoff: DateTime<Utc>,
         rows: i64,
         bytes: i64,
     ) -> Result<u64, QueueError> {
         Ok(sqlx::query(sql::EXPIRE_LOG)
-            .bind(retention.as_secs_f64())
+            .bind(cutoff)
             .bind(rows)
             .bind(bytes)
             .execute(&self.pool)

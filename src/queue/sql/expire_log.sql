@@ -3,12 +3,13 @@
 -- and stops at the entry whose output would take it past $3 bytes (always at least one entry):
 -- each entry may hold up to the output cap (16 MiB by default), and 1,000 of them in one
 -- transaction would be gigabytes of deletes and WAL at once.
--- $1 retention (float8 seconds)
+-- $1 cutoff (timestamptz: entries completed before it go; fixed by the caller for all its
+--    batches, so that entries finishing meanwhile cannot keep the batches coming)
 -- $2 batch size (bigint entries)
 -- $3 batch budget (bigint bytes of stored output)
 WITH candidates AS (
   SELECT l.id, l.completed_at FROM work_order_log l
-  WHERE l.completed_at < now() - make_interval(secs => $1)
+  WHERE l.completed_at < $1
   ORDER BY l.completed_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ),
 sized AS (

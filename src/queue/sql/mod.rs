@@ -138,6 +138,7 @@ statements! {
     REQUEUE_RECLAIMED = "requeue_reclaimed";
     PROMOTE_DUE_RETRIES = "promote_due_retries";
     NEXT_RETRY_DUE_IN = "next_retry_due_in";
+    LOG_CUTOFF = "log_cutoff";
     EXPIRE_LOG = "expire_log";
     EXPIRE_IDEMPOTENCY_KEYS = "expire_idempotency_keys";
     OLDEST_CLAIMABLE_AGE = "oldest_claimable_age";
