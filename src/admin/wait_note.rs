@@ -16,6 +16,9 @@ use crate::wire::{Explanation, WaitReason};
 pub const FIRST_NOTE_AFTER: Duration = Duration::from_secs(3);
 /// How often `logs -f` asks why the order waits (it has no other look at the order meanwhile).
 const LOOK_EVERY: Duration = Duration::from_secs(2);
+/// How often it asks once an agent holds the order: only a retry or a reclaim makes it wait
+/// again, and a long build followed by many people should not cost a request each every 2 s.
+const LOOK_WHILE_HELD: Duration = Duration::from_secs(30);
 
 /// What was said so far about one order's wait.
 pub struct WaitNotes {
@@ -57,12 +60,18 @@ pub async fn note_while_waiting(client: &Client, id: Uuid) {
     let mut notes = WaitNotes::default();
     tokio::time::sleep(FIRST_NOTE_AFTER).await;
     loop {
-        match client.explain_work_order(id).await {
-            Ok(e) => notes.saw(Some(&e)),
-            Err(e) if e.code() == Some("not_waiting") => notes.saw(None),
-            Err(_) => {}
-        }
-        tokio::time::sleep(LOOK_EVERY).await;
+        let next = match client.explain_work_order(id).await {
+            Ok(e) => {
+                notes.saw(Some(&e));
+                LOOK_EVERY
+            }
+            Err(e) if e.code() == Some("not_waiting") => {
+                notes.saw(None);
+                LOOK_WHILE_HELD
+            }
+            Err(_) => LOOK_EVERY,
+        };
+        tokio::time::sleep(next).await;
     }
 }
 

@@ -224,7 +224,7 @@ pub struct Queue {
     /// Whether tenants compete, so that claims walk their turns (`queue::turns`).
     turns: std::sync::Arc<turns::TurnMode>,
     /// The live agents as the Schedulable condition last read them ([`Queue::waits`]).
-    pub(in crate::queue) recent_agents: std::sync::Arc<explain::RecentAgents>,
+    recent_agents: std::sync::Arc<explain::RecentAgents>,
 }
 
 impl Queue {

@@ -110,7 +110,6 @@ impl Queue {
         inserted?;
         insert_token(&mut tx, id, &minted).await?;
         tx.commit().await?;
-        self.recent_agents.forget().await;
         // A new token revokes nothing (and the verified-token cache keeps only successes), so
         // the revocation count stays as it is.
         Ok(AgentWithToken {
@@ -125,7 +124,6 @@ impl Queue {
         let updated = bind_agent(sqlx::query(sql::UPDATE_AGENT), id, spec)
             .execute(&self.pool)
             .await?;
-        self.recent_agents.forget().await;
         let agent = self.get_agent(id).await?;
         if updated.rows_affected() == 0 {
             return Err(QueueError::conflict(
@@ -236,7 +234,6 @@ impl Queue {
             .await?;
         tx.commit().await?;
         self.note_tokens_revoked();
-        self.recent_agents.forget().await;
         self.get_agent(id).await
     }
 
