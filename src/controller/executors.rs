@@ -16,7 +16,8 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event, finalizer};
-use kube::runtime::watcher;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -34,13 +35,21 @@ use crate::queue::{Agent, NewAgent, QueueError};
 /// agent's health do not wait for it (see contact.rs).
 const RESYNC: Duration = Duration::from_secs(30);
 
-pub(super) async fn run(ctx: Arc<Context>, stop: CancellationToken) {
+/// Runs the Executor controller until `stop` fires. Its cache is filled through `writer`, so the
+/// WorkOrder controller reads the same Executors (which of them wait for an autoscaler,
+/// `schedulable::AwaitingScaleUp`) without a watch of its own.
+pub(super) async fn run(ctx: Arc<Context>, writer: Writer<Executor>, stop: CancellationToken) {
     let api: Api<Executor> = scoped(&ctx.client, &ctx.config.namespace);
     let secrets: Api<Secret> = scoped(&ctx.client, &ctx.config.namespace);
     let deployments: Api<Deployment> = scoped(&ctx.client, &ctx.config.namespace);
     let owned = watcher::Config::default().labels("app.kubernetes.io/managed-by=pullman");
-    let controller = Controller::new(api, watcher::Config::default());
-    let contact = contact::changes(ctx.queue.clone(), controller.store());
+    let store = writer.as_reader();
+    let objects = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream(objects, store.clone());
+    let contact = contact::changes(ctx.queue.clone(), store);
     controller
         .owns(secrets, owned.clone())
         .owns(deployments, owned)
@@ -189,7 +198,9 @@ async fn apply(ex: Arc<Executor>, ctx: &Context) -> Result<Action, Error> {
                 ),
             };
             let now = status::now();
-            if let Err(e) = write_status(&ex, None, None, &waiting, &now, ctx).await {
+            if let Err(e) =
+                write_status(&ex, None, None, &waiting, available_before(&ex), &now, ctx).await
+            {
                 tracing::debug!(error = %e, "could not write the first status");
             }
             Err(error)
@@ -214,7 +225,7 @@ async fn register_and_deploy(ex: &Executor, ctx: &Context) -> Result<Action, Err
                 reason: "InvalidSpec",
                 message: format!("Executor {name} has an invalid spec: {e}"),
             };
-            write_status(ex, None, None, &stalled, &now, ctx).await?;
+            write_status(ex, None, None, &stalled, available_before(ex), &now, ctx).await?;
             return Ok(Action::await_change());
         }
     };
@@ -234,7 +245,16 @@ async fn register_and_deploy(ex: &Executor, ctx: &Context) -> Result<Action, Err
                  and is not owned by this Executor; delete or rename that Secret."
             ),
         };
-        write_status(ex, registered.as_ref(), None, &stalled, &now, ctx).await?;
+        write_status(
+            ex,
+            registered.as_ref(),
+            None,
+            &stalled,
+            available_before(ex),
+            &now,
+            ctx,
+        )
+        .await?;
         // Unowned Secrets are not watched: look again now and then.
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
@@ -262,7 +282,7 @@ async fn register_and_deploy(ex: &Executor, ctx: &Context) -> Result<Action, Err
                         spec.name
                     ),
                 };
-                write_status(ex, None, None, &stalled, &now, ctx).await?;
+                write_status(ex, None, None, &stalled, available_before(ex), &now, ctx).await?;
                 return Ok(Action::requeue(Duration::from_secs(60)));
             }
             Err(e) => return Err(e.into()),
@@ -292,23 +312,40 @@ async fn register_and_deploy(ex: &Executor, ctx: &Context) -> Result<Action, Err
             }
         }
     };
-    let progress = reconcile_deployment(ex, ctx).await?;
-    write_status(ex, Some(&agent), Some(secret_name), &progress, &now, ctx).await?;
+    let (progress, available) = reconcile_deployment(ex, ctx).await?;
+    write_status(
+        ex,
+        Some(&agent),
+        Some(secret_name),
+        &progress,
+        available,
+        &now,
+        ctx,
+    )
+    .await?;
     // Changes of health are noticed within seconds by the contact watcher (contact.rs); this
     // resync refreshes lastSeenAt and activeClaims.
     Ok(Action::requeue(RESYNC))
 }
 
-/// Writes the Executor's status when it changed; returns it.
+/// `status.availableReplicas` as last written, for a reconcile that stops before it reads the
+/// Deployment: unknown this time is not "none available".
+fn available_before(ex: &Executor) -> Option<i32> {
+    ex.status.as_ref().and_then(|s| s.available_replicas)
+}
+
+/// Writes the Executor's status when it changed; returns it. `available`: the Deployment's
+/// available replicas (`None` without `spec.deployment`).
 async fn write_status(
     ex: &Executor,
     agent: Option<&Agent>,
     token_secret: Option<String>,
     progress: &Progress,
+    available: Option<i32>,
     now: &Time,
     ctx: &Context,
 ) -> Result<ExecutorStatus, Error> {
-    let status = executor_status(
+    let mut status = executor_status(
         &full_name(ex),
         agent,
         token_secret,
@@ -317,6 +354,7 @@ async fn write_status(
         ex.metadata.generation,
         now,
     );
+    status.available_replicas = available;
     if ex.status.as_ref() != Some(&status) {
         patch_status(ex, &status, ctx).await?;
     }
@@ -339,8 +377,12 @@ fn deployment_name(ex: &Executor) -> String {
     format!("{}-executor", ex.name_any())
 }
 
-/// Applies (or removes) the executor Deployment; returns how far the Executor got towards Ready.
-async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, Error> {
+/// Applies the Executor's Deployment (or deletes one it no longer declares): how far it got and
+/// how many replicas are available (`None` without `spec.deployment`).
+async fn reconcile_deployment(
+    ex: &Executor,
+    ctx: &Context,
+) -> Result<(Progress, Option<i32>), Error> {
     let ns = ex.namespace().unwrap_or_default();
     let api: Api<Deployment> = ctx.api(&ns);
     let Some(d) = &ex.spec.deployment else {
@@ -348,17 +390,18 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, 
             api.delete(&deployment_name(ex), &DeleteParams::background())
                 .await?;
         }
-        return Ok(Progress::Ready);
+        return Ok((Progress::Ready, None));
     };
     let Some(server) = &ctx.config.executor_server_url else {
-        return Ok(Progress::Stalled {
+        let stalled = Progress::Stalled {
             reason: "DeploymentNotConfigured",
             message: format!(
                 "Executor {} sets spec.deployment, but the controller was started without \
                  --executor-server-url, so it has no server address to give the executor.",
                 full_name(ex)
             ),
-        });
+        };
+        return Ok((stalled, None));
     };
     let mut labels = managed_labels(ex);
     labels.insert("app.kubernetes.io/name".into(), "pullman-executor".into());
@@ -428,13 +471,15 @@ async fn reconcile_deployment(ex: &Executor, ctx: &Context) -> Result<Progress, 
         )
         .await?;
     // The Deployment is owned, so each change of its status reconciles the Executor again.
-    Ok(match deployment_waiting(&applied) {
+    let progress = match deployment_waiting(&applied) {
         None => Progress::Ready,
         Some(message) => Progress::Waiting {
             reason: "DeploymentProgressing",
             message,
         },
-    })
+    };
+    let available = applied.status.as_ref().and_then(|s| s.available_replicas);
+    Ok((progress, Some(available.unwrap_or(0))))
 }
 
 async fn cleanup(ex: Arc<Executor>, ctx: &Context) -> Result<Action, Error> {

@@ -181,9 +181,10 @@ pub async fn run_controllers(
         let notifications = notifications.clone();
         let stop = stop.clone();
         async move {
+            let (executors, writer) = kube::runtime::reflector::store();
             tokio::join!(
-                workorders::run(ctx.clone(), notifications, stop.clone()),
-                executors::run(ctx, stop),
+                workorders::run(ctx.clone(), notifications, executors, stop.clone()),
+                executors::run(ctx, writer, stop),
             );
         }
     });

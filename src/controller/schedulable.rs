@@ -9,6 +9,7 @@
 //! waiting WorkOrder in the cache every [`REFRESH_EVERY`] and requests a reconcile for those whose
 //! condition no longer says what the queue says.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use uuid::Uuid;
 
 use super::status::{self, condition};
-use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderStatus};
+use crate::crd::{Executor, WorkOrderPhase, WorkOrderResource, WorkOrderStatus};
 use crate::queue::waiting::Wait;
 use crate::queue::{Lookup, OrderStatus, Queue, WaitReason};
 
@@ -35,14 +36,72 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// Reason of the Event recorded when an order becomes unschedulable.
 pub const UNSCHEDULABLE_EVENT: &str = "Unschedulable";
 
+/// Reason of the condition while the order waits for an Executor its autoscaler has scaled to
+/// zero (issue #35): normal for KEDA's scale from zero, so `True` and no Warning Event.
+pub const AWAITING_SCALE_UP: &str = "AwaitingScaleUp";
+
+/// The Executors that wait for their autoscaler, by agent id (the Executor's uid), with their
+/// `<namespace>/<name>`: `spec.deployment` set with `replicas` unset (an autoscaler owns the
+/// count, `crd::ExecutorDeployment::replicas`) and no replica available
+/// (`status.availableReplicas` 0). An Executor whose count the controller keeps is not one: no
+/// one will scale it up, so its orders wait for a reason someone must fix.
+#[derive(Debug, Default)]
+pub struct ScaleUps(HashMap<Uuid, String>);
+
+impl ScaleUps {
+    /// Those among `executors` (the controller's cache).
+    pub fn of(executors: &[Arc<Executor>]) -> Self {
+        let waiting = executors.iter().filter(|ex| {
+            let autoscaled = ex
+                .spec
+                .deployment
+                .as_ref()
+                .is_some_and(|d| d.replicas.is_none());
+            let available = ex.status.as_ref().and_then(|s| s.available_replicas);
+            autoscaled && available == Some(0)
+        });
+        Self(
+            waiting
+                .filter_map(|ex| {
+                    let id = Uuid::parse_str(ex.metadata.uid.as_deref()?).ok()?;
+                    Some((id, format!("{}/{}", ex.namespace()?, ex.name_any())))
+                })
+                .collect(),
+        )
+    }
+
+    /// The first of the agents that may take the order (`wait.matching`) that is an Executor
+    /// waiting for its autoscaler, when no agent that may take it is in contact.
+    fn awaited<'a>(&'a self, wait: &Wait) -> Option<&'a str> {
+        if wait.reason != WaitReason::NoAgentConnected {
+            return None;
+        }
+        wait.matching
+            .iter()
+            .find_map(|id| self.0.get(id))
+            .map(String::as_str)
+    }
+}
+
 /// `(status, reason, message)` of the condition of an order that waits for the reason `wait`
 /// gives: `False` when no agent can take it (`NoMatchingAgent`, `NoAgentConnected`), `True` when
-/// one will (`BackingOff` until its retry is due; `ConcurrencyLimited` until its concurrency key
-/// has a free slot; `Matched` while matching agents in contact take
+/// one will (`AwaitingScaleUp` while none is in contact but an Executor among them waits for its
+/// autoscaler, [`ScaleUps`]; `BackingOff` until its retry is due; `ConcurrencyLimited` until its
+/// concurrency key has a free slot; `Matched` while matching agents in contact take
 /// orders in turn). `agents_busy` and `queued` are both `Matched`: they trade places whenever an
 /// agent takes or finishes a claim, and a condition that followed them would rewrite every
 /// waiting WorkOrder each time; `pullman work-orders explain` tells them apart.
-pub fn parts(wait: &Wait) -> (bool, &'static str, &str) {
+pub fn parts(wait: &Wait, scale_ups: &ScaleUps) -> (bool, &'static str, String) {
+    if let Some(executor) = scale_ups.awaited(wait) {
+        return (
+            true,
+            AWAITING_SCALE_UP,
+            format!(
+                "Executor {executor} may take this order and has no replica running; its \
+                 autoscaler starts one for the orders waiting (docs/keda.md)."
+            ),
+        );
+    }
     let (status, reason) = match wait.reason {
         WaitReason::NoMatchingAgent => (false, "NoMatchingAgent"),
         WaitReason::NoAgentConnected => (false, "NoAgentConnected"),
@@ -50,7 +109,7 @@ pub fn parts(wait: &Wait) -> (bool, &'static str, &str) {
         WaitReason::ConcurrencyLimited => (true, "ConcurrencyLimited"),
         WaitReason::AgentsBusy | WaitReason::Queued => (true, "Matched"),
     };
-    (status, reason, &wait.message)
+    (status, reason, wait.message.clone())
 }
 
 /// The condition of WorkOrder `name` whose queue row is `lookup`. A waiting order's comes from
@@ -62,6 +121,7 @@ pub fn condition_of(
     name: &str,
     lookup: &Lookup,
     wait: Option<&Wait>,
+    scale_ups: &ScaleUps,
     prev: Option<&WorkOrderStatus>,
     generation: Option<i64>,
     now: &Time,
@@ -82,8 +142,8 @@ pub fn condition_of(
             ))
         }
         (Lookup::Active(_), Some(wait)) => {
-            let (status, reason, message) = parts(wait);
-            Some(make(status, reason, message))
+            let (status, reason, message) = parts(wait, scale_ups);
+            Some(make(status, reason, &message))
         }
         (Lookup::Active(_) | Lookup::Finished(_), _) => {
             prev.iter().find(|c| c.type_ == SCHEDULABLE).cloned()
@@ -123,14 +183,14 @@ pub fn unschedulable_event(
 }
 
 /// Whether `wo`'s condition says what `wait` says.
-fn shows(wo: &WorkOrderResource, wait: &Wait) -> bool {
-    let (status, reason, message) = parts(wait);
+fn shows(wo: &WorkOrderResource, wait: &Wait, scale_ups: &ScaleUps) -> bool {
+    let (status, reason, message) = parts(wait, scale_ups);
     let want = condition(
         &[],
         SCHEDULABLE,
         status,
         reason,
-        message,
+        &message,
         None,
         &status::now(),
     );
@@ -148,6 +208,7 @@ fn shows(wo: &WorkOrderResource, wait: &Wait) -> bool {
 async fn contradicted(
     queue: &Queue,
     store: &Store<WorkOrderResource>,
+    executors: &Store<Executor>,
 ) -> Vec<ObjectRef<WorkOrderResource>> {
     let waiting: Vec<(Uuid, Arc<WorkOrderResource>)> = store
         .state()
@@ -172,27 +233,35 @@ async fn contradicted(
             return vec![];
         }
     };
+    let scale_ups = ScaleUps::of(&executors.state());
     waiting
         .into_iter()
-        .filter(|(id, wo)| waits.get(id).is_some_and(|wait| !shows(wo, wait)))
+        .filter(|(id, wo)| {
+            waits
+                .get(id)
+                .is_some_and(|wait| !shows(wo, wait, &scale_ups))
+        })
         .map(|(_, wo)| ObjectRef::from_obj(wo.as_ref()))
         .collect()
 }
 
 /// Every [`REFRESH_EVERY`], the waiting WorkOrders in `store` whose `Schedulable` condition the
-/// queue contradicts, to reconcile. Ends never; the controller stops polling it when it stops.
+/// queue (or an Executor's scale, `executors`) contradicts, to reconcile. Ends never; the
+/// controller stops polling it when it stops.
 pub(super) fn refreshes(
     queue: Queue,
     store: Store<WorkOrderResource>,
+    executors: Store<Executor>,
 ) -> impl futures::Stream<Item = ObjectRef<WorkOrderResource>> {
     use futures::StreamExt;
-    futures::stream::unfold((queue, store), |(queue, store)| async move {
+    let state = (queue, store, executors);
+    futures::stream::unfold(state, |(queue, store, executors)| async move {
         tokio::time::sleep(REFRESH_EVERY).await;
-        let stale = contradicted(&queue, &store).await;
+        let stale = contradicted(&queue, &store, &executors).await;
         if !stale.is_empty() {
             tracing::debug!(count = stale.len(), "Schedulable conditions to refresh");
         }
-        Some((futures::stream::iter(stale), (queue, store)))
+        Some((futures::stream::iter(stale), (queue, store, executors)))
     })
     .flatten()
 }
@@ -211,6 +280,7 @@ mod tests {
         Wait {
             reason,
             message: format!("because {reason}"),
+            matching: vec![],
         }
     }
 
@@ -225,7 +295,16 @@ mod tests {
     fn false_only_when_no_agent_can_take_it() {
         let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
         let row = |r| {
-            let c = condition_of("wo", &pending, Some(&wait(r)), None, Some(1), &now()).unwrap();
+            let c = condition_of(
+                "wo",
+                &pending,
+                Some(&wait(r)),
+                &ScaleUps::default(),
+                None,
+                Some(1),
+                &now(),
+            )
+            .unwrap();
             (c.status, c.reason, c.message)
         };
         let s = |x: &str| x.to_string();
@@ -243,10 +322,81 @@ mod tests {
         assert_eq!(row(WaitReason::Queued).1, "Matched");
     }
 
+    /// An Executor `ns/name` with agent id `uid`, a Deployment whose count `replicas` sets (or an
+    /// autoscaler, when `None`) and `available` replicas as last seen.
+    fn executor(name: &str, uid: u128, replicas: Option<i32>, available: i32) -> Arc<Executor> {
+        let mut deployment = serde_json::json!({"image": "pullman:test"});
+        if let Some(r) = replicas {
+            deployment["replicas"] = r.into();
+        }
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "pullman.dev/v1alpha1", "kind": "Executor",
+                "metadata": {"name": name, "namespace": "ns", "uid": Uuid::from_u128(uid).to_string()},
+                "spec": {"labels": ["x"], "deployment": deployment},
+                "status": {"availableReplicas": available},
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// Issue #35: an order that only an autoscaled Executor at zero replicas may take waits for
+    /// it normally (True, no Event); one whose Executor's count the controller keeps, or that
+    /// has a replica up that does not call in, is not schedulable (False, an Event).
+    #[test]
+    fn an_executor_scaled_to_zero_is_awaited_not_unschedulable() {
+        let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
+        let scale_ups = ScaleUps::of(&[
+            executor("elastic", 1, None, 0),
+            executor("pinned", 2, Some(0), 0),
+            executor("up", 3, None, 1),
+        ]);
+        let of = |reason, agents: &[u128]| {
+            let wait = Wait {
+                matching: agents.iter().map(|a| Uuid::from_u128(*a)).collect(),
+                ..wait(reason)
+            };
+            let c = condition_of("wo", &pending, Some(&wait), &scale_ups, None, None, &now());
+            with(c)
+        };
+        let awaited = of(WaitReason::NoAgentConnected, &[2, 1]);
+        let c = &awaited.conditions[0];
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", AWAITING_SCALE_UP)
+        );
+        assert!(
+            c.message
+                .starts_with("Executor ns/elastic may take this order"),
+            "{}",
+            c.message
+        );
+        assert!(unschedulable_event(None, &awaited).is_none());
+        for agents in [&[2][..], &[3], &[9]] {
+            let c = &of(WaitReason::NoAgentConnected, agents).conditions[0];
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", "NoAgentConnected")
+            );
+        }
+        // An agent in contact decides: the scaled-to-zero one is not what the order waits for.
+        let c = &of(WaitReason::Queued, &[1]).conditions[0];
+        assert_eq!(c.reason, "Matched");
+    }
+
     #[test]
     fn claimed_is_true_finished_keeps_the_last_and_unknown_has_none() {
         let claimed = Lookup::Active(Box::new(active(OrderStatus::Claimed)));
-        let c = condition_of("wo", &claimed, None, None, None, &now()).unwrap();
+        let c = condition_of(
+            "wo",
+            &claimed,
+            None,
+            &ScaleUps::default(),
+            None,
+            None,
+            &now(),
+        )
+        .unwrap();
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Claimed"));
         assert!(c.message.starts_with("WorkOrder wo was claimed by agent "));
 
@@ -255,17 +405,45 @@ mod tests {
             "wo",
             &pending,
             Some(&wait(WaitReason::NoMatchingAgent)),
+            &ScaleUps::default(),
             None,
             None,
             &now(),
         ));
         let finished = finished(Outcome::Cancelled, None);
-        let kept = condition_of("wo", &finished, None, Some(&unschedulable), None, &now());
+        let kept = condition_of(
+            "wo",
+            &finished,
+            None,
+            &ScaleUps::default(),
+            Some(&unschedulable),
+            None,
+            &now(),
+        );
         assert_eq!(kept.as_ref(), unschedulable.conditions.first());
         // Unknown reason now: the last one stays rather than vanishing.
-        let kept = condition_of("wo", &pending, None, Some(&unschedulable), None, &now());
+        let kept = condition_of(
+            "wo",
+            &pending,
+            None,
+            &ScaleUps::default(),
+            Some(&unschedulable),
+            None,
+            &now(),
+        );
         assert_eq!(kept.as_ref(), unschedulable.conditions.first());
-        assert!(condition_of("wo", &Lookup::Unknown, None, None, None, &now()).is_none());
+        assert!(
+            condition_of(
+                "wo",
+                &Lookup::Unknown,
+                None,
+                &ScaleUps::default(),
+                None,
+                None,
+                &now()
+            )
+            .is_none()
+        );
         assert!(waits(&pending) && !waits(&claimed) && !waits(&finished));
     }
 
@@ -277,6 +455,7 @@ mod tests {
                 "wo",
                 &pending,
                 Some(&wait(r)),
+                &ScaleUps::default(),
                 prev,
                 None,
                 &now(),
@@ -310,6 +489,7 @@ mod tests {
             "wo",
             &pending,
             Some(&wait(WaitReason::NoMatchingAgent)),
+            &ScaleUps::default(),
             None,
             None,
             &early,
@@ -318,6 +498,7 @@ mod tests {
             "wo",
             &pending,
             Some(&wait(WaitReason::NoAgentConnected)),
+            &ScaleUps::default(),
             Some(&first),
             None,
             &now(),
@@ -328,6 +509,7 @@ mod tests {
             "wo",
             &pending,
             Some(&wait(WaitReason::Queued)),
+            &ScaleUps::default(),
             Some(&first),
             None,
             &now(),

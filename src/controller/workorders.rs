@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +20,9 @@ use super::{
     CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, finalized, schedulable,
     scoped, status, transition,
 };
-use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus};
+use crate::crd::{
+    Executor, WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus,
+};
 use crate::queue::validate::validate_work_order_off_thread;
 use crate::queue::{Lookup, Notifications, QueueError};
 
@@ -29,7 +32,21 @@ use crate::queue::{Lookup, Notifications, QueueError};
 /// the time of one reconcile (chosen with `cargo bench --bench k8s_scale`, bench/README.md).
 pub const RECONCILE_CONCURRENCY: u16 = 64;
 
-pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: CancellationToken) {
+/// How long the first reconciles wait for the Executors' first listing (see [`run`]).
+const EXECUTORS_FIRST_LIST: Duration = Duration::from_secs(30);
+
+/// Runs the WorkOrder controller until `stop` fires. `executors` is the Executor controller's
+/// cache, read for the `AwaitingScaleUp` condition (`schedulable::ScaleUps`).
+pub(super) async fn run(
+    ctx: Arc<Context>,
+    notifications: Notifications,
+    executors: Store<Executor>,
+    stop: CancellationToken,
+) {
+    // Before the first reconcile, so that an order waiting for an Executor at zero replicas is
+    // not called unschedulable (with a Warning Event) only because the cache is still empty. A
+    // cache that does not fill in time (the API server) holds nothing else up.
+    let _ = tokio::time::timeout(EXECUTORS_FIRST_LIST, executors.wait_until_ready()).await;
     let api: Api<WorkOrderResource> = scoped(&ctx.client, &ctx.config.namespace);
     let cache::Watched {
         objects,
@@ -41,7 +58,7 @@ pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: C
         .with_config(controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
     let changes = futures::stream::select(
         queue_changes(notifications.changed(), store.clone(), index),
-        schedulable::refreshes(ctx.queue.clone(), store),
+        schedulable::refreshes(ctx.queue.clone(), store, executors.clone()),
     );
     controller
         .reconcile_on(changes)
@@ -52,6 +69,7 @@ pub(super) async fn run(ctx: Arc<Context>, notifications: Notifications, stop: C
             Arc::new(Reconciler {
                 ctx,
                 burst: Burst::new(payloads),
+                executors,
             }),
         )
         .for_each(|result| async move {
@@ -67,6 +85,8 @@ struct Reconciler {
     ctx: Arc<Context>,
     /// What keeps a burst cheap; correct to ignore, so the reconcile reads without it.
     burst: Burst,
+    /// The Executors, for `schedulable::ScaleUps`.
+    executors: Store<Executor>,
 }
 
 fn error_policy(wo: Arc<WorkOrderResource>, error: &Error, _r: Arc<Reconciler>) -> Action {
@@ -121,7 +141,11 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
         Ok(row) => waiting_reason(id, row, ctx).await,
         Err(_) => None,
     };
-    let new_status = status_of(&wo, &row, wait.as_ref(), prev, &now);
+    let scale_ups = match &wait {
+        Some(_) => schedulable::ScaleUps::of(&r.executors.state()),
+        None => schedulable::ScaleUps::default(),
+    };
+    let new_status = status_of(&wo, &row, wait.as_ref(), &scale_ups, prev, &now);
     if prev != Some(&new_status) {
         write_status(&wo, prev, &new_status, ctx).await?;
         r.burst.wrote(id, new_status.clone());
@@ -138,6 +162,7 @@ fn status_of(
     wo: &WorkOrderResource,
     row: &Result<Lookup, String>,
     wait: Option<&crate::queue::waiting::Wait>,
+    scale_ups: &schedulable::ScaleUps,
     prev: Option<&WorkOrderStatus>,
     now: &Time,
 ) -> WorkOrderStatus {
@@ -147,7 +172,7 @@ fn status_of(
         Ok(row) => {
             let mut s = status::from_queue(&name, row, prev, generation, now);
             s.conditions.extend(schedulable::condition_of(
-                &name, row, wait, prev, generation, now,
+                &name, row, wait, scale_ups, prev, generation, now,
             ));
             s
         }

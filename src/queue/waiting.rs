@@ -280,6 +280,9 @@ pub struct Wait {
     pub reason: WaitReason,
     /// A sentence for people.
     pub message: String,
+    /// Ids of the live agents that may take the order, in contact or not: the controller asks
+    /// whether they are Executors waiting for their autoscaler (`AwaitingScaleUp`).
+    pub matching: Vec<Uuid>,
 }
 
 /// The [`Wait`] of `order` from its [`Verdict`]: the explanation's sentence for
@@ -317,6 +320,7 @@ pub fn wait(order: &OrderFacts, verdict: &Verdict<'_>) -> Wait {
     Wait {
         reason: verdict.reason,
         message,
+        matching: verdict.matching.iter().map(|a| a.profile.id).collect(),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::support::{TestServer, eventually};
 
 /// Sets the Deployment's scale as an autoscaler does: through the `scale` subresource, under its
 /// own field manager.
-async fn scale_as_autoscaler(deployments: &Api<Deployment>, name: &str, replicas: i32) {
+pub(super) async fn scale_as_autoscaler(deployments: &Api<Deployment>, name: &str, replicas: i32) {
     deployments
         .patch_scale(
             name,

@@ -3,13 +3,15 @@
 //! order's row), one Event when it becomes unschedulable, and waiting read as progress by
 //! kstatus, Flux and Argo CD.
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
-use pullman::crd::{WorkOrderPhase, WorkOrderResource};
+use kube::api::{Api, ListParams, PostParams};
+use pullman::crd::{Executor, WorkOrderPhase, WorkOrderResource};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::replicas::scale_as_autoscaler;
 use super::verdicts::{assert_health, live, message};
 use super::{CM, create_wo, phase_is, start_controllers, work_order};
 use crate::support::kube::{client, drop_namespace, namespace};
@@ -172,6 +174,76 @@ async fn a_waiting_order_says_why_and_follows_its_agents() {
         (unschedulable_events(&events, "second").await == 1).then_some(())
     })
     .await;
+
+    stop.cancel();
+    drop_namespace(&k, &ns).await;
+}
+
+/// Waits until Executor `name` reports `available` replicas of its Deployment.
+async fn available_is(executors: &Api<Executor>, name: &str, available: i32) {
+    eventually(
+        60,
+        &format!("{name}: {available} replicas available"),
+        || async {
+            let ex = executors.get(name).await.ok()?;
+            (ex.status?.available_replicas == Some(available)).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Issue #35: an Executor that KEDA (or any autoscaler) has scaled to zero is waited for, not
+/// reported: the orders only it may take are `Schedulable=True AwaitingScaleUp` with no Warning
+/// Event. The same Executor with a replica up that does not call in is `NoAgentConnected`, with
+/// its Event, so the check can tell the two apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_for_an_executor_scaled_to_zero_awaits_its_scale_up() {
+    let k = client().await;
+    let ns = namespace(&k, "scaleup").await;
+    let s = TestServer::start().await;
+    let stop = start_controllers(&k, &s, &ns);
+    let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
+    let events: Api<KubeEvent> = Api::namespaced(k.clone(), &ns);
+    let executors: Api<Executor> = Api::namespaced(k.clone(), &ns);
+    let deployments: Api<Deployment> = Api::namespaced(k.clone(), &ns);
+    // `replicas` unset: the count is the autoscaler's; a new Deployment starts with 1.
+    let ex: Executor = serde_json::from_value(json!({
+        "apiVersion": "pullman.dev/v1alpha1", "kind": "Executor", "metadata": {"name": "elastic"},
+        "spec": {"labels": ["elastic"], "deployment": {"image": "pullman:test"}},
+    }))
+    .unwrap();
+    executors.create(&PostParams::default(), &ex).await.unwrap();
+    available_is(&executors, "elastic", 1).await;
+
+    // A replica is up but its agent never calls: that is for someone to fix.
+    create_wo(&api, work_order("early", "elastic", CM)).await;
+    schedulable_is(&ns, "early", "NoAgentConnected", 10).await;
+    eventually(10, "early's Unschedulable Event", || async {
+        (unschedulable_events(&events, "early").await == 1).then_some(())
+    })
+    .await;
+
+    // Scaled to zero: the waiting order says it awaits the scale-up, within a refresh.
+    scale_as_autoscaler(&deployments, "elastic-executor", 0).await;
+    available_is(&executors, "elastic", 0).await;
+    let obj = schedulable_is(&ns, "early", "AwaitingScaleUp", 15).await;
+    assert_health(
+        &obj,
+        "awaiting scale-up",
+        &waiting("Pending", "True", "AwaitingScaleUp"),
+        "InProgress",
+        "Progressing",
+    );
+    let said = message(&obj, "Schedulable");
+    assert!(said.contains(&format!("Executor {ns}/elastic")), "{said}");
+
+    // An order created while it is at zero: True from its first condition, and no Event.
+    create_wo(&api, work_order("later", "elastic", CM)).await;
+    phase_is(&api, "later", WorkOrderPhase::Pending).await;
+    schedulable_is(&ns, "later", "AwaitingScaleUp", 10).await;
+    tokio::time::sleep(2 * pullman::controller::schedulable::REFRESH_EVERY).await;
+    assert_eq!(unschedulable_events(&events, "later").await, 0);
+    assert_eq!(unschedulable_events(&events, "early").await, 1);
 
     stop.cancel();
     drop_namespace(&k, &ns).await;
