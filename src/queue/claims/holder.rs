@@ -55,7 +55,8 @@ impl Queue {
     /// Reports the result of the agent's live claim (docs/design.md §2, §5): success or a
     /// non-retryable / out-of-retries failure moves the order to the log; a retryable failure with
     /// retries left schedules `RETRY_PENDING` with exponential backoff. One transaction; a result
-    /// from anyone but the live claim holder is `409` and changes nothing.
+    /// from anyone but the live claim holder is `409` and changes nothing (a repeat of the result
+    /// that finished the order is answered as it was, `replay_or_refuse`).
     pub async fn complete(
         &self,
         order_id: Uuid,
@@ -69,19 +70,43 @@ impl Queue {
             .as_deref()
             .map(|m| text::storable(m, text::MAX_MESSAGE_BYTES));
         let message = message.as_deref();
-        if completion.success {
-            return match self
-                .complete_success_one_trip(order_id, agent_id, claim_id, message)
+        let done = if completion.success {
+            self.complete_success_one_trip(order_id, agent_id, claim_id, message)
                 .await?
-            {
-                Some(entry) => Ok(CompletionResult::Finished(Box::new(entry))),
-                None => {
-                    self.replay_or_refuse(order_id, agent_id, claim_id, completion)
-                        .await
-                }
+                .map(|entry| CompletionResult::Finished(Box::new(entry)))
+        } else {
+            let failure = Failure {
+                order_id,
+                agent_id,
+                claim_id,
+                message,
+                retryable: completion.retryable,
             };
+            self.complete_failure(&failure).await?
+        };
+        match done {
+            Some(result) => Ok(result),
+            None => {
+                self.replay_or_refuse(order_id, agent_id, claim_id, completion)
+                    .await
+            }
         }
-        // A failure: the retry decision is made here (rules::decide_failure), so a transaction.
+    }
+
+    /// A reported failure, in one transaction: lock the order, end the live claim, decide in
+    /// Rust whether to retry (`rules::decide_failure`), then schedule the retry or finish the
+    /// order. `None` when the agent holds no live claim on the order (nothing is written).
+    async fn complete_failure(
+        &self,
+        failure: &Failure<'_>,
+    ) -> Result<Option<CompletionResult>, QueueError> {
+        let Failure {
+            order_id,
+            agent_id,
+            claim_id,
+            message,
+            retryable,
+        } = *failure;
         let mut tx = self.pool.begin().await?;
         // First, keeping the lock order agent → order → claim; and in this transaction, because
         // a separate statement would cost a second WAL flush per completion.
@@ -105,9 +130,7 @@ impl Queue {
             (order, claim)
         else {
             tx.commit().await?;
-            return self
-                .replay_or_refuse(order_id, agent_id, claim_id, completion)
-                .await;
+            return Ok(None);
         };
         let final_claim = FinalClaim {
             agent_id,
@@ -115,12 +138,8 @@ impl Queue {
             claimed_at,
         };
         let error = message.unwrap_or("the agent reported failure without a message");
-        let result = match rules::decide_failure(
-            retry_count,
-            max_retries,
-            backoff_seconds,
-            completion.retryable,
-        ) {
+        let decision = rules::decide_failure(retry_count, max_retries, backoff_seconds, retryable);
+        let result = match decision {
             FailureDecision::Retry {
                 retry_count,
                 delay_seconds,
@@ -157,8 +176,19 @@ impl Queue {
             // Maintenance may be asleep past the retry's time: it looks again (docs/design.md §7).
             self.retry_scheduled.notify_one();
         }
-        Ok(result)
+        Ok(Some(result))
     }
+}
+
+/// A failure reported by `agent_id` for its claim (`claim_id`, when given) on `order_id`, with
+/// its stored `message` and whether the agent thinks a retry may help.
+#[derive(Clone, Copy)]
+struct Failure<'a> {
+    order_id: Uuid,
+    agent_id: Uuid,
+    claim_id: Option<Uuid>,
+    message: Option<&'a str>,
+    retryable: bool,
 }
 
 impl Queue {
