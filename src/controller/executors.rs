@@ -186,179 +186,212 @@ fn secret_is_ours(secret: Option<&Secret>, ex: &Executor) -> bool {
 }
 
 async fn apply(ex: Arc<Executor>, ctx: &Context) -> Result<Action, Error> {
-    match register_and_deploy(&ex, ctx).await {
+    let now = status::now();
+    match reach(&ex, ctx).await {
+        Ok(reached) => {
+            write_status(&ex, &reached, &now, ctx).await?;
+            Ok(reached.wake)
+        }
         // A status on the very first reconcile even when it fails (the queue unreachable, say):
         // kstatus reads an object without conditions as Current.
         Err(error) if ex.status.is_none() => {
-            let waiting = Progress::Waiting {
-                reason: "Registering",
-                message: format!(
-                    "Executor {} is not registered yet; will retry: {error}",
-                    full_name(&ex)
-                ),
-            };
-            let now = status::now();
-            if let Err(e) =
-                write_status(&ex, None, None, &waiting, available_before(&ex), &now, ctx).await
-            {
+            let message = format!(
+                "Executor {} is not registered yet; will retry: {error}",
+                full_name(&ex)
+            );
+            let waiting = Reached::short(
+                &ex,
+                None,
+                Progress::Waiting {
+                    reason: "Registering",
+                    message,
+                },
+                Action::await_change(),
+            );
+            if let Err(e) = write_status(&ex, &waiting, &now, ctx).await {
                 tracing::debug!(error = %e, "could not write the first status");
             }
             Err(error)
         }
-        result => result,
+        Err(error) => Err(error),
     }
 }
 
-/// Registers the agent, keeps its token Secret and Deployment, and writes the status.
-async fn register_and_deploy(ex: &Executor, ctx: &Context) -> Result<Action, Error> {
+/// How far one reconcile of an Executor got: what its status says, and when to look again.
+struct Reached {
+    /// The agent as registered (or updated) now; `None` when it is not (yet) known.
+    agent: Option<Agent>,
+    /// The Secret holding the agent's token, once written.
+    token_secret: Option<String>,
+    progress: Progress,
+    /// Available replicas of the Deployment (`None` without `spec.deployment`).
+    available: Option<i32>,
+    wake: Action,
+}
+
+impl Reached {
+    /// A reconcile that stopped before the Deployment: what it found of the agent, and the
+    /// replicas as last written (unknown this time is not "none available").
+    fn short(ex: &Executor, agent: Option<Agent>, progress: Progress, wake: Action) -> Self {
+        Self {
+            agent,
+            token_secret: None,
+            progress,
+            available: ex.status.as_ref().and_then(|s| s.available_replicas),
+            wake,
+        }
+    }
+
+    fn stalled(
+        ex: &Executor,
+        agent: Option<Agent>,
+        reason: &'static str,
+        message: String,
+        wake: Action,
+    ) -> Self {
+        Self::short(ex, agent, Progress::Stalled { reason, message }, wake)
+    }
+}
+
+/// The Executor's agent, token Secret and Deployment brought in line with its spec, one after
+/// the other (docs/design.md §6): look up the agent and the Secret, stop at what a retry cannot
+/// fix (an invalid spec, a Secret someone else owns, the agent's name taken), register or update
+/// the agent, then the Deployment. Errors are the passing kind (the API server, the database).
+async fn reach(ex: &Executor, ctx: &Context) -> Result<Reached, Error> {
     let ns = ex.namespace().unwrap_or_default();
     let name = full_name(ex);
     let id = ex
         .uid()
         .and_then(|u| Uuid::parse_str(&u).ok())
         .ok_or_else(|| Error::Invalid(format!("Executor {name} has no uid")))?;
-    let now = status::now();
     let spec = match agent_spec(ex) {
         Ok(s) => s,
         Err(e) => {
-            let stalled = Progress::Stalled {
-                reason: "InvalidSpec",
-                message: format!("Executor {name} has an invalid spec: {e}"),
-            };
-            write_status(ex, None, None, &stalled, available_before(ex), &now, ctx).await?;
-            return Ok(Action::await_change());
+            let message = format!("Executor {name} has an invalid spec: {e}");
+            let wake = Action::await_change();
+            return Ok(Reached::stalled(ex, None, "InvalidSpec", message, wake));
         }
     };
-    let secrets: Api<Secret> = ctx.api(&ns);
     let secret_name = token_secret_name(ex);
-    let secret = secrets.get_opt(&secret_name).await?;
+    let secret = ctx.api::<Secret>(&ns).get_opt(&secret_name).await?;
     let registered = match ctx.queue.get_agent(id).await {
         Ok(agent) => Some(agent),
         Err(QueueError::NotFound { .. }) => None,
         Err(e) => return Err(e.into()),
     };
     if !secret_is_ours(secret.as_ref(), ex) {
-        let stalled = Progress::Stalled {
-            reason: "SecretNotOwned",
-            message: format!(
-                "Executor {name} cannot write its agent token: Secret {ns}/{secret_name} exists \
-                 and is not owned by this Executor; delete or rename that Secret."
-            ),
-        };
-        write_status(
-            ex,
-            registered.as_ref(),
-            None,
-            &stalled,
-            available_before(ex),
-            &now,
-            ctx,
-        )
-        .await?;
+        let message = format!(
+            "Executor {name} cannot write its agent token: Secret {ns}/{secret_name} exists and \
+             is not owned by this Executor; delete or rename that Secret."
+        );
         // Unowned Secrets are not watched: look again now and then.
-        return Ok(Action::requeue(Duration::from_secs(30)));
+        let wake = Action::requeue(Duration::from_secs(30));
+        return Ok(Reached::stalled(
+            ex,
+            registered,
+            "SecretNotOwned",
+            message,
+            wake,
+        ));
     }
     let agent = match registered {
-        None => match ctx.queue.register_agent(&spec, Some(id)).await {
-            Ok(created) => {
-                write_token(ex, &created.token, ctx).await?;
-                event(
-                    ex,
-                    ctx,
-                    EventType::Normal,
-                    "Registered",
-                    format!(
-                        "Agent {} registered; its token is in Secret {secret_name}.",
-                        spec.name
-                    ),
+        None => match register(ex, &spec, id, ctx).await? {
+            Ok(agent) => agent,
+            Err(taken) => {
+                let message = format!(
+                    "Executor {name} cannot register agent {}: {taken}",
+                    spec.name
                 );
-                created.agent
+                let wake = Action::requeue(Duration::from_secs(60));
+                return Ok(Reached::stalled(ex, None, "AgentNameTaken", message, wake));
             }
-            Err(QueueError::Conflict { message, .. }) => {
-                let stalled = Progress::Stalled {
-                    reason: "AgentNameTaken",
-                    message: format!(
-                        "Executor {name} cannot register agent {}: {message}",
-                        spec.name
-                    ),
-                };
-                write_status(ex, None, None, &stalled, available_before(ex), &now, ctx).await?;
-                return Ok(Action::requeue(Duration::from_secs(60)));
-            }
-            Err(e) => return Err(e.into()),
         },
-        Some(agent) => {
-            let agent = if differs(&agent, &spec) {
-                ctx.queue.update_agent(id, &spec).await?
-            } else {
-                agent
-            };
-            if secret.is_none() {
-                // The Secret is gone: issue a new token and revoke the old one.
-                let rotated = ctx.queue.rotate_agent_token(id).await?;
-                write_token(ex, &rotated.token, ctx).await?;
-                event(
-                    ex,
-                    ctx,
-                    EventType::Normal,
-                    "TokenRotated",
-                    format!(
-                        "Secret {secret_name} was missing; issued a new token and revoked the old one."
-                    ),
-                );
-                rotated.agent
-            } else {
-                agent
-            }
-        }
+        Some(agent) => keep(ex, agent, &spec, secret.is_none(), ctx).await?,
     };
     let (progress, available) = reconcile_deployment(ex, ctx).await?;
-    write_status(
-        ex,
-        Some(&agent),
-        Some(secret_name),
-        &progress,
+    Ok(Reached {
+        agent: Some(agent),
+        token_secret: Some(secret_name),
+        progress,
         available,
-        &now,
-        ctx,
-    )
-    .await?;
-    // Changes of health are noticed within seconds by the contact watcher (contact.rs); this
-    // resync refreshes lastSeenAt and activeClaims.
-    Ok(Action::requeue(RESYNC))
+        // Changes of health are noticed within seconds by the contact watcher (contact.rs);
+        // this resync refreshes lastSeenAt and activeClaims.
+        wake: Action::requeue(RESYNC),
+    })
 }
 
-/// `status.availableReplicas` as last written, for a reconcile that stops before it reads the
-/// Deployment: unknown this time is not "none available".
-fn available_before(ex: &Executor) -> Option<i32> {
-    ex.status.as_ref().and_then(|s| s.available_replicas)
+/// Registers the Executor's agent (id = its uid) and writes its token Secret. `Ok(Err(why))`
+/// when a live agent of another Executor (or of the REST API) has the name.
+async fn register(
+    ex: &Executor,
+    spec: &AgentSpec,
+    id: Uuid,
+    ctx: &Context,
+) -> Result<Result<Agent, String>, Error> {
+    match ctx.queue.register_agent(spec, Some(id)).await {
+        Ok(created) => {
+            write_token(ex, &created.token, ctx).await?;
+            let note = format!(
+                "Agent {} registered; its token is in Secret {}.",
+                spec.name,
+                token_secret_name(ex)
+            );
+            event(ex, ctx, EventType::Normal, "Registered", note);
+            Ok(Ok(created.agent))
+        }
+        Err(QueueError::Conflict { message, .. }) => Ok(Err(message)),
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// Writes the Executor's status when it changed; returns it. `available`: the Deployment's
-/// available replicas (`None` without `spec.deployment`).
+/// Keeps a registered agent in step with the spec, and issues a new token (revoking the old
+/// one) when its Secret is `missing`.
+async fn keep(
+    ex: &Executor,
+    agent: Agent,
+    spec: &AgentSpec,
+    missing: bool,
+    ctx: &Context,
+) -> Result<Agent, Error> {
+    let agent = if differs(&agent, spec) {
+        ctx.queue.update_agent(agent.id, spec).await?
+    } else {
+        agent
+    };
+    if !missing {
+        return Ok(agent);
+    }
+    let rotated = ctx.queue.rotate_agent_token(agent.id).await?;
+    write_token(ex, &rotated.token, ctx).await?;
+    let note = format!(
+        "Secret {} was missing; issued a new token and revoked the old one.",
+        token_secret_name(ex)
+    );
+    event(ex, ctx, EventType::Normal, "TokenRotated", note);
+    Ok(rotated.agent)
+}
+
+/// Writes the status of what the reconcile `reached` when it changed.
 async fn write_status(
     ex: &Executor,
-    agent: Option<&Agent>,
-    token_secret: Option<String>,
-    progress: &Progress,
-    available: Option<i32>,
+    reached: &Reached,
     now: &Time,
     ctx: &Context,
-) -> Result<ExecutorStatus, Error> {
+) -> Result<(), Error> {
     let mut status = executor_status(
         &full_name(ex),
-        agent,
-        token_secret,
-        progress,
+        reached.agent.as_ref(),
+        reached.token_secret.clone(),
+        &reached.progress,
         ex.status.as_ref(),
         ex.metadata.generation,
         now,
     );
-    status.available_replicas = available;
+    status.available_replicas = reached.available;
     if ex.status.as_ref() != Some(&status) {
         patch_status(ex, &status, ctx).await?;
     }
-    Ok(status)
+    Ok(())
 }
 
 async fn patch_status(ex: &Executor, status: &ExecutorStatus, ctx: &Context) -> Result<(), Error> {
