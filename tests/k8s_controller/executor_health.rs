@@ -1,5 +1,5 @@
 //! Executor conditions as kstatus and Argo CD read them (docs/design.md §6): Ready without and with a
-//! Deployment, Stalled on a Secret Pullman does not own, and `Connected` following a real
+//! Deployment, Stalled on a Secret Pullman does not own or an agent name taken, and `Connected` following a real
 //! executor's contact within seconds. Work run by that executor fails with sentences.
 
 use std::sync::{Arc, Mutex};
@@ -318,6 +318,62 @@ async fn an_executor_blocked_by_a_secret_it_does_not_own_is_stalled() {
         s.queue.get_agent(uid.parse().unwrap()).await.is_err(),
         "no agent registered"
     );
+    stop.cancel();
+    drop_namespace(&k, &ns).await;
+}
+
+/// An Executor whose agent name (`<namespace>/<name>`) a live agent already has is Stalled with
+/// `AgentNameTaken`, naming it, and registers nothing; once that agent is retired, the next
+/// reconcile (here a touch of the Executor; else within a minute) registers it: Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_whose_agent_name_is_taken_is_stalled_until_it_is_free() {
+    let k = client().await;
+    let ns = namespace(&k, "exn").await;
+    let s = TestServer::start().await;
+    let (other, _) = s
+        .agent(json!({"name": format!("{ns}/taken"), "labels": ["x"]}))
+        .await;
+    let stop = start_controllers(&k, &s, &ns);
+    let uid = create_executor(&k, &ns, "taken", json!({"labels": ["x"]})).await;
+    let obj = executor_when(&ns, "taken", "Executor taken Stalled", |o| {
+        is(o, "Stalled", "True")
+    })
+    .await;
+    assert_eq!(
+        conditions(&obj)["Stalled"],
+        ("True".to_string(), "AgentNameTaken".to_string())
+    );
+    let said = message(&obj, "Stalled");
+    assert!(
+        said.contains(&format!("cannot register agent {ns}/taken")),
+        "{said}"
+    );
+    assert!(
+        s.queue.get_agent(uid.parse().unwrap()).await.is_err(),
+        "no agent registered"
+    );
+    let (code, v) = s
+        .admin(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/agents/{other}"),
+            None,
+        )
+        .await;
+    assert!(code == 200 || code == 204, "retire: {code} {v}");
+    let executors: Api<Executor> = Api::namespaced(k.clone(), &ns);
+    executors
+        .patch(
+            "taken",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    executor_when(&ns, "taken", "Executor taken Ready", |o| {
+        is(o, "Ready", "True")
+    })
+    .await;
+    assert!(s.queue.get_agent(uid.parse().unwrap()).await.is_ok());
     stop.cancel();
     drop_namespace(&k, &ns).await;
 }
