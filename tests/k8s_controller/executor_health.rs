@@ -1,6 +1,7 @@
 //! Executor conditions as kstatus and Argo CD read them (docs/design.md §6): Ready without and with a
-//! Deployment, Stalled on a Secret Pullman does not own or an agent name taken, and `Connected` following a real
-//! executor's contact within seconds. Work run by that executor fails with sentences.
+//! Deployment, Stalled on a Secret Pullman does not own or an agent name taken, and `Connected`
+//! following a real executor's contact within seconds. Work run by that executor fails with
+//! sentences.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
