@@ -317,12 +317,13 @@ pub struct ExecutorStatus {
     pub last_seen_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_claims: Option<i64>,
-    /// Replicas of the executor Deployment available now (its `status.availableReplicas`), as the
-    /// last reconcile found it; unset without `spec.deployment`. With `spec.deployment.replicas`
-    /// unset and 0 here, the Executor waits for its autoscaler, and a WorkOrder that waits for it
-    /// (no other matching agent in contact) says `AwaitingScaleUp` (docs/design.md §10).
+    /// Replicas the executor Deployment asks for now (its `spec.replicas`, as whoever scales it
+    /// set it), as the last reconcile found it; unset without `spec.deployment`. With
+    /// `spec.deployment.replicas` unset and 0 here, the Executor waits for its autoscaler, and a
+    /// WorkOrder that waits for it (no matching agent in contact) says `AwaitingScaleUp`
+    /// (docs/design.md §10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub available_replicas: Option<i32>,
+    pub replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_secret_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

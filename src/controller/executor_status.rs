@@ -126,7 +126,7 @@ pub fn executor_status(
         last_seen_at: agent.and_then(|a| a.last_seen_at).map(rfc3339),
         active_claims: agent.map(|a| a.active_claims),
         // The Deployment's count is the reconcile's to fill in (`executors::write_status`).
-        available_replicas: None,
+        replicas: None,
         token_secret_name: token_secret,
         observed_generation: generation,
         conditions,

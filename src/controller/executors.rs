@@ -224,20 +224,20 @@ struct Reached {
     /// The Secret holding the agent's token, once written.
     token_secret: Option<String>,
     progress: Progress,
-    /// Available replicas of the Deployment (`None` without `spec.deployment`).
-    available: Option<i32>,
+    /// Replicas the Deployment asks for (`None` without `spec.deployment`).
+    replicas: Option<i32>,
     wake: Action,
 }
 
 impl Reached {
     /// A reconcile that stopped before the Deployment: what it found of the agent, and the
-    /// replicas as last written (unknown this time is not "none available").
+    /// replicas as last written (unknown this time is not "none").
     fn short(ex: &Executor, agent: Option<Agent>, progress: Progress, wake: Action) -> Self {
         Self {
             agent,
             token_secret: None,
             progress,
-            available: ex.status.as_ref().and_then(|s| s.available_replicas),
+            replicas: ex.status.as_ref().and_then(|s| s.replicas),
             wake,
         }
     }
@@ -308,12 +308,12 @@ async fn reach(ex: &Executor, ctx: &Context) -> Result<Reached, Error> {
         },
         Some(agent) => keep(ex, agent, &spec, secret.is_none(), ctx).await?,
     };
-    let (progress, available) = reconcile_deployment(ex, ctx).await?;
+    let (progress, replicas) = reconcile_deployment(ex, ctx).await?;
     Ok(Reached {
         agent: Some(agent),
         token_secret: Some(secret_name),
         progress,
-        available,
+        replicas,
         // Changes of health are noticed within seconds by the contact watcher (contact.rs);
         // this resync refreshes lastSeenAt and activeClaims.
         wake: Action::requeue(RESYNC),
@@ -387,7 +387,7 @@ async fn write_status(
         ex.metadata.generation,
         now,
     );
-    status.available_replicas = reached.available;
+    status.replicas = reached.replicas;
     if ex.status.as_ref() != Some(&status) {
         patch_status(ex, &status, ctx).await?;
     }
@@ -411,7 +411,7 @@ fn deployment_name(ex: &Executor) -> String {
 }
 
 /// Applies the Executor's Deployment (or deletes one it no longer declares): how far it got and
-/// how many replicas are available (`None` without `spec.deployment`).
+/// how many replicas the Deployment asks for (`None` without `spec.deployment`).
 async fn reconcile_deployment(
     ex: &Executor,
     ctx: &Context,
@@ -511,8 +511,9 @@ async fn reconcile_deployment(
             message,
         },
     };
-    let available = applied.status.as_ref().and_then(|s| s.available_replicas);
-    Ok((progress, Some(available.unwrap_or(0))))
+    // The API server defaults an unset count to 1, so a Deployment read back always has one.
+    let replicas = applied.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    Ok((progress, Some(replicas)))
 }
 
 async fn cleanup(ex: Arc<Executor>, ctx: &Context) -> Result<Action, Error> {

@@ -27,6 +27,7 @@ use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::crd::Executor;
 use crate::queue::{Notifications, Queue, QueueError};
 
 /// Field manager of everything the controller writes (docs/design.md §1).
@@ -168,26 +169,36 @@ pub async fn run_controllers(
 ) {
     let namespaces = watched_namespaces(&ctx.config.namespace);
     tracing::info!(?namespaces, "controllers starting");
-    let runs = namespaces.into_iter().map(|namespace| {
-        let ctx = Arc::new(Context {
-            client: ctx.client.clone(),
-            queue: ctx.queue.clone(),
-            events: ctx.events.clone(),
-            config: ControllerConfig {
-                namespace,
-                ..ctx.config.clone()
-            },
+    // Every WorkOrder controller reads the Executors of every watched namespace: an order may
+    // wait for an Executor of another one (`schedulable::ScaleUps`).
+    let (caches, writers): (Vec<_>, Vec<_>) = namespaces
+        .iter()
+        .map(|_| kube::runtime::reflector::store::<Executor>())
+        .unzip();
+    let caches = schedulable::ExecutorCaches(caches);
+    let runs = namespaces
+        .into_iter()
+        .zip(writers)
+        .map(|(namespace, writer)| {
+            let ctx = Arc::new(Context {
+                client: ctx.client.clone(),
+                queue: ctx.queue.clone(),
+                events: ctx.events.clone(),
+                config: ControllerConfig {
+                    namespace,
+                    ..ctx.config.clone()
+                },
+            });
+            let notifications = notifications.clone();
+            let stop = stop.clone();
+            let executors = caches.clone();
+            async move {
+                tokio::join!(
+                    workorders::run(ctx.clone(), notifications, executors, stop.clone()),
+                    executors::run(ctx, writer, stop),
+                );
+            }
         });
-        let notifications = notifications.clone();
-        let stop = stop.clone();
-        async move {
-            let (executors, writer) = kube::runtime::reflector::store();
-            tokio::join!(
-                workorders::run(ctx.clone(), notifications, executors, stop.clone()),
-                executors::run(ctx, writer, stop),
-            );
-        }
-    });
     futures::future::join_all(runs).await;
     tracing::info!("controllers stopped");
 }

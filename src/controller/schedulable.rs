@@ -37,28 +37,66 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 pub const UNSCHEDULABLE_EVENT: &str = "Unschedulable";
 
 /// Reason of the condition while the order waits for an Executor its autoscaler has scaled to
-/// zero (issue #35): normal for KEDA's scale from zero, so `True` and no Warning Event.
+/// zero, or is starting (issue #35): normal for KEDA's scale from zero, so `True` and no Warning
+/// Event.
 pub const AWAITING_SCALE_UP: &str = "AwaitingScaleUp";
+
+/// How long an autoscaled Executor scaled up from zero counts as starting, from the last change
+/// of its `Ready` condition (the Deployment rolling out, then available): time for the image
+/// pull, the pod's start and the agent's first call. Past it, an Executor whose agent still is
+/// not in contact is a fault (`NoAgentConnected`, with its Event): a crash loop or an image that
+/// cannot be pulled shows within this.
+pub const STARTING_FOR: Duration = Duration::from_secs(120);
 
 /// The Executors that wait for their autoscaler, by agent id (the Executor's uid), with their
 /// `<namespace>/<name>`: `spec.deployment` set with `replicas` unset (an autoscaler owns the
-/// count, `crd::ExecutorDeployment::replicas`) and no replica available
-/// (`status.availableReplicas` 0). An Executor whose count the controller keeps is not one: no
-/// one will scale it up, so its orders wait for a reason someone must fix.
+/// count, `crd::ExecutorDeployment::replicas`), not `Stalled`, and either scaled to zero
+/// (`status.replicas` 0) or starting (its `Ready` condition changed less than [`STARTING_FOR`]
+/// ago). An Executor whose count the controller keeps is not one: no one will scale it up, so
+/// its orders wait for a reason someone must fix.
 #[derive(Debug, Default)]
 pub struct ScaleUps(HashMap<Uuid, String>);
 
+/// The Executor controllers' caches, one per watched namespace (`--watch-namespace`): an order
+/// may wait for an Executor of any namespace this controller watches. Executors of namespaces it
+/// does not watch are unknown here, and their orders say `NoAgentConnected`.
+#[derive(Clone, Default)]
+pub struct ExecutorCaches(pub Vec<Store<Executor>>);
+
+impl ExecutorCaches {
+    /// Every cached Executor.
+    pub fn state(&self) -> Vec<Arc<Executor>> {
+        self.0.iter().flat_map(Store::state).collect()
+    }
+
+    /// Waits until every cache has had its first listing, at most `limit`; whether they all did.
+    pub async fn ready_within(&self, limit: Duration) -> bool {
+        let all = futures::future::join_all(self.0.iter().map(Store::wait_until_ready));
+        matches!(tokio::time::timeout(limit, all).await, Ok(r) if r.iter().all(Result::is_ok))
+    }
+}
+
 impl ScaleUps {
-    /// Those among `executors` (the controller's cache).
-    pub fn of(executors: &[Arc<Executor>]) -> Self {
+    /// Those among `executors` (the controllers' caches), as of `now`.
+    pub fn of(executors: &[Arc<Executor>], now: &Time) -> Self {
         let waiting = executors.iter().filter(|ex| {
             let autoscaled = ex
                 .spec
                 .deployment
                 .as_ref()
                 .is_some_and(|d| d.replicas.is_none());
-            let available = ex.status.as_ref().and_then(|s| s.available_replicas);
-            autoscaled && available == Some(0)
+            let Some(status) = ex.status.as_ref().filter(|_| autoscaled) else {
+                return false;
+            };
+            let found = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
+            if found("Stalled").is_some_and(|c| c.status == "True") {
+                return false;
+            }
+            let starting = found("Ready").is_some_and(|c| {
+                let since = now.0.duration_since(c.last_transition_time.0);
+                since.is_negative() || since.unsigned_abs() < STARTING_FOR
+            });
+            status.replicas == Some(0) || starting
         });
         Self(
             waiting
@@ -97,8 +135,8 @@ pub fn parts(wait: &Wait, scale_ups: &ScaleUps) -> (bool, &'static str, String) 
             true,
             AWAITING_SCALE_UP,
             format!(
-                "Executor {executor} may take this order and has no replica running; its \
-                 autoscaler starts one for the orders waiting (docs/keda.md)."
+                "Executor {executor} may take this order and has no replica in contact yet: \
+                 its autoscaler starts one for waiting orders (docs/keda.md)."
             ),
         );
     }
@@ -208,7 +246,7 @@ fn shows(wo: &WorkOrderResource, wait: &Wait, scale_ups: &ScaleUps) -> bool {
 async fn contradicted(
     queue: &Queue,
     store: &Store<WorkOrderResource>,
-    executors: &Store<Executor>,
+    executors: &ExecutorCaches,
 ) -> Vec<ObjectRef<WorkOrderResource>> {
     let waiting: Vec<(Uuid, Arc<WorkOrderResource>)> = store
         .state()
@@ -233,7 +271,7 @@ async fn contradicted(
             return vec![];
         }
     };
-    let scale_ups = ScaleUps::of(&executors.state());
+    let scale_ups = ScaleUps::of(&executors.state(), &status::now());
     waiting
         .into_iter()
         .filter(|(id, wo)| {
@@ -251,7 +289,7 @@ async fn contradicted(
 pub(super) fn refreshes(
     queue: Queue,
     store: Store<WorkOrderResource>,
-    executors: Store<Executor>,
+    executors: ExecutorCaches,
 ) -> impl futures::Stream<Item = ObjectRef<WorkOrderResource>> {
     use futures::StreamExt;
     let state = (queue, store, executors);
@@ -322,35 +360,61 @@ mod tests {
         assert_eq!(row(WaitReason::Queued).1, "Matched");
     }
 
-    /// An Executor `ns/name` with agent id `uid`, a Deployment whose count `replicas` sets (or an
-    /// autoscaler, when `None`) and `available` replicas as last seen.
-    fn executor(name: &str, uid: u128, replicas: Option<i32>, available: i32) -> Arc<Executor> {
+    /// An Executor `ns/name` with agent id `uid`: its Deployment's count set by `spec` (by an
+    /// autoscaler when `None`) and at `replicas` as last seen, its `Ready` condition changed
+    /// `ready_since` seconds ago, and `Stalled` or not.
+    fn executor(
+        name: &str,
+        uid: u128,
+        spec: Option<i32>,
+        replicas: i32,
+        ready_since: i64,
+        stalled: bool,
+    ) -> Arc<Executor> {
         let mut deployment = serde_json::json!({"image": "pullman:test"});
-        if let Some(r) = replicas {
+        if let Some(r) = spec {
             deployment["replicas"] = r.into();
+        }
+        let at = |secs: i64| {
+            let t = k8s_openapi::jiff::Timestamp::now()
+                - k8s_openapi::jiff::SignedDuration::from_secs(secs);
+            serde_json::json!(t.to_string())
+        };
+        let mut conditions = vec![serde_json::json!({"type": "Ready", "status": "True",
+            "reason": "Ready", "message": "", "lastTransitionTime": at(ready_since)})];
+        if stalled {
+            conditions.push(serde_json::json!({"type": "Stalled", "status": "True",
+                "reason": "SecretNotOwned", "message": "", "lastTransitionTime": at(600)}));
         }
         Arc::new(
             serde_json::from_value(serde_json::json!({
                 "apiVersion": "pullman.dev/v1alpha1", "kind": "Executor",
                 "metadata": {"name": name, "namespace": "ns", "uid": Uuid::from_u128(uid).to_string()},
                 "spec": {"labels": ["x"], "deployment": deployment},
-                "status": {"availableReplicas": available},
+                "status": {"replicas": replicas, "conditions": conditions},
             }))
             .unwrap(),
         )
     }
 
-    /// Issue #35: an order that only an autoscaled Executor at zero replicas may take waits for
-    /// it normally (True, no Event); one whose Executor's count the controller keeps, or that
-    /// has a replica up that does not call in, is not schedulable (False, an Event).
+    /// Issue #35: an order that an autoscaled Executor at zero replicas (or starting from zero)
+    /// may take waits for it normally (True, no Event). One whose Executor's count the
+    /// controller keeps, that is stalled, or whose replica has been up for longer than
+    /// [`STARTING_FOR`] without calling in, is not schedulable (False, an Event).
     #[test]
     fn an_executor_scaled_to_zero_is_awaited_not_unschedulable() {
         let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
-        let scale_ups = ScaleUps::of(&[
-            executor("elastic", 1, None, 0),
-            executor("pinned", 2, Some(0), 0),
-            executor("up", 3, None, 1),
-        ]);
+        let long_ago = 10 * STARTING_FOR.as_secs() as i64;
+        let scale_ups = ScaleUps::of(
+            &[
+                executor("elastic", 1, None, 0, long_ago, false),
+                executor("pinned", 2, Some(0), 0, long_ago, false),
+                executor("up", 3, None, 1, long_ago, false),
+                executor("starting", 4, None, 1, 30, false),
+                executor("stuck", 5, None, 0, long_ago, true),
+            ],
+            &now(),
+        );
         let of = |reason, agents: &[u128]| {
             let wait = Wait {
                 matching: agents.iter().map(|a| Uuid::from_u128(*a)).collect(),
@@ -372,7 +436,9 @@ mod tests {
             c.message
         );
         assert!(unschedulable_event(None, &awaited).is_none());
-        for agents in [&[2][..], &[3], &[9]] {
+        let starting = &of(WaitReason::NoAgentConnected, &[4]).conditions[0];
+        assert_eq!(starting.reason, AWAITING_SCALE_UP);
+        for agents in [&[2][..], &[3], &[5], &[9]] {
             let c = &of(WaitReason::NoAgentConnected, agents).conditions[0];
             assert_eq!(
                 (c.status.as_str(), c.reason.as_str()),

@@ -9,20 +9,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::finalizer::{Event, finalizer};
-use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::burst::{Burst, queue_changes};
+use super::schedulable::ExecutorCaches;
 use super::{
     CANCEL_FINALIZER, CONTROLLER_FIELD_MANAGER, Context, Error, cache, finalized, schedulable,
     scoped, status, transition,
 };
-use crate::crd::{
-    Executor, WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus,
-};
+use crate::crd::{WorkOrderPhase, WorkOrderResource, WorkOrderResourceSpec, WorkOrderStatus};
 use crate::queue::validate::validate_work_order_off_thread;
 use crate::queue::{Lookup, Notifications, QueueError};
 
@@ -35,18 +33,24 @@ pub const RECONCILE_CONCURRENCY: u16 = 64;
 /// How long the first reconciles wait for the Executors' first listing (see [`run`]).
 const EXECUTORS_FIRST_LIST: Duration = Duration::from_secs(30);
 
-/// Runs the WorkOrder controller until `stop` fires. `executors` is the Executor controller's
-/// cache, read for the `AwaitingScaleUp` condition (`schedulable::ScaleUps`).
+/// Runs the WorkOrder controller until `stop` fires. `executors` are the Executor controllers'
+/// caches, read for the `AwaitingScaleUp` condition (`schedulable::ScaleUps`).
 pub(super) async fn run(
     ctx: Arc<Context>,
     notifications: Notifications,
-    executors: Store<Executor>,
+    executors: ExecutorCaches,
     stop: CancellationToken,
 ) {
     // Before the first reconcile, so that an order waiting for an Executor at zero replicas is
     // not called unschedulable (with a Warning Event) only because the cache is still empty. A
-    // cache that does not fill in time (the API server) holds nothing else up.
-    let _ = tokio::time::timeout(EXECUTORS_FIRST_LIST, executors.wait_until_ready()).await;
+    // cache that does not fill in time (the API server, RBAC) holds nothing else up.
+    if !executors.ready_within(EXECUTORS_FIRST_LIST).await {
+        tracing::warn!(
+            "the Executors were not listed within {} s; WorkOrders reconcile without them, so an \
+             order waiting for an Executor at zero replicas may say NoAgentConnected until they are",
+            EXECUTORS_FIRST_LIST.as_secs()
+        );
+    }
     let api: Api<WorkOrderResource> = scoped(&ctx.client, &ctx.config.namespace);
     let cache::Watched {
         objects,
@@ -86,7 +90,7 @@ struct Reconciler {
     /// What keeps a burst cheap; correct to ignore, so the reconcile reads without it.
     burst: Burst,
     /// The Executors, for `schedulable::ScaleUps`.
-    executors: Store<Executor>,
+    executors: ExecutorCaches,
 }
 
 fn error_policy(wo: Arc<WorkOrderResource>, error: &Error, _r: Arc<Reconciler>) -> Action {
@@ -142,7 +146,7 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
         Err(_) => None,
     };
     let scale_ups = match &wait {
-        Some(_) => schedulable::ScaleUps::of(&r.executors.state()),
+        Some(_) => schedulable::ScaleUps::of(&r.executors.state(), &now),
         None => schedulable::ScaleUps::default(),
     };
     let new_status = status_of(&wo, &row, wait.as_ref(), &scale_ups, prev, &now);

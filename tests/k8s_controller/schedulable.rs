@@ -179,23 +179,39 @@ async fn a_waiting_order_says_why_and_follows_its_agents() {
     drop_namespace(&k, &ns).await;
 }
 
-/// Waits until Executor `name` reports `available` replicas of its Deployment.
-async fn available_is(executors: &Api<Executor>, name: &str, available: i32) {
+/// Waits until Executor `name` reports that its Deployment asks for `replicas`.
+async fn replicas_are(executors: &Api<Executor>, name: &str, replicas: i32) {
     eventually(
         60,
-        &format!("{name}: {available} replicas available"),
+        &format!("{name}: status.replicas {replicas}"),
         || async {
             let ex = executors.get(name).await.ok()?;
-            (ex.status?.available_replicas == Some(available)).then_some(())
+            (ex.status?.replicas == Some(replicas)).then_some(())
         },
     )
     .await;
 }
 
+/// Creates Executor `name` taking orders labelled `name`, with a Deployment whose count is
+/// `replicas` (an autoscaler's when `None`).
+async fn create_executor(executors: &Api<Executor>, name: &str, replicas: Option<i32>) {
+    let mut deployment = json!({"image": "pullman:test"});
+    if let Some(r) = replicas {
+        deployment["replicas"] = json!(r);
+    }
+    let ex: Executor = serde_json::from_value(json!({
+        "apiVersion": "pullman.dev/v1alpha1", "kind": "Executor", "metadata": {"name": name},
+        "spec": {"labels": [name], "deployment": deployment},
+    }))
+    .unwrap();
+    executors.create(&PostParams::default(), &ex).await.unwrap();
+}
+
 /// Issue #35: an Executor that KEDA (or any autoscaler) has scaled to zero is waited for, not
-/// reported: the orders only it may take are `Schedulable=True AwaitingScaleUp` with no Warning
-/// Event. The same Executor with a replica up that does not call in is `NoAgentConnected`, with
-/// its Event, so the check can tell the two apart.
+/// reported: the orders waiting for it are `Schedulable=True AwaitingScaleUp`, with no Warning
+/// Event. An Executor whose count the controller keeps, with a replica that never calls in, is
+/// `NoAgentConnected` with its Event, so the check tells the two apart. (The start-up grace,
+/// `schedulable::STARTING_FOR`, and a stalled Executor are covered by the unit tests.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_order_for_an_executor_scaled_to_zero_awaits_its_scale_up() {
     let k = client().await;
@@ -206,27 +222,16 @@ async fn an_order_for_an_executor_scaled_to_zero_awaits_its_scale_up() {
     let events: Api<KubeEvent> = Api::namespaced(k.clone(), &ns);
     let executors: Api<Executor> = Api::namespaced(k.clone(), &ns);
     let deployments: Api<Deployment> = Api::namespaced(k.clone(), &ns);
-    // `replicas` unset: the count is the autoscaler's; a new Deployment starts with 1.
-    let ex: Executor = serde_json::from_value(json!({
-        "apiVersion": "pullman.dev/v1alpha1", "kind": "Executor", "metadata": {"name": "elastic"},
-        "spec": {"labels": ["elastic"], "deployment": {"image": "pullman:test"}},
-    }))
-    .unwrap();
-    executors.create(&PostParams::default(), &ex).await.unwrap();
-    available_is(&executors, "elastic", 1).await;
-
-    // A replica is up but its agent never calls: that is for someone to fix.
-    create_wo(&api, work_order("early", "elastic", CM)).await;
-    schedulable_is(&ns, "early", "NoAgentConnected", 10).await;
-    eventually(10, "early's Unschedulable Event", || async {
-        (unschedulable_events(&events, "early").await == 1).then_some(())
-    })
-    .await;
-
-    // Scaled to zero: the waiting order says it awaits the scale-up, within a refresh.
+    create_executor(&executors, "elastic", None).await;
+    create_executor(&executors, "pinned", Some(1)).await;
+    // A new Deployment starts with 1; the autoscaler takes it to 0.
+    replicas_are(&executors, "elastic", 1).await;
     scale_as_autoscaler(&deployments, "elastic-executor", 0).await;
-    available_is(&executors, "elastic", 0).await;
-    let obj = schedulable_is(&ns, "early", "AwaitingScaleUp", 15).await;
+    replicas_are(&executors, "elastic", 0).await;
+
+    create_wo(&api, work_order("elastic-order", "elastic", CM)).await;
+    create_wo(&api, work_order("pinned-order", "pinned", CM)).await;
+    let obj = schedulable_is(&ns, "elastic-order", "AwaitingScaleUp", 10).await;
     assert_health(
         &obj,
         "awaiting scale-up",
@@ -235,15 +240,19 @@ async fn an_order_for_an_executor_scaled_to_zero_awaits_its_scale_up() {
         "Progressing",
     );
     let said = message(&obj, "Schedulable");
-    assert!(said.contains(&format!("Executor {ns}/elastic")), "{said}");
-
-    // An order created while it is at zero: True from its first condition, and no Event.
-    create_wo(&api, work_order("later", "elastic", CM)).await;
-    phase_is(&api, "later", WorkOrderPhase::Pending).await;
-    schedulable_is(&ns, "later", "AwaitingScaleUp", 10).await;
+    assert!(
+        said.contains(&format!("Executor {ns}/elastic may take this order")),
+        "{said}"
+    );
+    schedulable_is(&ns, "pinned-order", "NoAgentConnected", 10).await;
+    eventually(10, "pinned-order's Unschedulable Event", || async {
+        (unschedulable_events(&events, "pinned-order").await == 1).then_some(())
+    })
+    .await;
+    // Two refreshes later, the order for the scaled-to-zero Executor has had no Event.
     tokio::time::sleep(2 * pullman::controller::schedulable::REFRESH_EVERY).await;
-    assert_eq!(unschedulable_events(&events, "later").await, 0);
-    assert_eq!(unschedulable_events(&events, "early").await, 1);
+    assert_eq!(unschedulable_events(&events, "elastic-order").await, 0);
+    phase_is(&api, "elastic-order", WorkOrderPhase::Pending).await;
 
     stop.cancel();
     drop_namespace(&k, &ns).await;
