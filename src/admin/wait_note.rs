@@ -17,8 +17,9 @@ pub const FIRST_NOTE_AFTER: Duration = Duration::from_secs(3);
 /// How often `logs -f` asks why the order waits (it has no other look at the order meanwhile).
 const LOOK_EVERY: Duration = Duration::from_secs(2);
 /// How often it asks once an agent holds the order: only a retry or a reclaim makes it wait
-/// again, and a long build followed by many people should not cost a request each every 2 s.
-const LOOK_WHILE_HELD: Duration = Duration::from_secs(30);
+/// again (said at most this late), and a long build followed by many people should not cost a
+/// request each every 2 s.
+const LOOK_WHILE_HELD: Duration = Duration::from_secs(10);
 
 /// What was said so far about one order's wait.
 pub struct WaitNotes {
