@@ -22,7 +22,8 @@ use super::{create_wo, phase_is, start_controllers};
 use crate::support::kube::{client, drop_namespace, namespace};
 use crate::support::{TestServer, eventually};
 
-async fn create_executor(k: &Client, ns: &str, name: &str, spec: Value) -> String {
+/// Creates Executor `name` in `ns` with `spec`; returns its uid.
+pub(super) async fn create_executor(k: &Client, ns: &str, name: &str, spec: Value) -> String {
     let api: Api<Executor> = Api::namespaced(k.clone(), ns);
     let ex: Executor = serde_json::from_value(json!({
         "apiVersion": "pullman.dev/v1alpha1", "kind": "Executor",

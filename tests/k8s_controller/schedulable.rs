@@ -5,12 +5,14 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
+use kube::Client;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use pullman::crd::{Executor, WorkOrderPhase, WorkOrderResource};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::executor_health::create_executor;
 use super::replicas::scale_as_autoscaler;
 use super::verdicts::{assert_health, live, message};
 use super::{CM, create_wo, phase_is, start_controllers, work_order};
@@ -194,17 +196,13 @@ async fn replicas_are(executors: &Api<Executor>, name: &str, replicas: i32) {
 
 /// Creates Executor `name` taking orders labelled `name`, with a Deployment whose count is
 /// `replicas` (an autoscaler's when `None`).
-async fn create_executor(executors: &Api<Executor>, name: &str, replicas: Option<i32>) {
+async fn create_scaled_executor(k: &Client, ns: &str, name: &str, replicas: Option<i32>) {
     let mut deployment = json!({"image": "pullman:test"});
     if let Some(r) = replicas {
         deployment["replicas"] = json!(r);
     }
-    let ex: Executor = serde_json::from_value(json!({
-        "apiVersion": "pullman.dev/v1alpha1", "kind": "Executor", "metadata": {"name": name},
-        "spec": {"labels": [name], "deployment": deployment},
-    }))
-    .unwrap();
-    executors.create(&PostParams::default(), &ex).await.unwrap();
+    let spec = json!({"labels": [name], "deployment": deployment});
+    create_executor(k, ns, name, spec).await;
 }
 
 /// Issue #35: an Executor that KEDA (or any autoscaler) has scaled to zero is waited for, not
@@ -222,8 +220,8 @@ async fn an_order_for_an_executor_scaled_to_zero_awaits_its_scale_up() {
     let events: Api<KubeEvent> = Api::namespaced(k.clone(), &ns);
     let executors: Api<Executor> = Api::namespaced(k.clone(), &ns);
     let deployments: Api<Deployment> = Api::namespaced(k.clone(), &ns);
-    create_executor(&executors, "elastic", None).await;
-    create_executor(&executors, "pinned", Some(1)).await;
+    create_scaled_executor(&k, &ns, "elastic", None).await;
+    create_scaled_executor(&k, &ns, "pinned", Some(1)).await;
     // A new Deployment starts with 1; the autoscaler takes it to 0.
     replicas_are(&executors, "elastic", 1).await;
     scale_as_autoscaler(&deployments, "elastic-executor", 0).await;
