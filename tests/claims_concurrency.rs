@@ -482,3 +482,92 @@ async fn max_orders_is_bounded_and_chooses_the_answer_shape() {
     let (status, _) = claim(json!({"max_orders": 50})).await;
     assert_eq!(status, 204);
 }
+
+/// One agent's claims and completes, 8 at a time (claims and completes of one agent no longer
+/// wait on its row: `sql/claiming_agent.sql`), race its retirement: once the retirement has
+/// returned, the agent holds no claim (a claim in flight committed before it and was released by
+/// it, or saw it and was refused), later claims are refused `agent_retired`, and every order is
+/// in the queue or the log once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_racing_a_retirement_leave_the_retired_agent_no_claim() {
+    use pullman::queue::{ClaimRequest, Completion, ConflictCode, QueueError};
+    const ORDERS: usize = 2_000;
+    let s = Arc::new(TestServer::start_with(40, 1024).await);
+    fill(&s, ORDERS, "retiring").await;
+    let (id, _token) = s
+        .agent(json!({"name": "retiring", "labels": ["retiring"]}))
+        .await;
+    let agent_id: uuid::Uuid = id.parse().unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let queue = s.queue.clone();
+        tasks.push(tokio::spawn(async move {
+            let req = ClaimRequest {
+                agent_id,
+                lease_seconds: Some(60),
+            };
+            let mut completed = 0usize;
+            loop {
+                let orders = match queue.claim_next_many(&req, &[], 2).await {
+                    Ok(orders) => orders,
+                    Err(QueueError::Conflict { code, .. }) => {
+                        assert_eq!(code, ConflictCode::AgentRetired);
+                        return completed;
+                    }
+                    Err(e) => panic!("claim failed: {e}"),
+                };
+                assert!(
+                    !orders.is_empty(),
+                    "the backlog ran out before the retirement"
+                );
+                for order in orders {
+                    let done = Completion {
+                        success: true,
+                        message: None,
+                        retryable: true,
+                    };
+                    // After the retirement a complete of a released claim is refused (409).
+                    if queue
+                        .complete(order.id, agent_id, order.claim_id, &done)
+                        .await
+                        .is_ok()
+                    {
+                        completed += 1;
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    s.queue.retire_agent(agent_id).await.unwrap();
+    let (held,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM work_order_claims WHERE agent_id = $1")
+            .bind(agent_id)
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+    let mut completed = 0;
+    for t in tasks {
+        completed += t.await.unwrap();
+    }
+    assert!(completed > 0, "no claim went through before the retirement");
+    assert_eq!(held, 0, "a claim outlived its agent's retirement");
+    let (still_held,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM work_order_claims WHERE agent_id = $1")
+            .bind(agent_id)
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+    assert_eq!(still_held, 0, "a claim was taken after the retirement");
+    let (queued, claimed, logged): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM work_orders), \
+                (SELECT count(*) FROM work_orders WHERE status = 'CLAIMED'), \
+                (SELECT count(*) FROM work_order_log)",
+    )
+    .fetch_one(&s.pool)
+    .await
+    .unwrap();
+    assert_eq!(claimed, 0, "an order left CLAIMED by the retired agent");
+    assert_eq!(logged as usize, completed, "each complete logged once");
+    assert_eq!((queued + logged) as usize, ORDERS, "an order was lost");
+}

@@ -10,7 +10,8 @@
 -- the others change nothing and return no row (the caller answers them one by one, as for
 -- complete_success.sql: a 409, or the answer to an earlier identical complete).
 -- Lock order agent → order → claim, as in complete_success.sql, and within each kind by id, so
--- two of these statements, or one and a single complete, never wait on each other in a cycle.
+-- two of these statements, or one and a single complete, never wait on each other in a cycle;
+-- the agents FOR KEY SHARE and their contact never waited for (SKIP LOCKED), as there.
 WITH input AS (
   SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[])
     AS i (order_id, agent_id, claim_id, message)
@@ -18,11 +19,11 @@ WITH input AS (
 ag AS (
   SELECT id FROM agents WHERE id IN (SELECT agent_id FROM input)
   ORDER BY id
-  FOR NO KEY UPDATE
+  FOR KEY SHARE
 ),
 contact AS (
   UPDATE agents SET last_seen_at = now()
-  WHERE id IN (SELECT id FROM ag)
+  WHERE id IN (SELECT id FROM agents WHERE id IN (SELECT id FROM ag) FOR NO KEY UPDATE SKIP LOCKED)
     AND (last_seen_at IS NULL OR last_seen_at < now() - interval '1 second')
 ),
 held AS (
