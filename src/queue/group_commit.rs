@@ -24,9 +24,14 @@ use uuid::Uuid;
 
 use super::{LogEntry, LogRow, QueueError, sql};
 
-/// Tasks running batches at once: while some wait for their commit, others gather the next
-/// batch. A handful keeps the pool's connections for everything else.
-pub const RUNNERS: usize = 4;
+/// Tasks running batches at once: while one waits for its commit, the other gathers the next
+/// batch, and a batch held up by a row lock does not hold up every complete. Fewer runners make
+/// bigger batches: with 4, 16 agents completing at once were committed mostly one by one (44% of
+/// completes alone, the rest in batches of 3.8 on average, `pg_stat_statements`), and
+/// `bench/queue.rs` (2d), one agent of 16 slots, read 1,758–1,894 orders/s with 4 runners,
+/// 1,857–2,167 with 2 and 1,771–2,300 with 1, three runs each alternated in one sitting
+/// (bench/README.md, issue #34).
+pub const RUNNERS: usize = 2;
 
 /// The answer to one complete: its log entry, or `None` when the agent did not hold the live
 /// claim (the caller explains the `409` or replays an earlier answer).
