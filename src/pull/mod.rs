@@ -217,6 +217,8 @@ async fn run_loop<C: Carrier>(
     runs: Runs,
 ) -> Result<Option<Ended>, PullError> {
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    // Reports in flight, at most one per slot (`order::Slot`).
+    let reports = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let mut running = Running {
         set: tokio::task::JoinSet::new(),
         refused: None,
@@ -277,7 +279,7 @@ async fn run_loop<C: Carrier>(
                         &carrier,
                         &shutdown,
                         order,
-                        permit,
+                        order::Slot::new(permit, reports.clone()),
                     );
                 }
             }
@@ -361,7 +363,8 @@ fn more_permits(
     permits
 }
 
-/// Carries `order` out in its own task, holding `permit` (its slot) until it ends.
+/// Carries `order` out in its own task, holding `slot` until its verdict is in
+/// ([`order::Slot`]).
 fn spawn_order<C: Carrier>(
     running: &mut Running,
     client: &Client,
@@ -369,7 +372,7 @@ fn spawn_order<C: Carrier>(
     carrier: &Arc<C>,
     shutdown: &Shutdown,
     order: crate::wire::WorkOrder,
-    permit: OwnedSemaphorePermit,
+    slot: order::Slot,
 ) {
     let span = tracing::info_span!("order", id = %order.id);
     let (client, carrier, abandon) = (client.clone(), carrier.clone(), shutdown.abandon.clone());
@@ -386,10 +389,9 @@ fn spawn_order<C: Carrier>(
                 lease_seconds,
                 heartbeat_every,
                 abandon: &abandon,
+                slot,
             };
-            let ended = order::carry_one(ctx, carrier.as_ref(), order).await;
-            drop(permit);
-            ended
+            order::carry_one(ctx, carrier.as_ref(), order).await
         }
         .instrument(span),
     );

@@ -11,10 +11,13 @@
 //! (the order was cancelled, reclaimed, or the token refused) or the second shutdown signal
 //! moves the order to `Abandoned`: the carrier is told to stop, nothing is reported, and a
 //! cancelled order is cleaned up ([`Carrier::cancelled`]). Every transition is in [`carry_one`].
+//! The order's [`Slot`] is given back when `Reporting` begins.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -142,6 +145,38 @@ pub struct OrderContext<'a> {
     pub heartbeat_every: Option<Duration>,
     /// The second shutdown signal.
     pub abandon: &'a CancellationToken,
+    /// The agent's slot the order holds.
+    pub slot: Slot,
+}
+
+/// The agent's slot an order holds (one of [`super::LoopConfig::concurrency`]). It is given back
+/// as soon as the verdict is in, so the next order starts while this one reports: reporting is
+/// not carrying out, and a slot held through the complete's commit left one agent of 16 slots at
+/// about half of what River's 16 workers do, which free theirs the same way (`bench/queue.rs`
+/// 2d, issue #34). Reporting first takes one of `reports` (as many permits as slots): an agent
+/// holds at most twice its concurrency in claims while the server is slow to answer, and stops
+/// claiming once that many reports wait (while the server is away, say).
+pub struct Slot {
+    running: Option<OwnedSemaphorePermit>,
+    reports: Arc<Semaphore>,
+}
+
+impl Slot {
+    /// `running`: the slot's permit; `reports`: the agent's report permits.
+    pub fn new(running: OwnedSemaphorePermit, reports: Arc<Semaphore>) -> Self {
+        Slot {
+            running: Some(running),
+            reports,
+        }
+    }
+
+    /// Takes a report permit, then gives the slot back; the permit is held until the report
+    /// ends.
+    async fn reporting(&mut self) -> Option<OwnedSemaphorePermit> {
+        let permit = self.reports.clone().acquire_owned().await.ok();
+        self.running = None;
+        permit
+    }
 }
 
 /// Runs one step of the carrier while watching heartbeats and the shutdown; on a refusal or the
@@ -178,7 +213,11 @@ impl Guard<'_> {
 }
 
 /// Carries one claimed order through its stages, from `Claimed` to a report or `Abandoned`.
-pub async fn carry_one<C: Carrier>(ctx: OrderContext<'_>, carrier: &C, order: WorkOrder) -> Ended {
+pub async fn carry_one<C: Carrier>(
+    mut ctx: OrderContext<'_>,
+    carrier: &C,
+    order: WorkOrder,
+) -> Ended {
     let mut guard = Guard {
         heartbeats: Heartbeats::start(
             ctx.client.clone(),
@@ -216,6 +255,7 @@ pub async fn carry_one<C: Carrier>(ctx: OrderContext<'_>, carrier: &C, order: Wo
             }
             Stage::Reporting(verdict) => {
                 drop(guard);
+                let _reporting = ctx.slot.reporting().await;
                 let reported = report(ctx.client, ctx.agent_id, &order, &verdict).await;
                 return Ended::Reported { verdict, reported };
             }

@@ -1,0 +1,170 @@
+//! The agents' pull loop (`pullman::pull::run`, what `pullman worker` and the executor run)
+//! against a real server: an order gives its slot back once its verdict is in, so the next order
+//! starts while it reports, and the reports waiting are bounded by the slots (`pull::order::Slot`,
+//! issue #34).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pullman::client::Client;
+use pullman::pull::{self, Carrier, LoopConfig, Shutdown, Verdict};
+use pullman::testing::{TestServer, eventually};
+use pullman::wire::WorkOrder;
+use serde_json::json;
+use sqlx::{PgPool, Postgres, Transaction};
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Says which orders it starts; the first order it finishes has its row locked in a transaction
+/// the test holds, so that order's complete waits at the database until the test lets go.
+struct HoldsFirstReport {
+    started: mpsc::UnboundedSender<Uuid>,
+    pool: PgPool,
+    lock: Mutex<Option<Transaction<'static, Postgres>>>,
+    locked_once: std::sync::atomic::AtomicBool,
+}
+
+impl Carrier for HoldsFirstReport {
+    type Started = ();
+
+    async fn start(&self, order: &WorkOrder, _stop: &CancellationToken) -> Result<(), Verdict> {
+        self.started.send(order.id).unwrap();
+        Ok(())
+    }
+
+    async fn finish(&self, order: &WorkOrder, _: (), _stop: &CancellationToken) -> Verdict {
+        if !self
+            .locked_once
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let mut tx = self.pool.begin().await.unwrap();
+            sqlx::query("SELECT id FROM work_orders WHERE id = $1 FOR UPDATE")
+                .bind(order.id)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            *self.lock.lock().await = Some(tx);
+        }
+        Verdict::Success {
+            message: "done".into(),
+        }
+    }
+}
+
+/// One slot, three orders. The first order's complete is held at the database: the second
+/// order starts meanwhile (its slot was given back when the first's verdict was in); its own
+/// report waits for the one report permit, so it keeps its slot and the third order is not
+/// claimed (the agent holds two claims, not more); once the first complete goes through, the
+/// third order runs, and every order is in the log once, succeeded.
+/// The next order the carrier starts, within 10 s.
+async fn next_start(starts: &mut mpsc::UnboundedReceiver<Uuid>, what: &str) -> Uuid {
+    tokio::time::timeout(Duration::from_secs(10), starts.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not start within 10 s"))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bounded() {
+    let server = TestServer::start().await;
+    let (agent, token) = server
+        .agent(json!({"name": "pull-loop", "labels": ["pull-loop"]}))
+        .await;
+    let agent_id: Uuid = agent.parse().unwrap();
+    let mut orders = Vec::new();
+    for _ in 0..3 {
+        orders.push(
+            server
+                .order(pullman::testing::configmap_order("pull-loop"))
+                .await,
+        );
+    }
+    let (started, mut starts) = mpsc::unbounded_channel();
+    let carrier = Arc::new(HoldsFirstReport {
+        started,
+        pool: server.pool.clone(),
+        lock: Mutex::new(None),
+        locked_once: Default::default(),
+    });
+    let shutdown = Shutdown::default();
+    let config = LoopConfig {
+        agent_id,
+        work_types: Vec::new(),
+        lease_seconds: 60,
+        concurrency: 1,
+        max_wait_seconds: 1,
+        heartbeat_every: None,
+    };
+    let agent_loop = tokio::spawn(pull::run(
+        Client::new(&server.base, &token).unwrap(),
+        config,
+        carrier.clone(),
+        shutdown.clone(),
+    ));
+
+    let first = next_start(&mut starts, "the first order").await;
+    let second = next_start(
+        &mut starts,
+        "the second order (while the first's complete waits at the database)",
+    )
+    .await;
+    assert_ne!(first, second);
+    assert!(
+        carrier.lock.lock().await.is_some(),
+        "the first order's row is held"
+    );
+
+    // The second order's report waits for the first's: it keeps its slot, so nothing more is
+    // claimed. Watched for 1.5 s: a third claim would come within milliseconds.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        starts.try_recv().is_err(),
+        "a third order started while two reports were waiting"
+    );
+    let (held,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM work_order_claims WHERE agent_id = $1")
+            .bind(agent_id)
+            .fetch_one(&server.pool)
+            .await
+            .unwrap();
+    assert_eq!(held, 2, "the agent holds the two orders reporting, no more");
+
+    // Let the first complete through: the third order runs.
+    carrier
+        .lock
+        .lock()
+        .await
+        .take()
+        .unwrap()
+        .rollback()
+        .await
+        .unwrap();
+    let third = next_start(&mut starts, "the third order").await;
+    assert!(![first, second].contains(&third));
+
+    eventually(10, "every order in the log", || {
+        let pool = server.pool.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM work_order_log WHERE outcome = 'succeeded' AND id = ANY($1)",
+            )
+            .bind([first, second, third].into_iter().collect::<Vec<Uuid>>())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            (n == 3).then_some(())
+        }
+    })
+    .await;
+    let ids: Vec<String> = [first, second, third].iter().map(Uuid::to_string).collect();
+    for order in &orders {
+        assert!(ids.contains(order), "order {order} was not carried out");
+    }
+    shutdown.drain.cancel();
+    tokio::time::timeout(Duration::from_secs(10), agent_loop)
+        .await
+        .expect("the loop drains")
+        .unwrap()
+        .unwrap();
+}
