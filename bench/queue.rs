@@ -5,12 +5,13 @@
 //!   cargo bench --bench queue                 # all scenarios, default sizes
 //!   cargo bench --bench queue -- --quick      # smaller sizes, for a smoke run
 //!   cargo bench --bench queue -- sql http     # only these scenarios
-//!   cargo bench --bench queue -- --quick sql http river   # with River as the peer (needs Go)
+//!   cargo bench --bench queue -- --quick sql http batched pull river   # River as the peer (Go)
 //!   cargo bench --bench queue -- soak --soak-minutes=3
 //!   cargo bench --bench queue -- --quick --guard-http-ratio=0.4   # CI: exit 1 below the ratio
 //!
 //! Scenarios: sql (ceiling), http (end to end), unbatched and batched (end to end without any
-//! batching, and with multi-claim and group commit), wake (long-poll wake-up), backlog (claim cost vs
+//! batching, and with multi-claim and group commit), pull (the agents' own pull loop,
+//! `pullman::pull`, one agent of 16 slots: bench/pull.rs), wake (long-poll wake-up), backlog (claim cost vs
 //! backlog size, reaper sweep), soak (the end-to-end run held at a fixed offered load for 10
 //! minutes), footprint (server RSS idle and with 1,000 long-polls; executor RSS idle when
 //! KUBECONFIG names a reachable cluster), depth (the backlog routes at 1M pending, and what the
@@ -302,6 +303,7 @@ mod fair;
 mod footprint;
 mod http;
 mod keys;
+mod pull;
 mod river;
 mod soak;
 
@@ -394,7 +396,7 @@ async fn main() {
     let mut ceiling = None;
     // Printed after the table.
     let mut notes: Vec<String> = Vec::new();
-    if ["sql", "http", "unbatched", "batched", "river"]
+    if ["sql", "http", "unbatched", "batched", "pull", "river"]
         .into_iter()
         .any(run)
     {
@@ -437,9 +439,20 @@ async fn main() {
             );
         }
     }
+    let mut pull_rate = None;
+    if run("pull") {
+        let c = ceiling.unwrap();
+        let rate = b.pull_loops(orders, 1, AGENTS).await;
+        pull_rate = Some(rate);
+        println!(
+            "| 2d. The agents' own pull loop (pullman::pull, as worker and executor run it, work that returns at once): 1 agent × 16 slots, {orders} backlog | {rate:.0} orders/s | {:.2} × ceiling |",
+            rate / c
+        );
+    }
     if run("river") {
         let mut pullman: Vec<(&str, f64)> = http_rate.map(|r| ("2", r)).into_iter().collect();
         pullman.extend(batched_rate.map(|r| ("2c", r)));
+        pullman.extend(pull_rate.map(|r| ("2d", r)));
         river::run(orders, ceiling, &pullman).await;
     }
     if run("wake") {
