@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use super::{eventually, free_port, fresh_database_url, pullman_bin};
 
@@ -98,4 +99,142 @@ impl Drop for Serve {
             let _ = self.child.wait();
         }
     }
+}
+
+// What the tests of `serve` as a process share (tests/serve_cli.rs, tests/serve_shutdown.rs):
+// starting it on its embedded PostgreSQL or a fresh database, signals, and its processes.
+
+pub fn start_serve(data_dir: &Path, port: u16) -> Child {
+    start_serve_logging(data_dir, port, Stdio::inherit())
+}
+
+pub fn start_serve_logging(data_dir: &Path, port: u16, stderr: impl Into<Stdio>) -> Child {
+    Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        // This test is about the embedded database; the controller has tests of its own.
+        .args(["--controller", "off"])
+        .env_remove("DATABASE_URL")
+        .env_remove("PULLMAN_ADMIN_TOKEN")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+pub async fn wait_ready(port: u16) {
+    let http = reqwest::Client::new();
+    eventually(90, "pullman serve to be ready", || {
+        let http = http.clone();
+        async move {
+            let r = http
+                .get(format!("http://127.0.0.1:{port}/readyz"))
+                .send()
+                .await
+                .ok()?;
+            r.status().is_success().then_some(())
+        }
+    })
+    .await;
+}
+
+pub fn postgres_processes_for(dir: &Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("postgres") && c.contains(&needle))
+        .collect()
+}
+
+pub fn sigterm(child: &Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+}
+
+/// Waits (at most 60 s) for `child` to exit.
+pub fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "serve did not stop within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn sigterm_and_wait(mut child: Child) -> std::process::ExitStatus {
+    sigterm(&child);
+    wait_for_exit(&mut child)
+}
+
+/// Starts `serve` (controller off, log level info) on a fresh database with `extra` arguments,
+/// logging to `log`; returns once `/readyz` answers 200.
+pub async fn serve_on_fresh_database(extra: &[&str], log: &Path) -> (Child, u16) {
+    let db = super::fresh_database_url().await;
+    let port = free_port();
+    let child = Command::new(pullman_bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--controller",
+            "off",
+        ])
+        .args(extra)
+        .env("DATABASE_URL", &db)
+        .env("PULLMAN_ADMIN_TOKEN", super::ADMIN_TOKEN)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_ready(port).await;
+    (child, port)
+}
+
+/// The pid in `<pg_data>/postmaster.pid`, if the file is there.
+pub fn postmaster_pid(pg_data: &Path) -> Option<i32> {
+    std::fs::read_to_string(pg_data.join("postmaster.pid"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether `pid` is a live process; a zombie (exited, not yet reaped by its parent) is not.
+pub fn is_running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Waits (at most `secs`) for `pid` to be gone; says whether it went.
+pub fn gone_within(pid: i32, secs: u64) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while is_running(pid) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
 }
