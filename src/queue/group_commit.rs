@@ -55,8 +55,8 @@ pub(crate) struct GroupCommit {
 
 impl GroupCommit {
     /// Starts [`RUNNERS`] runners on `pool` (on the current tokio runtime), each running at most
-    /// `max_batch` completes per statement (at least 1; 1 means one statement per complete, as
-    /// without group commit, still answered by the runners).
+    /// `max_batch` completes per statement (at least 1; `Queue::with_group_commit` starts none
+    /// for 1).
     pub(crate) fn start(pool: PgPool, max_batch: usize) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
         let receiver = Arc::new(Mutex::new(receiver));

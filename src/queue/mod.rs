@@ -4,7 +4,10 @@
 //!
 //! Lock order, kept by every transaction to rule out deadlocks: agent row → work order row → claim
 //! row → tenant turn row (`tenant_turns`, taken last and with `SKIP LOCKED`, never awaited). The
-//! reaper takes rows with `SKIP LOCKED` and never waits. Maintenance locks the whole
+//! reaper takes rows with `SKIP LOCKED` and never waits. Claim-next and successful completes hold
+//! the agent row FOR KEY SHARE, so one agent's statements run side by side, and write its contact
+//! `SKIP LOCKED` at their end; what must wait for them takes it FOR UPDATE (a capped claim, the
+//! second step of a retirement: `sql/claiming_agent.sql`, `Queue::retire_agent`). Maintenance locks the whole
 //! `tenant_turns` table for a moment (`Queue::drop_idle_turns`), with a 100 ms lock timeout, so
 //! it gives up rather than hold claims off.
 //!
@@ -243,13 +246,13 @@ impl Queue {
 
     /// The same queue with group commit of successful completes (`queue::group_commit`):
     /// completes arriving together share one statement and one commit, up to `max_batch`
-    /// (`queue::limits::COMPLETE_BATCH`; 1 = one statement per complete). Starts the runners on
-    /// the current tokio runtime; `serve` turns it on (`--complete-batch`).
+    /// (`queue::limits::COMPLETE_BATCH`). Starts the runners on the current tokio runtime;
+    /// `serve` turns it on (`--complete-batch`). A `max_batch` of 1 turns it off: each complete
+    /// runs its own statement on its own connection, as many at once as the pool allows, rather
+    /// than one at a time per runner (a complete waiting on a row lock then holds up no other).
     pub fn with_group_commit(mut self, max_batch: usize) -> Self {
-        self.group_commit = Some(group_commit::GroupCommit::start(
-            self.pool.clone(),
-            max_batch,
-        ));
+        self.group_commit =
+            (max_batch > 1).then(|| group_commit::GroupCommit::start(self.pool.clone(), max_batch));
         self
     }
 

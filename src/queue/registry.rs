@@ -210,7 +210,15 @@ impl Queue {
     }
 
     /// Retires an agent (docs/design.md §5 `DELETE /agents/{id}`): tokens revoked, its claims returned
-    /// to `PENDING` (not counted as reclaims). Retiring a retired agent changes nothing.
+    /// to `PENDING` (not counted as reclaims). Retiring a retired agent changes nothing, and
+    /// returns the claims a retirement cut short left held.
+    ///
+    /// Two transactions. The first marks the agent retired and revokes its tokens without waiting
+    /// for its claims and completes in flight: they lock its row FOR KEY SHARE, and a FOR UPDATE
+    /// waiting for them could be passed over for as long as the agent keeps working (PostgreSQL
+    /// lets a lock that conflicts with no holder through past a waiter). Once it commits, claims
+    /// see the agent retired. The second waits for those still in flight
+    /// (`sql/await_agent_statements.sql`), then returns every claim of the agent to `PENDING`.
     pub async fn retire_agent(&self, id: Uuid) -> Result<Agent, QueueError> {
         let mut tx = self.pool.begin().await?;
         let found: Option<(Uuid,)> = sqlx::query_as(sql::RETIRE_AGENT)
@@ -227,13 +235,19 @@ impl Queue {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        // Lock order: agent (above), then orders, then claims.
+        tx.commit().await?;
+        self.note_tokens_revoked();
+        let mut tx = self.pool.begin().await?;
+        // Lock order: agent, then orders, then claims.
+        sqlx::query(sql::AWAIT_AGENT_STATEMENTS)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(sql::RELEASE_AGENT_CLAIMS)
             .bind(id)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        self.note_tokens_revoked();
         self.get_agent(id).await
     }
 

@@ -127,6 +127,7 @@ statements! {
     LIVE_AGENT_TOKEN = "live_agent_token";
     LOCK_AGENT = "lock_agent";
     RETIRE_AGENT = "retire_agent";
+    AWAIT_AGENT_STATEMENTS = "await_agent_statements";
     RELEASE_AGENT_CLAIMS = "release_agent_claims";
     GET_AGENT = "get_agent";
     AGENT_NAMED = "agent_named";
