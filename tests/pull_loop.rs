@@ -17,19 +17,21 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// Says which orders it starts; the first order it finishes has its row locked in a transaction
-/// the test holds, so that order's complete waits at the database until the test lets go.
+/// the test holds, so that order's complete waits at the database until the test lets go (or,
+/// with `release_after`, until that much later).
 struct HoldsFirstReport {
     started: mpsc::UnboundedSender<Uuid>,
     pool: PgPool,
-    lock: Mutex<Option<Transaction<'static, Postgres>>>,
+    lock: Arc<Mutex<Option<Transaction<'static, Postgres>>>>,
     locked_once: std::sync::atomic::AtomicBool,
+    release_after: Option<Duration>,
 }
 
 impl Carrier for HoldsFirstReport {
     type Started = ();
 
     async fn start(&self, order: &WorkOrder, _stop: &CancellationToken) -> Result<(), Verdict> {
-        self.started.send(order.id).unwrap();
+        let _ = self.started.send(order.id);
         Ok(())
     }
 
@@ -45,6 +47,15 @@ impl Carrier for HoldsFirstReport {
                 .await
                 .unwrap();
             *self.lock.lock().await = Some(tx);
+            if let Some(after) = self.release_after {
+                let lock = self.lock.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    if let Some(tx) = lock.lock().await.take() {
+                        tx.rollback().await.unwrap();
+                    }
+                });
+            }
         }
         Verdict::Success {
             message: "done".into(),
@@ -84,8 +95,9 @@ async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bou
     let carrier = Arc::new(HoldsFirstReport {
         started,
         pool: server.pool.clone(),
-        lock: Mutex::new(None),
+        lock: Default::default(),
         locked_once: Default::default(),
+        release_after: None,
     });
     let shutdown = Shutdown::default();
     let config = LoopConfig {
@@ -163,6 +175,58 @@ async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bou
     }
     shutdown.drain.cancel();
     tokio::time::timeout(Duration::from_secs(10), agent_loop)
+        .await
+        .expect("the loop drains")
+        .unwrap()
+        .unwrap();
+}
+
+/// An agent whose `max_concurrency` is its loop's concurrency (as an Executor's Deployment runs
+/// it): a slot given back while its order still reports finds the server counting that claim, so
+/// a long-poll would sleep up to its wait (30 s here) with nothing to wake it. The first order's
+/// complete is held at the database for 2 s, so the next claim comes while it reports. While
+/// reports are in flight the loop does not wait at the server: 5 orders are done within 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_at_its_max_concurrency_does_not_sleep_while_its_reports_end() {
+    let server = TestServer::start().await;
+    let (agent, token) = server
+        .agent(json!({"name": "capped-loop", "labels": ["capped-loop"], "max_concurrency": 1}))
+        .await;
+    let mut orders = Vec::new();
+    for _ in 0..5 {
+        orders.push(
+            server
+                .order(pullman::testing::configmap_order("capped-loop"))
+                .await,
+        );
+    }
+    let shutdown = Shutdown::default();
+    let config = LoopConfig {
+        agent_id: agent.parse().unwrap(),
+        work_types: Vec::new(),
+        lease_seconds: 60,
+        concurrency: 1,
+        max_wait_seconds: 30,
+        heartbeat_every: None,
+    };
+    let agent_loop = tokio::spawn(pull::run(
+        Client::new(&server.base, &token).unwrap(),
+        config,
+        Arc::new(HoldsFirstReport {
+            started: mpsc::unbounded_channel().0,
+            pool: server.pool.clone(),
+            lock: Default::default(),
+            locked_once: Default::default(),
+            release_after: Some(Duration::from_secs(2)),
+        }),
+        shutdown.clone(),
+    ));
+    for order in &orders {
+        let entry = server.log_entry(order, 10).await;
+        assert_eq!(entry["outcome"], "succeeded", "{entry}");
+    }
+    shutdown.drain.cancel();
+    tokio::time::timeout(Duration::from_secs(35), agent_loop)
         .await
         .expect("the loop drains")
         .unwrap()

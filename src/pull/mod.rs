@@ -141,6 +141,9 @@ pub async fn run_once<C: Carrier>(
     run_loop(client, config, carrier, shutdown, Runs::Once { deadline }).await
 }
 
+/// The longest an empty claim waits for a report in flight to end before claiming again.
+const REPORT_WAIT_MOST: Duration = Duration::from_secs(1);
+
 /// How long a claim request may outlast the `--once` deadline: the server answers a long-poll
 /// bounded by the deadline within about a second; past this it is not answering at all.
 pub const DEADLINE_GRACE: Duration = Duration::from_secs(2);
@@ -217,8 +220,7 @@ async fn run_loop<C: Carrier>(
     runs: Runs,
 ) -> Result<Option<Ended>, PullError> {
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
-    // Reports in flight, at most one per slot (`order::Slot`).
-    let reports = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    let reports = order::Reports::new(config.concurrency);
     let mut running = Running {
         set: tokio::task::JoinSet::new(),
         refused: None,
@@ -240,9 +242,18 @@ async fn run_loop<C: Carrier>(
             running.join_next().await;
             break;
         }
-        let Some(max_wait) = claim_wait(&config, runs, &backoff) else {
+        let Some(mut max_wait) = claim_wait(&config, runs, &backoff) else {
             break;
         };
+        // While reports are in flight the server still counts their claims: an agent at its
+        // max_concurrency (an Executor's) would get nothing and its long-poll would sleep, as
+        // nothing wakes it when its own claims end. So it does not wait at the server; an empty
+        // answer waits here for a report to end instead.
+        let reporting = reports.in_flight() > 0;
+        let report_ends = reports.one_ends();
+        if reporting {
+            max_wait = 0;
+        }
         let permits = more_permits(&config, &slots, permit);
         let body = ClaimNextBody {
             work_types: (!config.work_types.is_empty()).then(|| config.work_types.clone()),
@@ -269,6 +280,14 @@ async fn run_loop<C: Carrier>(
                 let failures = backoff.succeeded();
                 if failures > 0 {
                     tracing::info!(failures, "connected to the server again");
+                }
+                if claim.is_empty() && reporting {
+                    tokio::select! {
+                        _ = shutdown.drain.cancelled() => break,
+                        _ = report_ends => {}
+                        _ = tokio::time::sleep(REPORT_WAIT_MOST) => {}
+                    }
+                    continue;
                 }
                 // Each order takes one slot; slots left over are free again.
                 for (order, permit) in claim.into_iter().zip(permits) {

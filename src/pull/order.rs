@@ -11,13 +11,14 @@
 //! (the order was cancelled, reclaimed, or the token refused) or the second shutdown signal
 //! moves the order to `Abandoned`: the carrier is told to stop, nothing is reported, and a
 //! cancelled order is cleaned up ([`Carrier::cancelled`]). Every transition is in [`carry_one`].
-//! The order's [`Slot`] is given back when `Reporting` begins.
+//! The order's [`Slot`] is given back once `Reporting` holds a report permit; heartbeats go on
+//! until then, and a refusal or the second signal abandons the order there as well.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -153,29 +154,79 @@ pub struct OrderContext<'a> {
 /// as soon as the verdict is in, so the next order starts while this one reports: reporting is
 /// not carrying out, and a slot held through the complete's commit left one agent of 16 slots at
 /// about half of what River's 16 workers do, which free theirs the same way (`bench/queue.rs`
-/// 2d, issue #34). Reporting first takes one of `reports` (as many permits as slots): an agent
-/// holds at most twice its concurrency in claims while the server is slow to answer, and stops
-/// claiming once that many reports wait (while the server is away, say).
+/// 2d, issue #34). The slot is given back once the order holds one of the agent's [`Reports`],
+/// and heartbeats go on while it waits for one.
 pub struct Slot {
     running: Option<OwnedSemaphorePermit>,
-    reports: Arc<Semaphore>,
+    reports: Arc<Reports>,
 }
 
 impl Slot {
-    /// `running`: the slot's permit; `reports`: the agent's report permits.
-    pub fn new(running: OwnedSemaphorePermit, reports: Arc<Semaphore>) -> Self {
+    /// `running`: the slot's permit; `reports`: the agent's reports.
+    pub fn new(running: OwnedSemaphorePermit, reports: Arc<Reports>) -> Self {
         Slot {
             running: Some(running),
             reports,
         }
     }
 
-    /// Takes a report permit, then gives the slot back; the permit is held until the report
-    /// ends.
-    async fn reporting(&mut self) -> Option<OwnedSemaphorePermit> {
-        let permit = self.reports.clone().acquire_owned().await.ok();
+    /// Takes a report permit, then gives the slot back.
+    async fn reporting(&mut self) -> ReportInFlight {
+        let permit = self
+            .reports
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the report semaphore is never closed");
         self.running = None;
-        permit
+        ReportInFlight {
+            _permit: permit,
+            reports: self.reports.clone(),
+        }
+    }
+}
+
+/// The reports an agent's orders have in flight: at most one per slot, so an agent holds at most
+/// twice its concurrency in claims while the server is slow to answer, and stops claiming once
+/// that many reports wait (for a server that is away, say).
+pub struct Reports {
+    permits: Arc<Semaphore>,
+    most: usize,
+    ended: Notify,
+}
+
+impl Reports {
+    /// Room for one report per slot (`slots`, at least 1).
+    pub fn new(slots: usize) -> Arc<Self> {
+        Arc::new(Reports {
+            permits: Arc::new(Semaphore::new(slots.max(1))),
+            most: slots.max(1),
+            ended: Notify::new(),
+        })
+    }
+
+    /// Reports in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.most - self.permits.available_permits()
+    }
+
+    /// Resolves when a report in flight ends after this was called (the future listens from
+    /// its creation, before it is first polled).
+    pub fn one_ends(&self) -> tokio::sync::futures::Notified<'_> {
+        self.ended.notified()
+    }
+}
+
+/// A report in flight; says so when it ends.
+struct ReportInFlight {
+    _permit: OwnedSemaphorePermit,
+    reports: Arc<Reports>,
+}
+
+impl Drop for ReportInFlight {
+    fn drop(&mut self) {
+        self.reports.ended.notify_waiters();
     }
 }
 
@@ -253,12 +304,16 @@ pub async fn carry_one<C: Carrier>(
                     Err(why) => Stage::Abandoned(why),
                 }
             }
-            Stage::Reporting(verdict) => {
-                drop(guard);
-                let _reporting = ctx.slot.reporting().await;
-                let reported = report(ctx.client, ctx.agent_id, &order, &verdict).await;
-                return Ended::Reported { verdict, reported };
-            }
+            // The slot is given back once a report permit is held; until then heartbeats go on
+            // and a refusal or the second signal abandons the order as in the steps before.
+            Stage::Reporting(verdict) => match guard.run(ctx.slot.reporting()).await {
+                Err(why) => Stage::Abandoned(why),
+                Ok(_reporting) => {
+                    drop(guard);
+                    let reported = report(ctx.client, ctx.agent_id, &order, &verdict).await;
+                    return Ended::Reported { verdict, reported };
+                }
+            },
             Stage::Abandoned(why) => {
                 drop(guard);
                 match why {
