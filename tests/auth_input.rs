@@ -193,13 +193,7 @@ async fn no_token_or_yaml_appears_in_logs() {
     body["yaml_content"] =
         json!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: SENTINEL-YAML-CONTENT\n");
     let o = s.order(body).await;
-    s.call(
-        Method::POST,
-        &format!("/api/v1/agents/{a}/claim"),
-        Some(&tok),
-        None,
-    )
-    .await;
+    s.claim_next(&a, &tok, None).await;
     s.call(
         Method::POST,
         &format!("/api/v1/work-orders/{o}/complete"),
@@ -321,12 +315,7 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
     assert_eq!(count(&s, "agents").await, 0, "nothing written");
     let (a, tok) = s.agent(json!({"name": "a", "labels": ["a"]})).await;
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{a}/claim"),
-            Some(&tok),
-            Some(json!({"lease_seconds": 1})),
-        )
+        .claim_next(&a, &tok, Some(json!({"lease_seconds": 1})))
         .await;
     assert_eq!(st, 400, "{v}");
     assert!(
@@ -336,12 +325,7 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
             .contains("lease_seconds")
     );
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{a}/claim"),
-            Some(&tok),
-            Some(json!({"max_wait_seconds": "soon"})),
-        )
+        .claim_next(&a, &tok, Some(json!({"max_wait_seconds": "soon"})))
         .await;
     assert_eq!(st, 422, "{v}");
     let (st, v) = s
@@ -484,13 +468,7 @@ async fn openapi_describes_every_route_and_ops_endpoints_answer() {
     assert_eq!(s.call(Method::GET, "/readyz", None, None).await.0, 200);
     let (a, tok) = s.agent(json!({"name": "m", "labels": ["m"]})).await;
     s.order(configmap_order("m")).await;
-    s.call(
-        Method::POST,
-        &format!("/api/v1/agents/{a}/claim"),
-        Some(&tok),
-        None,
-    )
-    .await;
+    s.claim_next(&a, &tok, None).await;
     let text = s
         .http
         .get(s.url("/metrics"))

@@ -101,12 +101,7 @@ async fn sixteen_agents_drain_twenty_thousand_orders_exactly_once() {
             let mut done = Vec::new();
             loop {
                 let (status, order) = s
-                    .call(
-                        Method::POST,
-                        &format!("/api/v1/agents/{id}/claim"),
-                        Some(&token),
-                        Some(json!({"lease_seconds": 60})),
-                    )
+                    .claim_next(&id, &token, Some(json!({"lease_seconds": 60})))
                     .await;
                 if status == 204 {
                     return done;
@@ -167,13 +162,8 @@ async fn long_polls_are_bounded() {
     let holder = {
         let (s, id, token) = (s.clone(), id.clone(), token.clone());
         tokio::spawn(async move {
-            s.call(
-                Method::POST,
-                &format!("/api/v1/agents/{id}/claim"),
-                Some(&token),
-                Some(json!({"max_wait_seconds": 2})),
-            )
-            .await
+            s.claim_next(&id, &token, Some(json!({"max_wait_seconds": 2})))
+                .await
         })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -192,14 +182,7 @@ async fn long_polls_are_bounded() {
     let (status, _) = holder.await.unwrap();
     assert_eq!(status, 204, "nothing eligible within the wait");
     // A claim that does not wait needs no permit.
-    let (status, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{id}/claim"),
-            Some(&token),
-            None,
-        )
-        .await;
+    let (status, _) = s.claim_next(&id, &token, None).await;
     assert_eq!(status, 204);
 }
 
@@ -213,10 +196,9 @@ fn long_poll(
     tokio::spawn(async move {
         let started = std::time::Instant::now();
         let (status, body) = s
-            .call(
-                Method::POST,
-                &format!("/api/v1/agents/{id}/claim"),
-                Some(&token),
+            .claim_next(
+                &id,
+                &token,
                 Some(json!({"max_wait_seconds": max_wait_seconds})),
             )
             .await;
@@ -307,14 +289,7 @@ async fn api_orders_send_no_change_notifications_but_resource_orders_do() {
     listener.listen("pullman_work_order_changed").await.unwrap();
     let (id, token) = s.agent(json!({"name": "quiet", "labels": ["q"]})).await;
     let order = s.order(configmap_order("q")).await;
-    let (status, claim) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{id}/claim"),
-            Some(&token),
-            None,
-        )
-        .await;
+    let (status, claim) = s.claim_next(&id, &token, None).await;
     assert_eq!(status, 200, "{claim}");
     let (status, body) = s
         .call(
@@ -371,12 +346,7 @@ async fn multi_claims_race_and_every_order_is_claimed_and_completed_once() {
             let mut claim_ids = HashSet::new();
             loop {
                 let (status, answer) = s
-                    .call(
-                        Method::POST,
-                        &format!("/api/v1/agents/{id}/claim"),
-                        Some(&token),
-                        Some(json!({"lease_seconds": 60, "max_orders": max_orders})),
-                    )
+                    .claim_next(&id, &token, Some(json!({"lease_seconds": 60, "max_orders": max_orders})))
                     .await;
                 if status == 204 {
                     return (done, claim_ids);
@@ -441,12 +411,7 @@ async fn max_orders_is_bounded_and_chooses_the_answer_shape() {
     let (id, token) = s.agent(json!({"name": "shape", "labels": ["shape"]})).await;
     for bad in [0, 101, -1] {
         let (status, body) = s
-            .call(
-                Method::POST,
-                &format!("/api/v1/agents/{id}/claim"),
-                Some(&token),
-                Some(json!({"max_orders": bad})),
-            )
+            .claim_next(&id, &token, Some(json!({"max_orders": bad})))
             .await;
         assert_eq!(status, 400, "{bad}: {body}");
         let message = body["error"]["message"].as_str().unwrap();
@@ -460,15 +425,7 @@ async fn max_orders_is_bounded_and_chooses_the_answer_shape() {
     }
     let claim = |body: serde_json::Value| {
         let (s, id, token) = (&s, id.clone(), token.clone());
-        async move {
-            s.call(
-                Method::POST,
-                &format!("/api/v1/agents/{id}/claim"),
-                Some(&token),
-                Some(body),
-            )
-            .await
-        }
+        async move { s.claim_next(&id, &token, Some(body)).await }
     };
     let (status, one) = claim(json!({})).await;
     assert_eq!(status, 200);

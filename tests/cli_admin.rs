@@ -34,12 +34,7 @@ async fn claim_and_complete(
     message: &str,
 ) -> String {
     let (st, claimed) = server
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(token),
-            Some(json!({"max_wait_seconds": 10})),
-        )
+        .claim_next(agent, token, Some(json!({"max_wait_seconds": 10})))
         .await;
     assert_eq!(st, 200, "{claimed}");
     let id = claimed["id"].as_str().unwrap().to_string();
@@ -360,12 +355,7 @@ async fn attempts_rerun_and_list_filters() {
 
     // First attempt fails (retry scheduled); the second is held while we look.
     let (_, c) = server
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(&token),
-            Some(json!({"max_wait_seconds": 5})),
-        )
+        .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 5})))
         .await;
     let (st, _) = server
         .call(
@@ -390,12 +380,7 @@ async fn attempts_rerun_and_list_filters() {
         "{text}"
     );
     let (st, c2) = server
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(&token),
-            Some(json!({"max_wait_seconds": 10})),
-        )
+        .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 10})))
         .await;
     assert_eq!(st, 200);
     assert_eq!(c2["id"], id.as_str());
@@ -547,12 +532,7 @@ async fn get_watch_prints_each_change_until_the_order_finishes() {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (st, c) = server
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(&token),
-            Some(json!({"max_wait_seconds": 5})),
-        )
+        .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 5})))
         .await;
     assert_eq!(st, 200);
     tokio::time::sleep(Duration::from_secs(3)).await;

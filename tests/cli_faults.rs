@@ -108,14 +108,7 @@ async fn no_command_panics_on_a_closed_pipe() {
     let s = TestServer::start().await;
     let (agent, token) = s.agent(json!({"name": "p", "labels": ["p"]})).await;
     let active = s.order(configmap_order("p")).await;
-    let (st, claimed) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(&token),
-            None,
-        )
-        .await;
+    let (st, claimed) = s.claim_next(&agent, &token, None).await;
     assert_eq!(st, 200, "{claimed}");
     let (st, _) = s
         .call(

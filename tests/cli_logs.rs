@@ -15,12 +15,7 @@ use support::{TestServer, configmap_order};
 /// Claims the agent's next order: (order id, claim id).
 async fn claim(s: &TestServer, agent: &str, token: &str) -> (String, String) {
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(token),
-            Some(json!({"max_wait_seconds": 20})),
-        )
+        .claim_next(agent, token, Some(json!({"max_wait_seconds": 20})))
         .await;
     assert_eq!(st, 200, "{v}");
     (

@@ -231,14 +231,7 @@ async fn max_concurrency_and_retirement_gate_claims() {
         pending(&s, &a, &tok, "").await.is_empty(),
         "at capacity, claim accepts nothing"
     );
-    let (st, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{a}/claim"),
-            Some(&tok),
-            None,
-        )
-        .await;
+    let (st, _) = s.claim_next(&a, &tok, None).await;
     assert_eq!(st, 204);
 
     // Concurrent claim-next by one capped agent never exceeds the cap.
@@ -254,14 +247,7 @@ async fn max_concurrency_and_retirement_gate_claims() {
     for _ in 0..10 {
         let (s, b_id, b_tok) = (s.clone(), b_id.clone(), b_tok.clone());
         tasks.push(tokio::spawn(async move {
-            s.call(
-                Method::POST,
-                &format!("/api/v1/agents/{b_id}/claim"),
-                Some(&b_tok),
-                None,
-            )
-            .await
-            .0
+            s.claim_next(&b_id, &b_tok, None).await.0
         }));
     }
     let mut won = 0;
@@ -304,13 +290,7 @@ async fn agents_report_derived_health() {
         .admin(Method::GET, &format!("/api/v1/agents/{a}"), None)
         .await;
     assert_eq!(v["health"], "never_seen");
-    s.call(
-        Method::POST,
-        &format!("/api/v1/agents/{a}/claim"),
-        Some(&tok),
-        None,
-    )
-    .await;
+    s.claim_next(&a, &tok, None).await;
     let (_, v) = s
         .admin(Method::GET, &format!("/api/v1/agents/{a}"), None)
         .await;
@@ -340,15 +320,7 @@ async fn requested_work_types_narrow_capabilities() {
         .await;
     let claim = |id: String, tok: String, body: Value| {
         let s = &s;
-        async move {
-            s.call(
-                Method::POST,
-                &format!("/api/v1/agents/{id}/claim"),
-                Some(&tok),
-                Some(body),
-            )
-            .await
-        }
+        async move { s.claim_next(&id, &tok, Some(body)).await }
     };
     // Capable of custom only, asking for build only: nothing is left.
     let (st, _) = claim(

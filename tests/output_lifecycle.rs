@@ -173,10 +173,9 @@ async fn a_stale_claims_chunks_are_refused_before_and_after_the_reaper() {
     let (agent, token) = s.agent(json!({"name": "out-s", "labels": ["out-s"]})).await;
     let order = s.order(configmap_order("out-s")).await;
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(&token),
+        .claim_next(
+            &agent,
+            &token,
             Some(json!({"max_wait_seconds": 5, "lease_seconds": 5})),
         )
         .await;
@@ -196,12 +195,7 @@ async fn a_stale_claims_chunks_are_refused_before_and_after_the_reaper() {
         .agent(json!({"name": "out-s2", "labels": ["out-s"]}))
         .await;
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{next}/claim"),
-            Some(&next_token),
-            Some(json!({"max_wait_seconds": 5})),
-        )
+        .claim_next(&next, &next_token, Some(json!({"max_wait_seconds": 5})))
         .await;
     assert_eq!((st, v["id"].clone()), (200, json!(order)), "{v}");
     let new = v["claim_id"].as_str().unwrap().to_string();

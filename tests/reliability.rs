@@ -16,12 +16,7 @@ use support::{ADMIN_TOKEN, TestServer, configmap_order, eventually};
 /// A claim-next by `agent` that must hand out an order; returns it.
 async fn claim_one(s: &TestServer, agent: &str, token: &str) -> Value {
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(token),
-            Some(json!({"max_wait_seconds": 5})),
-        )
+        .claim_next(agent, token, Some(json!({"max_wait_seconds": 5})))
         .await;
     assert_eq!(st, 200, "claim-next: {v}");
     v
@@ -133,12 +128,7 @@ async fn create_answers_with_what_it_inserted_while_fast_agents_take_the_orders(
             let mut done = 0;
             while !stop.load(Ordering::Relaxed) {
                 let (st, v) = s
-                    .call(
-                        Method::POST,
-                        &format!("/api/v1/agents/{agent}/claim"),
-                        Some(&token),
-                        Some(json!({"max_wait_seconds": 1})),
-                    )
+                    .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 1})))
                     .await;
                 if st == 200 {
                     let (st, _) = complete(
@@ -366,15 +356,7 @@ async fn connections_killed_under_load_answer_503_never_500() {
                         s.admin(Method::GET, "/api/v1/work-orders?limit=5", None)
                             .await
                     }
-                    _ => {
-                        s.call(
-                            Method::POST,
-                            &format!("/api/v1/agents/{agent}/claim"),
-                            Some(&token),
-                            None,
-                        )
-                        .await
-                    }
+                    _ => s.claim_next(&agent, &token, None).await,
                 };
                 assert_ne!(st, 500, "a killed connection answered 500: {v}");
                 statuses.push(st);

@@ -441,13 +441,8 @@ async fn due_retries_are_promoted_and_wake_long_polls() {
     let waiter = {
         let (s, a, tok) = (s.clone(), a.clone(), tok.clone());
         tokio::spawn(async move {
-            s.call(
-                Method::POST,
-                &format!("/api/v1/agents/{a}/claim"),
-                Some(&tok),
-                Some(json!({"max_wait_seconds": 15})),
-            )
-            .await
+            s.claim_next(&a, &tok, Some(json!({"max_wait_seconds": 15})))
+                .await
         })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -479,12 +474,7 @@ async fn a_retry_is_claimable_when_due_not_at_the_next_maintenance_tick() {
     let failed_at = std::time::Instant::now();
     // An agent long-polling for work gets the retry at its time (1 s), not up to 10 s later.
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{a}/claim"),
-            Some(&tok),
-            Some(json!({"max_wait_seconds": 15})),
-        )
+        .claim_next(&a, &tok, Some(json!({"max_wait_seconds": 15})))
         .await;
     let took = failed_at.elapsed();
     assert_eq!(st, 200, "{v}");

@@ -153,14 +153,7 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     assert_eq!(st, 404, "{v}");
 
     // A busy agent keeps its backlog: it is what more agents like it would take.
-    let (st, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{a}/claim"),
-            Some(&a_token),
-            Some(json!({})),
-        )
-        .await;
+    let (st, _) = s.claim_next(&a, &a_token, Some(json!({}))).await;
     assert_eq!(st, 200);
     let (_, v) = s.call(Method::GET, &path, Some(&a_token), None).await;
     assert_eq!(v["count"], 2);
@@ -294,14 +287,7 @@ async fn metrics_count_orders_per_tenant_with_the_rest_summed() {
     let (agent, token) = s
         .agent(json!({"name": "a", "labels": ["gpu"], "tenant": "big"}))
         .await;
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(&token),
-            Some(json!({})),
-        )
-        .await;
+    let (st, v) = s.claim_next(&agent, &token, Some(json!({}))).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["tenant"], "big");
     let text = reqwest::get(s.url("/metrics"))
@@ -366,14 +352,7 @@ async fn the_cli_says_why_by_id_prefix() {
 
     let (a, token) = s.agent(json!({"name": "laptop", "labels": ["gpu"]})).await;
     let running = s.order(configmap_order("gpu")).await;
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{a}/claim"),
-            Some(&token),
-            Some(json!({})),
-        )
-        .await;
+    let (st, v) = s.claim_next(&a, &token, Some(json!({}))).await;
     assert_eq!((st, v["id"].clone()), (200, json!(running)), "{v}");
     let (ok, out, err) = cli_text(&s.base, &["work-orders", "explain", &running[..8]]).await;
     assert!(ok, "{err}");
@@ -467,14 +446,7 @@ async fn a_position_past_the_bound_says_so_not_the_number() {
     let s = TestServer::start().await;
     let (a, token) = s.agent(json!({"name": "deep-1", "labels": ["deep"]})).await;
     // In contact, with room: a claim attempt that finds nothing.
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{a}/claim"),
-            Some(&token),
-            Some(json!({})),
-        )
-        .await;
+    let (st, v) = s.claim_next(&a, &token, Some(json!({}))).await;
     assert_eq!(st, 204, "{v}");
     let ahead = pullman::queue::limits::MAX_POSITION_COUNTED;
     sqlx::query(

@@ -165,6 +165,15 @@ impl TestServer {
         (status, value)
     }
 
+    /// Claim-next as `agent` with its `token` (`POST /api/v1/agents/{agent}/claim`,
+    /// docs/design.md §5) and `body` (`None`: no body); returns status and JSON body as
+    /// [`Self::call`] (`Value::Null` for a `204`).
+    pub async fn claim_next(&self, agent: &str, token: &str, body: Option<Value>) -> (u16, Value) {
+        let path = format!("/api/v1/agents/{agent}/claim");
+        self.call(reqwest::Method::POST, &path, Some(token), body)
+            .await
+    }
+
     /// [`Self::call`] with the admin token.
     pub async fn admin(
         &self,

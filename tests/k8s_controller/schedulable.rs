@@ -112,14 +112,7 @@ async fn a_waiting_order_says_why_and_follows_its_agents() {
     assert_eq!(unschedulable_events(&events, "lonely").await, 1);
 
     // The agent calls and takes it: the order runs.
-    let (code, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(&tok),
-            None,
-        )
-        .await;
+    let (code, v) = s.claim_next(&agent, &tok, None).await;
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["id"], json!(uid), "{v}");
     phase_is(&api, "lonely", WorkOrderPhase::Claimed).await;

@@ -11,12 +11,7 @@ pub async fn claimed(s: &TestServer, label: &str) -> (String, String, String, St
     let (agent, token) = s.agent(json!({"name": label, "labels": [label]})).await;
     let order = s.order(configmap_order(label)).await;
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/agents/{agent}/claim"),
-            Some(&token),
-            Some(json!({"max_wait_seconds": 5})),
-        )
+        .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 5})))
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["id"], order.as_str());
