@@ -484,3 +484,41 @@ async fn a_retry_is_claimable_when_due_not_at_the_next_maintenance_tick() {
         "claimed {took:?} after the failure"
     );
 }
+
+/// A retirement cut short after its first transaction (the agent marked retired, its claim still
+/// held, as when the server dies between the two): the next maintenance pass returns the claim
+/// to `PENDING` as the retirement would have, a `released` attempt and no reclaim counted, before
+/// the reaper could take it as a reclaim.
+#[tokio::test]
+async fn maintenance_releases_what_a_retirement_cut_short_left_held() {
+    let s = TestServer::start().await;
+    let (agent, token) = s
+        .agent(json!({"name": "cut-short", "labels": ["cut-short"]}))
+        .await;
+    let order = s.order(support::configmap_order("cut-short")).await;
+    claim(&s, &agent, &token, &order, Some(60)).await;
+    // The first transaction of a retirement, alone.
+    sqlx::query("UPDATE agents SET retired_at = now() WHERE id = $1::uuid")
+        .bind(&agent)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let report = s.queue.maintain().await.unwrap();
+    assert_eq!(report.released_from_retired, 1, "{report:?}");
+    assert_eq!(report.reclaimed, 0, "{report:?}");
+    let (st, v) = s
+        .admin(Method::GET, &format!("/api/v1/work-orders/{order}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["status"], "PENDING", "{v}");
+    assert_eq!(v["reclaim_count"], 0, "{v}");
+    let ended: Vec<String> = v["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["result"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(ended, ["released"], "{v}");
+    // Nothing left to release on the next pass.
+    assert_eq!(s.queue.maintain().await.unwrap().released_from_retired, 0);
+}

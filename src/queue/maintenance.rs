@@ -51,6 +51,9 @@ pub struct MaintenanceReport {
     /// Parked tenant turns whose tenants had orders to hand out, unparked
     /// ([`Queue::unpark_stranded_turns`]).
     pub turns_unparked: u64,
+    /// Claims of retired agents returned to `PENDING`, left by a retirement cut short
+    /// ([`Queue::release_claims_of_retired_agents`]).
+    pub released_from_retired: u64,
 }
 
 /// How often [`run_maintenance`] drops idle tenant turns: the table lock holds claims off for a
@@ -251,8 +254,11 @@ impl Queue {
         Ok(counts)
     }
 
-    /// One maintenance pass: reap, promote, then unpark stranded tenant turns.
+    /// One maintenance pass: release what retirements cut short left held, reap, promote, then
+    /// unpark stranded tenant turns.
     pub async fn maintain(&self) -> Result<MaintenanceReport, QueueError> {
+        // First, so a retired agent's claims go back uncounted rather than reaped as reclaims.
+        let released_from_retired = self.release_claims_of_retired_agents().await?;
         let (reclaimed, reclaims_exhausted) = self.reap_stale_claims().await?;
         let promoted = self.promote_due_retries().await?;
         let turns_unparked = self.unpark_stranded_turns().await?;
@@ -261,6 +267,7 @@ impl Queue {
             reclaims_exhausted,
             promoted,
             turns_unparked,
+            released_from_retired,
             ..MaintenanceReport::default()
         })
     }
@@ -311,6 +318,7 @@ pub async fn run_maintenance(
                         idle_turns_dropped = report.idle_turns_dropped,
                         idle_slots_dropped = report.idle_slots_dropped,
                         turns_unparked = report.turns_unparked,
+                        released_from_retired = report.released_from_retired,
                         "maintenance pass"
                     );
                 }

@@ -237,18 +237,42 @@ impl Queue {
             .await?;
         tx.commit().await?;
         self.note_tokens_revoked();
+        self.release_claims_of_retired(id).await?;
+        self.get_agent(id).await
+    }
+
+    /// The second step of a retirement ([`Self::retire_agent`]): waits for the claims and
+    /// completes of retired agent `id` still in flight, then returns every claim it holds to
+    /// `PENDING` (not counted as reclaims). Returns how many.
+    async fn release_claims_of_retired(&self, id: Uuid) -> Result<u64, QueueError> {
         let mut tx = self.pool.begin().await?;
         // Lock order: agent, then orders, then claims.
         sqlx::query(sql::AWAIT_AGENT_STATEMENTS)
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(sql::RELEASE_AGENT_CLAIMS)
+        let released = sqlx::query(sql::RELEASE_AGENT_CLAIMS)
             .bind(id)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
         tx.commit().await?;
-        self.get_agent(id).await
+        Ok(released)
+    }
+
+    /// Releases the claims retired agents still hold, as their retirement would have (a
+    /// maintenance step: a retirement whose second transaction never ran, because the server
+    /// died between the two or it failed, leaves them held). Returns how many.
+    pub async fn release_claims_of_retired_agents(&self) -> Result<u64, QueueError> {
+        let agents: Vec<(Uuid,)> = sqlx::query_as(sql::RETIRED_WITH_CLAIMS)
+            .bind(100_i64)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut released = 0;
+        for (agent,) in agents {
+            released += self.release_claims_of_retired(agent).await?;
+        }
+        Ok(released)
     }
 
     /// The stored hash of agent token `token_id` and its agent, when the token is live (not

@@ -128,6 +128,7 @@ statements! {
     LOCK_AGENT = "lock_agent";
     RETIRE_AGENT = "retire_agent";
     AWAIT_AGENT_STATEMENTS = "await_agent_statements";
+    RETIRED_WITH_CLAIMS = "retired_with_claims";
     RELEASE_AGENT_CLAIMS = "release_agent_claims";
     GET_AGENT = "get_agent";
     AGENT_NAMED = "agent_named";
