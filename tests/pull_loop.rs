@@ -232,3 +232,72 @@ async fn an_agent_at_its_max_concurrency_does_not_sleep_while_its_reports_end() 
         .unwrap()
         .unwrap();
 }
+
+/// The second signal while an order waits for its turn to report: its verdict is reported at
+/// once (without waiting for a report permit), not thrown away. One slot; the first order's
+/// complete is held at the database, the second order's verdict is in and waits behind it; then
+/// both signals. The second order reaches the log while the first is still held; once let go,
+/// the first does too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_second_signal_reports_a_verdict_that_waits_for_its_turn() {
+    let server = TestServer::start().await;
+    let (agent, token) = server
+        .agent(json!({"name": "signal-loop", "labels": ["signal-loop"]}))
+        .await;
+    for _ in 0..2 {
+        server
+            .order(pullman::testing::configmap_order("signal-loop"))
+            .await;
+    }
+    let (started, mut starts) = mpsc::unbounded_channel();
+    let carrier = Arc::new(HoldsFirstReport {
+        started,
+        pool: server.pool.clone(),
+        lock: Default::default(),
+        locked_once: Default::default(),
+        release_after: None,
+    });
+    let shutdown = Shutdown::default();
+    let config = LoopConfig {
+        agent_id: agent.parse().unwrap(),
+        work_types: Vec::new(),
+        lease_seconds: 60,
+        concurrency: 1,
+        max_wait_seconds: 1,
+        heartbeat_every: None,
+    };
+    let agent_loop = tokio::spawn(pull::run(
+        Client::new(&server.base, &token).unwrap(),
+        config,
+        carrier.clone(),
+        shutdown.clone(),
+    ));
+    let first = next_start(&mut starts, "the first order").await;
+    let second = next_start(&mut starts, "the second order").await;
+    // The second order's verdict is in at once; it waits for the first's report.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shutdown.drain.cancel();
+    shutdown.abandon.cancel();
+    let entry = server.log_entry(&second.to_string(), 10).await;
+    assert_eq!(entry["outcome"], "succeeded", "{entry}");
+    assert!(
+        carrier.lock.lock().await.is_some(),
+        "the first order's row is still held"
+    );
+    carrier
+        .lock
+        .lock()
+        .await
+        .take()
+        .unwrap()
+        .rollback()
+        .await
+        .unwrap();
+    let entry = server.log_entry(&first.to_string(), 10).await;
+    assert_eq!(entry["outcome"], "succeeded", "{entry}");
+    tokio::time::timeout(Duration::from_secs(10), agent_loop)
+        .await
+        .expect("the loop ends")
+        .unwrap()
+        .unwrap();
+}

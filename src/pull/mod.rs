@@ -249,8 +249,9 @@ async fn run_loop<C: Carrier>(
         // max_concurrency (an Executor's) would get nothing and its long-poll would sleep, as
         // nothing wakes it when its own claims end. So it does not wait at the server; an empty
         // answer waits here for a report to end instead.
-        let reporting = reports.in_flight() > 0;
+        // Listening before counting: a report that ends in between still wakes the wait below.
         let report_ends = reports.one_ends();
+        let reporting = reports.in_flight() > 0;
         if reporting {
             max_wait = 0;
         }

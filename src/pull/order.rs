@@ -12,7 +12,7 @@
 //! moves the order to `Abandoned`: the carrier is told to stop, nothing is reported, and a
 //! cancelled order is cleaned up ([`Carrier::cancelled`]). Every transition is in [`carry_one`].
 //! The order's [`Slot`] is given back once `Reporting` holds a report permit; heartbeats go on
-//! until then, and a refusal or the second signal abandons the order there as well.
+//! until then, and a refusal abandons the order there as well.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -181,7 +181,7 @@ impl Slot {
             .expect("the report semaphore is never closed");
         self.running = None;
         ReportInFlight {
-            _permit: permit,
+            permit: Some(permit),
             reports: self.reports.clone(),
         }
     }
@@ -218,14 +218,16 @@ impl Reports {
     }
 }
 
-/// A report in flight; says so when it ends.
+/// A report in flight; says so when it ends, once its permit is back (so a loop woken by it
+/// counts one report fewer).
 struct ReportInFlight {
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     reports: Arc<Reports>,
 }
 
 impl Drop for ReportInFlight {
     fn drop(&mut self) {
+        drop(self.permit.take());
         self.reports.ended.notify_waiters();
     }
 }
@@ -304,16 +306,25 @@ pub async fn carry_one<C: Carrier>(
                     Err(why) => Stage::Abandoned(why),
                 }
             }
-            // The slot is given back once a report permit is held; until then heartbeats go on
-            // and a refusal or the second signal abandons the order as in the steps before.
-            Stage::Reporting(verdict) => match guard.run(ctx.slot.reporting()).await {
-                Err(why) => Stage::Abandoned(why),
-                Ok(_reporting) => {
-                    drop(guard);
-                    let reported = report(ctx.client, ctx.agent_id, &order, &verdict).await;
-                    return Ended::Reported { verdict, reported };
+            // The slot is given back once a report permit is held. Meanwhile heartbeats go on
+            // and a refusal abandons the order as in the steps before; the second signal does
+            // not throw the verdict away: it is reported at once, without waiting for a permit
+            // (as it was before slots were given back early).
+            Stage::Reporting(verdict) => {
+                let waited = tokio::select! {
+                    reporting = ctx.slot.reporting() => Ok(Some(reporting)),
+                    why = guard.heartbeats.refused() => Err(why),
+                    _ = ctx.abandon.cancelled() => Ok(None),
+                };
+                match waited {
+                    Err(why) => Stage::Abandoned(why),
+                    Ok(_reporting) => {
+                        drop(guard);
+                        let reported = report(ctx.client, ctx.agent_id, &order, &verdict).await;
+                        return Ended::Reported { verdict, reported };
+                    }
                 }
-            },
+            }
             Stage::Abandoned(why) => {
                 drop(guard);
                 match why {
