@@ -497,8 +497,9 @@ async fn maintenance_releases_what_a_retirement_cut_short_left_held() {
         .await;
     let order = s.order(support::configmap_order("cut-short")).await;
     claim(&s, &agent, &token, &order, Some(60)).await;
-    // The first transaction of a retirement, alone.
-    sqlx::query("UPDATE agents SET retired_at = now() WHERE id = $1::uuid")
+    // The first transaction of a retirement, alone, a minute ago (maintenance leaves a
+    // retirement of the last 10 s to finish by itself).
+    sqlx::query("UPDATE agents SET retired_at = now() - interval '1 minute' WHERE id = $1::uuid")
         .bind(&agent)
         .execute(&s.pool)
         .await

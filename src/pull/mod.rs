@@ -77,7 +77,8 @@ pub struct LoopConfig {
 pub struct Shutdown {
     /// Stop claiming; let running orders finish.
     pub drain: CancellationToken,
-    /// Stop running orders without reporting.
+    /// Stop running orders without reporting (an order whose verdict is already in reports it,
+    /// in one try).
     pub abandon: CancellationToken,
 }
 

@@ -12,7 +12,8 @@
 //! moves the order to `Abandoned`: the carrier is told to stop, nothing is reported, and a
 //! cancelled order is cleaned up ([`Carrier::cancelled`]). Every transition is in [`carry_one`].
 //! The order's [`Slot`] is given back once `Reporting` holds a report permit; heartbeats go on
-//! until then, and a refusal abandons the order there as well.
+//! until then, and a refusal abandons the order there as well. A verdict already in is not
+//! abandoned by the second signal: it is reported at once, in one try.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -307,20 +308,28 @@ pub async fn carry_one<C: Carrier>(
                 }
             }
             // The slot is given back once a report permit is held. Meanwhile heartbeats go on
-            // and a refusal abandons the order as in the steps before; the second signal does
-            // not throw the verdict away: it is reported at once, without waiting for a permit
-            // (as it was before slots were given back early).
+            // and a refusal abandons the order as in the steps before (checked first: a
+            // cancelled order is cleaned up, not reported). The second signal does not throw
+            // the verdict away: it is reported at once, without a permit, in one try, so the
+            // agent still stops promptly.
             Stage::Reporting(verdict) => {
                 let waited = tokio::select! {
-                    reporting = ctx.slot.reporting() => Ok(Some(reporting)),
+                    biased;
                     why = guard.heartbeats.refused() => Err(why),
+                    reporting = ctx.slot.reporting() => Ok(Some(reporting)),
                     _ = ctx.abandon.cancelled() => Ok(None),
+                };
+                let waited = match guard.heartbeats.refused_now() {
+                    Some(why) => Err(why),
+                    None => waited,
                 };
                 match waited {
                     Err(why) => Stage::Abandoned(why),
-                    Ok(_reporting) => {
+                    Ok(reporting) => {
                         drop(guard);
-                        let reported = report(ctx.client, ctx.agent_id, &order, &verdict).await;
+                        let tries = if reporting.is_some() { REPORT_TRIES } else { 1 };
+                        let reported =
+                            report(ctx.client, ctx.agent_id, &order, &verdict, tries).await;
                         return Ended::Reported { verdict, reported };
                     }
                 }
@@ -346,8 +355,17 @@ pub async fn carry_one<C: Carrier>(
     }
 }
 
-/// Reports a verdict, retrying transient failures for up to about a minute.
-async fn report(client: &Client, agent_id: Uuid, order: &WorkOrder, verdict: &Verdict) -> Reported {
+/// Tries of a report: transient failures are retried for up to about a minute.
+const REPORT_TRIES: u32 = 8;
+
+/// Reports a verdict in at most `tries` tries (transient failures retried with backoff).
+async fn report(
+    client: &Client,
+    agent_id: Uuid,
+    order: &WorkOrder,
+    verdict: &Verdict,
+    tries: u32,
+) -> Reported {
     let (success, message, retryable) = match verdict {
         Verdict::Success { message } => (true, message.clone(), None),
         Verdict::Failure { message, retryable } => (false, message.clone(), Some(*retryable)),
@@ -360,7 +378,7 @@ async fn report(client: &Client, agent_id: Uuid, order: &WorkOrder, verdict: &Ve
         retryable,
     };
     let mut delay = Duration::from_millis(500);
-    for attempt in 1..=8 {
+    for attempt in 1..=tries {
         match client.complete(order.id, &body).await {
             Ok(Completed::Finished(entry)) => {
                 tracing::info!(outcome = entry.outcome.as_str(), "completed");
@@ -370,7 +388,7 @@ async fn report(client: &Client, agent_id: Uuid, order: &WorkOrder, verdict: &Ve
                 tracing::info!(next_retry_after = %r.next_retry_after, "failed; retry scheduled");
                 return Reported::RetryScheduled;
             }
-            Err(e) if e.is_transient() && attempt < 8 => {
+            Err(e) if e.is_transient() && attempt < tries => {
                 tracing::warn!(error = %e, "complete failed; retrying");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(15));

@@ -1,6 +1,8 @@
 //! Queue maintenance (docs/design.md §2): the reaper of stale and expired claims, and the promotion of
 //! due `RETRY_PENDING` orders. Each pass takes rows with `FOR UPDATE SKIP LOCKED`, so several
-//! `pullman serve` replicas can run it at once without double counting or waiting on each other.
+//! `pullman serve` replicas can run it at once without double counting or waiting on each other
+//! (the release of a retired agent's left-over claims waits at most a second for an order row:
+//! `Queue::release_claims_of_retired_agents`).
 
 use std::time::Duration;
 

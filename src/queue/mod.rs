@@ -6,8 +6,9 @@
 //! row → tenant turn row (`tenant_turns`, taken last and with `SKIP LOCKED`, never awaited). The
 //! reaper takes rows with `SKIP LOCKED` and never waits. Claim-next and successful completes hold
 //! the agent row FOR KEY SHARE, so one agent's statements run side by side, and write its contact
-//! `SKIP LOCKED` at their end; what must wait for them takes it FOR UPDATE (a capped claim, the
-//! second step of a retirement: `sql/claiming_agent.sql`, `Queue::retire_agent`). Maintenance locks the whole
+//! `SKIP LOCKED` at their end; what must wait for them takes it FOR UPDATE (the second step of a
+//! retirement: `sql/claiming_agent.sql`, `Queue::retire_agent`; maintenance's release of what a
+//! retirement cut short left held takes it `SKIP LOCKED`). Maintenance locks the whole
 //! `tenant_turns` table for a moment (`Queue::drop_idle_turns`), with a 100 ms lock timeout, so
 //! it gives up rather than hold claims off.
 //!

@@ -95,8 +95,9 @@ impl Claimer {
     }
 }
 
-/// Locks the agent row for the rest of the transaction (serializing this agent's claims, so
-/// `max_concurrency` holds) and records the contact.
+/// Locks the agent row for the rest of the transaction (serializing this agent's capped claims,
+/// so `max_concurrency` holds for claims begun after it was set: `sql/lock_claimer.sql`) and
+/// records the contact.
 async fn lock_claimer(
     tx: &mut Transaction<'_, Postgres>,
     req: &ClaimRequest,

@@ -1,7 +1,7 @@
 -- claiming_agent (a fragment, not a statement): the `a` and `contact` CTEs of claim_next.sql and
--- claim_next_fair.sql. `a` is the claiming agent, locked FOR KEY SHARE: that waits for a
--- retirement or a token rotation in flight (both lock the row FOR UPDATE) and for nothing else,
--- so an agent's claims and completes run side by side (FOR NO KEY UPDATE here made one agent of
+-- claim_next_fair.sql. `a` is the claiming agent, locked FOR KEY SHARE: that waits only for
+-- what locks the row FOR UPDATE (the second step of a retirement, await_agent_statements.sql, and
+-- maintenance's lock_retired_agent.sql), so an agent's claims and completes run side by side (FOR NO KEY UPDATE here made one agent of
 -- 16 slots wait on its own row, each statement until the last one's commit: issue #34).
 -- `walks` is false for an agent with max_concurrency, whose claim is the transaction of
 -- claim_next_capped(_fair).sql. `contact` records the agent's contact at most once a second (or

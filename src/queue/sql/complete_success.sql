@@ -2,8 +2,8 @@
 -- (issue #7): ends the agent's live claim and moves the order to the log as succeeded
 -- (docs/design.md §2). Lock order agent → order → claim (queue docs): each CTE that locks later reads
 -- the earlier one through a sub-query, so the earlier one has run first. The agent row is
--- locked FOR KEY SHARE (it waits only for a retirement or token rotation in flight, so the
--- agent's other claims and completes go on beside it); its contact is recorded at most once a
+-- locked FOR KEY SHARE (it waits only for the second step of a retirement, so the agent's other
+-- claims and completes go on beside it); its contact is recorded at most once a
 -- second and never waited for (SKIP LOCKED, as claiming_agent.sql says why).
 -- $1 order id (uuid)
 -- $2 agent id (uuid)

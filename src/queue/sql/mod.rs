@@ -129,6 +129,7 @@ statements! {
     RETIRE_AGENT = "retire_agent";
     AWAIT_AGENT_STATEMENTS = "await_agent_statements";
     RETIRED_WITH_CLAIMS = "retired_with_claims";
+    LOCK_RETIRED_AGENT = "lock_retired_agent";
     RELEASE_AGENT_CLAIMS = "release_agent_claims";
     GET_AGENT = "get_agent";
     AGENT_NAMED = "agent_named";

@@ -1,7 +1,8 @@
 -- release_agent_claims: returns a retired agent's claims to PENDING (not counted as reclaims);
 -- each released claim is kept as a `released` attempt (a late call from its agent is told
 -- `reclaimed`, refusal_active.sql).
--- Runs after retire_agent.sql in its transaction; lock order agent → orders → claims.
+-- Runs after await_agent_statements.sql (a retirement's second step) or lock_retired_agent.sql
+-- (maintenance) in their transaction; lock order agent → orders → claims.
 -- $1 agent id (uuid)
 WITH held AS (
   SELECT w.id FROM work_orders w JOIN work_order_claims c ON c.work_order_id = w.id
