@@ -7,7 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, eventually, free_port, pullman_bin};
+use support::serve::wait_ready;
+use support::{ADMIN_TOKEN, free_port, pullman_bin};
 
 fn start_serve(db: &str, port: u16) -> Child {
     Command::new(pullman_bin())
@@ -25,22 +26,6 @@ fn start_serve(db: &str, port: u16) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-async fn wait_ready(port: u16) {
-    let http = reqwest::Client::new();
-    eventually(90, "pullman serve to be ready", || {
-        let http = http.clone();
-        async move {
-            let r = http
-                .get(format!("http://127.0.0.1:{port}/readyz"))
-                .send()
-                .await
-                .ok()?;
-            r.status().is_success().then_some(())
-        }
-    })
-    .await;
 }
 
 const SENDERS: usize = 16;

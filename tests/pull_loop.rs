@@ -68,6 +68,54 @@ impl Carrier for HoldsFirstReport {
 /// report waits for the one report permit, so it keeps its slot and the third order is not
 /// claimed (the agent holds two claims, not more); once the first complete goes through, the
 /// third order runs, and every order is in the log once, succeeded.
+impl HoldsFirstReport {
+    /// The carrier, on `server`'s database, and the ids of the orders it starts, in order.
+    fn new(
+        server: &TestServer,
+        release_after: Option<Duration>,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<Uuid>) {
+        let (started, starts) = mpsc::unbounded_channel();
+        let carrier = Arc::new(HoldsFirstReport {
+            started,
+            pool: server.pool.clone(),
+            lock: Default::default(),
+            locked_once: Default::default(),
+            release_after,
+        });
+        (carrier, starts)
+    }
+}
+
+/// Starts the pull loop of `agent` with one slot, a 60 s lease and claims that wait up to
+/// `max_wait_seconds`, carrying orders out with `carrier`; returns its shutdown and its task.
+fn one_slot_loop(
+    server: &TestServer,
+    agent: Uuid,
+    token: &str,
+    max_wait_seconds: u32,
+    carrier: Arc<HoldsFirstReport>,
+) -> (
+    Shutdown,
+    tokio::task::JoinHandle<Result<(), pull::PullError>>,
+) {
+    let shutdown = Shutdown::default();
+    let config = LoopConfig {
+        agent_id: agent,
+        work_types: Vec::new(),
+        lease_seconds: 60,
+        concurrency: 1,
+        max_wait_seconds,
+        heartbeat_every: None,
+    };
+    let agent_loop = tokio::spawn(pull::run(
+        Client::new(&server.base, token).unwrap(),
+        config,
+        carrier,
+        shutdown.clone(),
+    ));
+    (shutdown, agent_loop)
+}
+
 /// The next order the carrier starts, within 10 s.
 async fn next_start(starts: &mut mpsc::UnboundedReceiver<Uuid>, what: &str) -> Uuid {
     tokio::time::timeout(Duration::from_secs(10), starts.recv())
@@ -91,29 +139,8 @@ async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bou
                 .await,
         );
     }
-    let (started, mut starts) = mpsc::unbounded_channel();
-    let carrier = Arc::new(HoldsFirstReport {
-        started,
-        pool: server.pool.clone(),
-        lock: Default::default(),
-        locked_once: Default::default(),
-        release_after: None,
-    });
-    let shutdown = Shutdown::default();
-    let config = LoopConfig {
-        agent_id,
-        work_types: Vec::new(),
-        lease_seconds: 60,
-        concurrency: 1,
-        max_wait_seconds: 1,
-        heartbeat_every: None,
-    };
-    let agent_loop = tokio::spawn(pull::run(
-        Client::new(&server.base, &token).unwrap(),
-        config,
-        carrier.clone(),
-        shutdown.clone(),
-    ));
+    let (carrier, mut starts) = HoldsFirstReport::new(&server, None);
+    let (shutdown, agent_loop) = one_slot_loop(&server, agent_id, &token, 1, carrier.clone());
 
     let first = next_start(&mut starts, "the first order").await;
     let second = next_start(
@@ -200,27 +227,9 @@ async fn an_agent_at_its_max_concurrency_does_not_sleep_while_its_reports_end() 
                 .await,
         );
     }
-    let shutdown = Shutdown::default();
-    let config = LoopConfig {
-        agent_id: agent.parse().unwrap(),
-        work_types: Vec::new(),
-        lease_seconds: 60,
-        concurrency: 1,
-        max_wait_seconds: 30,
-        heartbeat_every: None,
-    };
-    let agent_loop = tokio::spawn(pull::run(
-        Client::new(&server.base, &token).unwrap(),
-        config,
-        Arc::new(HoldsFirstReport {
-            started: mpsc::unbounded_channel().0,
-            pool: server.pool.clone(),
-            lock: Default::default(),
-            locked_once: Default::default(),
-            release_after: Some(Duration::from_secs(2)),
-        }),
-        shutdown.clone(),
-    ));
+    let (carrier, _starts) = HoldsFirstReport::new(&server, Some(Duration::from_secs(2)));
+    let (shutdown, agent_loop) =
+        one_slot_loop(&server, agent.parse().unwrap(), &token, 30, carrier);
     for order in &orders {
         let entry = server.log_entry(order, 10).await;
         assert_eq!(entry["outcome"], "succeeded", "{entry}");
@@ -249,29 +258,9 @@ async fn the_second_signal_reports_a_verdict_that_waits_for_its_turn() {
             .order(pullman::testing::configmap_order("signal-loop"))
             .await;
     }
-    let (started, mut starts) = mpsc::unbounded_channel();
-    let carrier = Arc::new(HoldsFirstReport {
-        started,
-        pool: server.pool.clone(),
-        lock: Default::default(),
-        locked_once: Default::default(),
-        release_after: None,
-    });
-    let shutdown = Shutdown::default();
-    let config = LoopConfig {
-        agent_id: agent.parse().unwrap(),
-        work_types: Vec::new(),
-        lease_seconds: 60,
-        concurrency: 1,
-        max_wait_seconds: 1,
-        heartbeat_every: None,
-    };
-    let agent_loop = tokio::spawn(pull::run(
-        Client::new(&server.base, &token).unwrap(),
-        config,
-        carrier.clone(),
-        shutdown.clone(),
-    ));
+    let (carrier, mut starts) = HoldsFirstReport::new(&server, None);
+    let (shutdown, agent_loop) =
+        one_slot_loop(&server, agent.parse().unwrap(), &token, 1, carrier.clone());
     let first = next_start(&mut starts, "the first order").await;
     let second = next_start(&mut starts, "the second order").await;
     // The second order's verdict is in at once; it waits for the first's report.

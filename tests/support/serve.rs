@@ -49,17 +49,9 @@ impl Serve {
             .stderr(stderr)
             .spawn()
             .expect("starting pullman serve");
+        // Made before the wait, so a serve that never gets ready is killed when it is dropped.
         let serve = Serve { child, port };
-        let http = reqwest::Client::new();
-        eventually(90, "pullman serve to be ready", || {
-            let http = http.clone();
-            let url = serve.url("/readyz");
-            async move {
-                let r = http.get(url).send().await.ok()?;
-                r.status().is_success().then_some(())
-            }
-        })
-        .await;
+        wait_ready(port).await;
         serve
     }
 
@@ -128,6 +120,7 @@ pub fn start_serve_logging(data_dir: &Path, port: u16, stderr: impl Into<Stdio>)
         .unwrap()
 }
 
+/// Waits (at most 90 s) until the serve on 127.0.0.1:`port` answers `/readyz` with 200.
 pub async fn wait_ready(port: u16) {
     let http = reqwest::Client::new();
     eventually(90, "pullman serve to be ready", || {
