@@ -237,20 +237,37 @@ impl Queue {
             .await?;
         tx.commit().await?;
         self.note_tokens_revoked();
-        self.release_claims_of_retired(id).await?;
+        self.release_claims_of_retired(id, true).await?;
         self.get_agent(id).await
     }
 
-    /// The second step of a retirement ([`Self::retire_agent`]): waits for the claims and
-    /// completes of retired agent `id` still in flight, then returns every claim it holds to
-    /// `PENDING` (not counted as reclaims). Returns how many.
-    async fn release_claims_of_retired(&self, id: Uuid) -> Result<u64, QueueError> {
+    /// The second step of a retirement ([`Self::retire_agent`]), and of maintenance's release
+    /// of what a retirement cut short left held: returns every claim retired agent `id` holds to
+    /// `PENDING` (not counted as reclaims), after its claims and completes still in flight. A
+    /// retirement waits for them (`sql/await_agent_statements.sql`); maintenance (`wait` false)
+    /// leaves an agent row another transaction holds to its next pass
+    /// (`sql/lock_retired_agent.sql`) and waits at most a second for an order row. Returns how
+    /// many claims were released.
+    async fn release_claims_of_retired(&self, id: Uuid, wait: bool) -> Result<u64, QueueError> {
         let mut tx = self.pool.begin().await?;
         // Lock order: agent, then orders, then claims.
-        sqlx::query(sql::AWAIT_AGENT_STATEMENTS)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        if wait {
+            sqlx::query(sql::AWAIT_AGENT_STATEMENTS)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        } else {
+            let locked: Option<(Uuid,)> = sqlx::query_as(sql::LOCK_RETIRED_AGENT)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if locked.is_none() {
+                return Ok(0);
+            }
+            sqlx::query("SET LOCAL lock_timeout = '1s'")
+                .execute(&mut *tx)
+                .await?;
+        }
         let released = sqlx::query(sql::RELEASE_AGENT_CLAIMS)
             .bind(id)
             .execute(&mut *tx)
@@ -274,7 +291,7 @@ impl Queue {
             .await?;
         let mut released = 0;
         for (agent,) in agents {
-            match self.release_left_over_claims(agent).await {
+            match self.release_claims_of_retired(agent, false).await {
                 Ok(n) => released += n,
                 Err(error) => tracing::warn!(
                     %agent, %error,
@@ -282,27 +299,6 @@ impl Queue {
                 ),
             }
         }
-        Ok(released)
-    }
-
-    async fn release_left_over_claims(&self, agent: Uuid) -> Result<u64, QueueError> {
-        let mut tx = self.pool.begin().await?;
-        let locked: Option<(Uuid,)> = sqlx::query_as(sql::LOCK_RETIRED_AGENT)
-            .bind(agent)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if locked.is_none() {
-            return Ok(0);
-        }
-        sqlx::query("SET LOCAL lock_timeout = '1s'")
-            .execute(&mut *tx)
-            .await?;
-        let released = sqlx::query(sql::RELEASE_AGENT_CLAIMS)
-            .bind(agent)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
         Ok(released)
     }
 
