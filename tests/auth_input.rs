@@ -194,13 +194,8 @@ async fn no_token_or_yaml_appears_in_logs() {
         json!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: SENTINEL-YAML-CONTENT\n");
     let o = s.order(body).await;
     s.claim_next(&a, &tok, None).await;
-    s.call(
-        Method::POST,
-        &format!("/api/v1/work-orders/{o}/complete"),
-        Some(&tok),
-        Some(json!({"agent_id": a, "success": true})),
-    )
-    .await;
+    s.complete(&o, &tok, json!({"agent_id": a, "success": true}))
+        .await;
     s.call(
         Method::GET,
         "/api/v1/work-orders",
@@ -328,40 +323,28 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
         .claim_next(&a, &tok, Some(json!({"max_wait_seconds": "soon"})))
         .await;
     assert_eq!(st, 422, "{v}");
-    let (st, v) = s
-        .admin(Method::GET, "/api/v1/work-orders?limit=5000", None)
-        .await;
+    let (st, v) = s.admin_get("/api/v1/work-orders?limit=5000").await;
     assert_eq!(
         (st, v["error"]["code"].as_str()),
         (400, Some("invalid_query")),
         "{v}"
     );
-    let (st, v) = s
-        .admin(Method::GET, "/api/v1/work-orders?status=DONE", None)
-        .await;
+    let (st, v) = s.admin_get("/api/v1/work-orders?status=DONE").await;
     assert_eq!(st, 400, "{v}");
-    let (st, v) = s
-        .admin(Method::GET, "/api/v1/work-orders?cursor=garbage", None)
-        .await;
+    let (st, v) = s.admin_get("/api/v1/work-orders?cursor=garbage").await;
     assert_eq!(
         (st, v["error"]["code"].as_str()),
         (400, Some("invalid_cursor")),
         "{v}"
     );
-    let (st, v) = s
-        .admin(Method::GET, "/api/v1/work-orders/not-a-uuid", None)
-        .await;
+    let (st, v) = s.admin_get("/api/v1/work-orders/not-a-uuid").await;
     assert_eq!(
         (st, v["error"]["code"].as_str()),
         (400, Some("invalid_path")),
         "{v}"
     );
     let (st, v) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{}", uuid::Uuid::new_v4()),
-            None,
-        )
+        .admin_get(&format!("/api/v1/work-orders/{}", uuid::Uuid::new_v4()))
         .await;
     assert_eq!(
         (st, v["error"]["code"].as_str()),
@@ -384,7 +367,7 @@ async fn lists_paginate_by_keyset_and_omit_yaml() {
             Some(c) => format!("/api/v1/work-orders?limit=3&cursor={c}"),
             None => "/api/v1/work-orders?limit=3".to_string(),
         };
-        let (st, v) = s.admin(Method::GET, &path, None).await;
+        let (st, v) = s.admin_get(&path).await;
         assert_eq!(st, 200, "{v}");
         for item in v["items"].as_array().unwrap() {
             assert!(item.get("yaml_content").is_none());
@@ -401,18 +384,12 @@ async fn lists_paginate_by_keyset_and_omit_yaml() {
             .await;
     }
     let (_, v) = s
-        .admin(
-            Method::GET,
-            "/api/v1/work-order-log?limit=4&success=false",
-            None,
-        )
+        .admin_get("/api/v1/work-order-log?limit=4&success=false")
         .await;
     assert_eq!(v["items"].as_array().unwrap().len(), 4);
     assert!(v["next_cursor"].is_string());
     assert_eq!(v["items"][0]["id"], json!(ids[6]), "newest first");
-    let (_, v) = s
-        .admin(Method::GET, "/api/v1/work-order-log?success=true", None)
-        .await;
+    let (_, v) = s.admin_get("/api/v1/work-order-log?success=true").await;
     assert!(v["items"].as_array().unwrap().is_empty());
 }
 

@@ -5,7 +5,6 @@ mod support;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use reqwest::Method;
 use serde_json::json;
 use support::{TestServer, configmap_order};
 
@@ -42,14 +41,7 @@ async fn thirty_two_concurrent_claims_of_one_order_yield_one_winner() {
         let (s, order, barrier) = (s.clone(), order.clone(), barrier.clone());
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            let (status, body) = s
-                .call(
-                    Method::POST,
-                    &format!("/api/v1/work-orders/{order}/claim"),
-                    Some(&token),
-                    Some(json!({"agent_id": id})),
-                )
-                .await;
+            let (status, body) = s.claim(&order, &id, &token).await;
             (status, body, id)
         }));
     }
@@ -109,12 +101,7 @@ async fn sixteen_agents_drain_twenty_thousand_orders_exactly_once() {
                 assert_eq!(status, 200, "{order}");
                 let order_id = order["id"].as_str().unwrap().to_string();
                 let (status, entry) = s
-                    .call(
-                        Method::POST,
-                        &format!("/api/v1/work-orders/{order_id}/complete"),
-                        Some(&token),
-                        Some(json!({"agent_id": id, "claim_id": order["claim_id"], "success": true, "message": "ok"})),
-                    )
+                    .complete(&order_id, &token, json!({"agent_id": id, "claim_id": order["claim_id"], "success": true, "message": "ok"}))
                     .await;
                 assert_eq!(status, 200, "{entry}");
                 assert_eq!(entry["outcome"], "succeeded");
@@ -292,11 +279,10 @@ async fn api_orders_send_no_change_notifications_but_resource_orders_do() {
     let (status, claim) = s.claim_next(&id, &token, None).await;
     assert_eq!(status, 200, "{claim}");
     let (status, body) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/complete"),
-            Some(&token),
-            Some(json!({"agent_id": id, "claim_id": claim["claim_id"], "success": true})),
+        .complete(
+            &order,
+            &token,
+            json!({"agent_id": id, "claim_id": claim["claim_id"], "success": true}),
         )
         .await;
     assert_eq!(status, 200, "{body}");
@@ -363,12 +349,7 @@ async fn multi_claims_race_and_every_order_is_claimed_and_completed_once() {
                     async move {
                         let order_id = order["id"].as_str().unwrap().to_string();
                         let (status, entry) = s
-                            .call(
-                                Method::POST,
-                                &format!("/api/v1/work-orders/{order_id}/complete"),
-                                Some(&token),
-                                Some(json!({"agent_id": id, "claim_id": order["claim_id"], "success": true})),
-                            )
+                            .complete(&order_id, &token, json!({"agent_id": id, "claim_id": order["claim_id"], "success": true}))
                             .await;
                         assert_eq!(status, 200, "{entry}");
                         assert_eq!(entry["outcome"], "succeeded");

@@ -39,12 +39,11 @@ async fn claim_and_complete(
     assert_eq!(st, 200, "{claimed}");
     let id = claimed["id"].as_str().unwrap().to_string();
     let (st, v) = server
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{id}/complete"),
-            Some(token),
-            Some(json!({"agent_id": agent, "claim_id": claimed["claim_id"],
-                        "success": success, "message": message, "retryable": false})),
+        .complete(
+            &id,
+            token,
+            json!({"agent_id": agent, "claim_id": claimed["claim_id"],
+                        "success": success, "message": message, "retryable": false}),
         )
         .await;
     assert_eq!(st, 200, "{v}");
@@ -358,14 +357,11 @@ async fn attempts_rerun_and_list_filters() {
         .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 5})))
         .await;
     let (st, _) = server
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{id}/complete"),
-            Some(&token),
-            Some(
-                json!({"agent_id": agent, "claim_id": c["claim_id"], "success": false,
+        .complete(
+            &id,
+            &token,
+            json!({"agent_id": agent, "claim_id": c["claim_id"], "success": false,
                         "message": "first try broke"}),
-            ),
         )
         .await;
     assert_eq!(st, 202);
@@ -443,14 +439,11 @@ async fn attempts_rerun_and_list_filters() {
     );
 
     let (st, _) = server
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{id}/complete"),
-            Some(&token),
-            Some(
-                json!({"agent_id": agent, "claim_id": c2["claim_id"], "success": true,
+        .complete(
+            &id,
+            &token,
+            json!({"agent_id": agent, "claim_id": c2["claim_id"], "success": true,
                         "message": "second try ok"}),
-            ),
         )
         .await;
     assert_eq!(st, 200);
@@ -537,11 +530,10 @@ async fn get_watch_prints_each_change_until_the_order_finishes() {
     assert_eq!(st, 200);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (st, _) = server
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{id}/complete"),
-            Some(&token),
-            Some(json!({"agent_id": agent, "claim_id": c["claim_id"], "success": true})),
+        .complete(
+            &id,
+            &token,
+            json!({"agent_id": agent, "claim_id": c["claim_id"], "success": true}),
         )
         .await;
     assert_eq!(st, 200);

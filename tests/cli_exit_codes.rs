@@ -60,24 +60,14 @@ async fn run_async(server: &str, args: &[&str]) -> (i32, String) {
 
 /// Claims `order` as the agent and completes it.
 async fn finish(s: &TestServer, agent: &str, token: &str, order: &str, success: bool) {
-    let (st, c) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/claim"),
-            Some(token),
-            Some(json!({"agent_id": agent})),
-        )
-        .await;
+    let (st, c) = s.claim(order, agent, token).await;
     assert_eq!(st, 200, "{c}");
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/complete"),
-            Some(token),
-            Some(
-                json!({"agent_id": agent, "claim_id": c["claim_id"], "success": success,
+        .complete(
+            order,
+            token,
+            json!({"agent_id": agent, "claim_id": c["claim_id"], "success": success,
                         "retryable": false}),
-            ),
         )
         .await;
     assert_eq!(st, 200, "{v}");

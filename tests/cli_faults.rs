@@ -79,7 +79,7 @@ async fn token_files_end_0600_and_a_missing_folder_registers_nothing() {
             text(&out.stderr)
         );
     }
-    let (_, agents) = s.admin(Method::GET, "/api/v1/agents", None).await;
+    let (_, agents) = s.admin_get("/api/v1/agents").await;
     let names: Vec<_> = agents["items"]
         .as_array()
         .unwrap()
@@ -111,11 +111,10 @@ async fn no_command_panics_on_a_closed_pipe() {
     let (st, claimed) = s.claim_next(&agent, &token, None).await;
     assert_eq!(st, 200, "{claimed}");
     let (st, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{active}/complete"),
-            Some(&token),
-            Some(json!({"agent_id": agent, "claim_id": claimed["claim_id"], "success": true})),
+        .complete(
+            &active,
+            &token,
+            json!({"agent_id": agent, "claim_id": claimed["claim_id"], "success": true}),
         )
         .await;
     assert_eq!(st, 200);
@@ -199,9 +198,7 @@ async fn a_reused_name_means_the_live_agent() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = cli(&s.base, &["agents", "retire", "ow"]).await;
     assert!(text(&out.stdout).contains(&new), "{}", text(&out.stdout));
-    let (_, v) = s
-        .admin(Method::GET, &format!("/api/v1/agents/{new}"), None)
-        .await;
+    let (_, v) = s.admin_get(&format!("/api/v1/agents/{new}")).await;
     assert_eq!(v["health"], "retired");
 }
 

@@ -46,11 +46,10 @@ fn chunk(agent: &str, claim: &str, seq: i64, stream: &str, texts: &[String]) -> 
 
 async fn finish(s: &TestServer, token: &str, order: &str, agent: &str, claim: &str, ok: bool) {
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/complete"),
-            Some(token),
-            Some(json!({"agent_id": agent, "claim_id": claim, "success": ok, "retryable": false})),
+        .complete(
+            order,
+            token,
+            json!({"agent_id": agent, "claim_id": claim, "success": ok, "retryable": false}),
         )
         .await;
     assert_eq!(st, 200, "{v}");
@@ -274,14 +273,11 @@ async fn logs_mark_each_attempt_print_json_lines_and_refuse_an_attempt_never_mad
     )
     .await;
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/complete"),
-            Some(&token),
-            Some(
-                json!({"agent_id": agent, "claim_id": first, "success": false,
+        .complete(
+            &order,
+            &token,
+            json!({"agent_id": agent, "claim_id": first, "success": false,
                         "retryable": true, "message": "disk full"}),
-            ),
         )
         .await;
     assert_eq!(st, 202, "a retry is scheduled: {v}");

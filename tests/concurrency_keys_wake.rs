@@ -63,24 +63,13 @@ async fn a_freed_slot_wakes_a_long_polling_agent() {
     assert_eq!(claimed["concurrency"]["key"], "deploy");
     assert_eq!(claimed["concurrency"]["max"], 1);
     assert_eq!(claimed["concurrency"]["on_conflict"], "queue");
-    let (st, refused) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{second}/claim"),
-            Some(&b_token),
-            Some(json!({"agent_id": b})),
-        )
-        .await;
+    let (st, refused) = s.claim(&second, &b, &b_token).await;
     assert_eq!(
         (st, refused["error"]["code"].as_str()),
         (409, Some("concurrency_limited"))
     );
     let (st, explained) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{second}/explain"),
-            None,
-        )
+        .admin_get(&format!("/api/v1/work-orders/{second}/explain"))
         .await;
     assert_eq!(st, 200);
     assert_eq!(explained["reason"], "concurrency_limited");
@@ -92,12 +81,7 @@ async fn a_freed_slot_wakes_a_long_polling_agent() {
     ));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (st, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{first}/complete"),
-            Some(&a_token),
-            Some(json!({"agent_id": a, "success": true})),
-        )
+        .complete(&first, &a_token, json!({"agent_id": a, "success": true}))
         .await;
     assert_eq!(st, 200);
     let (got, waited) = waiter.await.unwrap();

@@ -41,14 +41,7 @@ async fn pending(s: &TestServer, id: &str, token: &str, query: &str) -> BTreeSet
 async fn claimable(s: &TestServer, id: &str, token: &str, orders: &[String]) -> BTreeSet<String> {
     let mut ok = BTreeSet::new();
     for o in orders {
-        let (status, body) = s
-            .call(
-                Method::POST,
-                &format!("/api/v1/work-orders/{o}/claim"),
-                Some(token),
-                Some(json!({"agent_id": id})),
-            )
-            .await;
+        let (status, body) = s.claim(o, id, token).await;
         match status {
             200 => {
                 ok.insert(o.clone());
@@ -207,14 +200,7 @@ async fn max_concurrency_and_retirement_gate_claims() {
     }
     assert_eq!(pending(&s, &a, &tok, "").await.len(), 3);
     for o in &all[..2] {
-        let (st, b) = s
-            .call(
-                Method::POST,
-                &format!("/api/v1/work-orders/{o}/claim"),
-                Some(&tok),
-                Some(json!({"agent_id": a})),
-            )
-            .await;
+        let (st, b) = s.claim(o, &a, &tok).await;
         assert_eq!(st, 200, "{b}");
     }
     let (st, b) = s
@@ -265,9 +251,7 @@ async fn max_concurrency_and_retirement_gate_claims() {
     assert_eq!(st, 200, "{agent}");
     assert_eq!(agent["health"], "retired");
     for o in &all[..2] {
-        let (_, v) = s
-            .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
-            .await;
+        let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
         assert_eq!(v["status"], "PENDING");
         assert!(v["claimed_by"].is_null());
     }
@@ -286,20 +270,16 @@ async fn max_concurrency_and_retirement_gate_claims() {
 async fn agents_report_derived_health() {
     let s = TestServer::start().await;
     let (a, tok) = s.agent(json!({"name": "h", "labels": ["h"]})).await;
-    let (_, v) = s
-        .admin(Method::GET, &format!("/api/v1/agents/{a}"), None)
-        .await;
+    let (_, v) = s.admin_get(&format!("/api/v1/agents/{a}")).await;
     assert_eq!(v["health"], "never_seen");
     s.claim_next(&a, &tok, None).await;
-    let (_, v) = s
-        .admin(Method::GET, &format!("/api/v1/agents/{a}"), None)
-        .await;
+    let (_, v) = s.admin_get(&format!("/api/v1/agents/{a}")).await;
     assert_eq!(v["health"], "active");
     sqlx::query("UPDATE agents SET last_seen_at = now() - interval '6 minutes'")
         .execute(&s.pool)
         .await
         .unwrap();
-    let (_, v) = s.admin(Method::GET, "/api/v1/agents", None).await;
+    let (_, v) = s.admin_get("/api/v1/agents").await;
     assert_eq!(v["items"][0]["health"], "stale");
 }
 

@@ -34,25 +34,14 @@ async fn claim(s: &TestServer, agent: &str, token: &str, order: &str) -> String 
 async fn complete(s: &TestServer, agent: &str, token: &str, order: &str, body: Value) -> u16 {
     let mut body = body;
     body["agent_id"] = json!(agent);
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/complete"),
-            Some(token),
-            Some(body),
-        )
-        .await;
+    let (st, v) = s.complete(order, token, body).await;
     assert!(st == 200 || st == 202, "{st} {v}");
     st
 }
 
 async fn attempts(s: &TestServer, order: &str) -> Vec<Value> {
     let (st, v) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{order}/attempts"),
-            None,
-        )
+        .admin_get(&format!("/api/v1/work-orders/{order}/attempts"))
         .await;
     assert_eq!(st, 200, "{v}");
     v.as_array().unwrap().clone()
@@ -152,7 +141,7 @@ async fn attempts_record_a_failure_a_reclaim_and_a_success() {
         (Some(1), Some(1))
     );
     // Lists stay lean.
-    let (_, page) = s.admin(Method::GET, "/api/v1/work-order-log", None).await;
+    let (_, page) = s.admin_get("/api/v1/work-order-log").await;
     assert!(page["items"][0].get("attempts").is_none(), "{page}");
 }
 
@@ -187,11 +176,7 @@ async fn attempts_say_cancelled_released_and_reaper_exhausted() {
         .await;
     assert_eq!(st, 200);
     let (st, active) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{released}"),
-            None,
-        )
+        .admin_get(&format!("/api/v1/work-orders/{released}"))
         .await;
     assert_eq!(st, 200);
     assert_eq!(
@@ -232,11 +217,10 @@ async fn attempts_say_cancelled_released_and_reaper_exhausted() {
     );
 
     let (st, v) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{}/attempts", uuid::Uuid::new_v4()),
-            None,
-        )
+        .admin_get(&format!(
+            "/api/v1/work-orders/{}/attempts",
+            uuid::Uuid::new_v4()
+        ))
         .await;
     assert_eq!((st, v["error"]["code"].as_str()), (404, Some("not_found")));
 }
@@ -266,12 +250,8 @@ async fn rerun_queues_a_linked_copy_of_a_finished_order() {
     assert_ne!(copy_id, id);
     assert_eq!(copy["rerun_of"], json!(id));
     assert_eq!(copy["status"], "PENDING");
-    let (_, original) = s
-        .admin(Method::GET, &format!("/api/v1/work-order-log/{id}"), None)
-        .await;
-    let (_, full) = s
-        .admin(Method::GET, &format!("/api/v1/work-orders/{copy_id}"), None)
-        .await;
+    let (_, original) = s.admin_get(&format!("/api/v1/work-order-log/{id}")).await;
+    let (_, full) = s.admin_get(&format!("/api/v1/work-orders/{copy_id}")).await;
     for field in [
         "work_type",
         "yaml_content",
@@ -337,7 +317,7 @@ async fn lists_filter_by_label_agent_outcome_time_and_id_prefix() {
     let get = |path: String| {
         let s = &s;
         async move {
-            let (st, v) = s.admin(Method::GET, &path, None).await;
+            let (st, v) = s.admin_get(&path).await;
             assert_eq!(st, 200, "{path}: {v}");
             v
         }
@@ -407,7 +387,7 @@ async fn lists_filter_by_label_agent_outcome_time_and_id_prefix() {
         ("/api/v1/work-order-log?outcome=won", "outcome"),
         ("/api/v1/work-orders?since=yesterday", "since"),
     ] {
-        let (st, v) = s.admin(Method::GET, path, None).await;
+        let (st, v) = s.admin_get(path).await;
         assert_eq!(st, 400, "{path}: {v}");
         let message = v["error"]["message"].as_str().unwrap();
         assert!(message.contains(field), "{path}: {message}");
@@ -454,7 +434,7 @@ async fn a_label_filter_with_nul_matches_as_the_label_was_stored() {
         "/api/v1/work-orders?label=a%00b",
         "/api/v1/work-order-log?label=a%00b",
     ] {
-        let (st, v) = s.admin(Method::GET, path, None).await;
+        let (st, v) = s.admin_get(path).await;
         assert_eq!(st, 200, "{path}: {v}");
         if path.contains("work-orders") {
             assert_eq!(ids(&v), vec![id.clone()]);

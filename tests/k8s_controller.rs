@@ -203,14 +203,7 @@ async fn a_work_order_resource_follows_its_queue_row() {
         "Ready means succeeded (docs/design.md §6)"
     );
 
-    let (code, claimed) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{uid}/claim"),
-            Some(&tok),
-            Some(json!({"agent_id": agent})),
-        )
-        .await;
+    let (code, claimed) = s.claim(&uid, &agent, &tok).await;
     assert_eq!(code, 200, "{claimed}");
     let wo = phase_is(&api, "demo", WorkOrderPhase::Claimed).await;
     assert_eq!(
@@ -219,11 +212,10 @@ async fn a_work_order_resource_follows_its_queue_row() {
     );
 
     let (code, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{uid}/complete"),
-            Some(&tok),
-            Some(json!({"agent_id": agent, "success": false, "message": "flaky"})),
+        .complete(
+            &uid,
+            &tok,
+            json!({"agent_id": agent, "success": false, "message": "flaky"}),
         )
         .await;
     assert_eq!(code, 202);
@@ -234,21 +226,13 @@ async fn a_work_order_resource_follows_its_queue_row() {
     assert_eq!(st.retry_count, Some(1));
 
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let (code, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{uid}/claim"),
-            Some(&tok),
-            Some(json!({"agent_id": agent})),
-        )
-        .await;
+    let (code, v) = s.claim(&uid, &agent, &tok).await;
     assert_eq!(code, 200, "{v}");
     let (code, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{uid}/complete"),
-            Some(&tok),
-            Some(json!({"agent_id": agent, "success": true, "message": "done at last"})),
+        .complete(
+            &uid,
+            &tok,
+            json!({"agent_id": agent, "success": true, "message": "done at last"}),
         )
         .await;
     assert_eq!(code, 200);
@@ -433,14 +417,7 @@ async fn an_executor_yields_a_token_secret_that_rotates_and_retires_with_it() {
     let o = s
         .order(json!({"work_type": "custom", "yaml_content": CM, "targeting": {"labels": ["y"]}}))
         .await;
-    let (code, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{o}/claim"),
-            Some(&second),
-            Some(json!({"agent_id": uid})),
-        )
-        .await;
+    let (code, _) = s.claim(&o, &uid, &second).await;
     assert_eq!(code, 200);
     executors
         .delete("runner", &DeleteParams::default())
@@ -463,9 +440,7 @@ async fn an_executor_yields_a_token_secret_that_rotates_and_retires_with_it() {
             .0,
         401
     );
-    let (_, v) = s
-        .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
-        .await;
+    let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
     assert_eq!(v["status"], "PENDING", "claims freed");
     stop.cancel();
     drop_namespace(&k, &ns).await;
@@ -629,14 +604,7 @@ async fn a_restarted_controller_neither_duplicates_rows_nor_loses_status() {
     stop.cancel();
     tokio::time::sleep(Duration::from_millis(500)).await;
     // While no controller runs, the order is claimed.
-    let (code, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{uid}/claim"),
-            Some(&tok),
-            Some(json!({"agent_id": agent})),
-        )
-        .await;
+    let (code, _) = s.claim(&uid, &agent, &tok).await;
     assert_eq!(code, 200);
     let stop = start_controllers(&k, &s, &ns);
     let wo = phase_is(&api, "steady", WorkOrderPhase::Claimed).await;

@@ -316,7 +316,7 @@ async fn the_output_limits_are_stated_where_they_are_used() {
         (format!("limit={MAX_OUTPUT_PAGE_LINES}"), 200),
         (format!("limit={}", MAX_OUTPUT_PAGE_LINES + 1), 400),
     ] {
-        let (status, v) = s.admin(Method::GET, &path(q.clone()), None).await;
+        let (status, v) = s.admin_get(&path(q.clone())).await;
         assert_eq!(status, ok, "{q}: {v}");
     }
     let help = flag_help(&["work-orders", "logs"], "--tail");
@@ -482,9 +482,7 @@ async fn the_page_limit_and_the_long_poll_cap_are_stated_where_they_are_used() {
     for route in &routes {
         let route = route.replace("{id}", &agent);
         for (limit, ok) in [(min, 200), (max, 200), (min - 1, 400), (max + 1, 400)] {
-            let (status, answer) = s
-                .admin(Method::GET, &format!("{route}?limit={limit}"), None)
-                .await;
+            let (status, answer) = s.admin_get(&format!("{route}?limit={limit}")).await;
             assert_eq!(status, ok, "{route}?limit={limit}: {answer}");
             if ok == 400 {
                 let message = answer["error"]["message"].as_str().unwrap();

@@ -176,11 +176,7 @@ async fn a_chunk_of_a_claim_that_is_not_live_is_409_and_bad_input_is_refused_cle
     assert_eq!(page["finished"], true);
     assert_eq!(texts(&page).len(), 3);
     let (st, _) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{unknown}/output"),
-            None,
-        )
+        .admin_get(&format!("/api/v1/work-orders/{unknown}/output"))
         .await;
     assert_eq!(st, 404);
 }
@@ -308,11 +304,10 @@ async fn tail_attempt_and_after_select_lines_and_the_holder_may_read() {
     assert_eq!(st, 200, "{v}");
     // Second attempt: a retryable failure, then claimed again.
     let (st, _) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/complete"),
-            Some(&token),
-            Some(json!({"agent_id": agent, "claim_id": claim, "success": false})),
+        .complete(
+            &order,
+            &token,
+            json!({"agent_id": agent, "claim_id": claim, "success": false}),
         )
         .await;
     assert_eq!(st, 202);
@@ -330,14 +325,7 @@ async fn tail_attempt_and_after_select_lines_and_the_holder_may_read() {
         .execute(&s.pool)
         .await
         .unwrap();
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/claim"),
-            Some(&token),
-            Some(json!({"agent_id": agent})),
-        )
-        .await;
+    let (st, v) = s.claim(&order, &agent, &token).await;
     assert_eq!(st, 200, "{v}");
     let claim2 = v["claim_id"].as_str().unwrap().to_string();
     send(&s, &token, &order, chunk(&agent, &claim2, 0, &["b1", "b2"])).await;
@@ -371,11 +359,7 @@ async fn tail_attempt_and_after_select_lines_and_the_holder_may_read() {
         "?nope=1",
     ] {
         let (st, v) = s
-            .admin(
-                Method::GET,
-                &format!("/api/v1/work-orders/{order}/output{bad}"),
-                None,
-            )
+            .admin_get(&format!("/api/v1/work-orders/{order}/output{bad}"))
             .await;
         assert_eq!(st, 400, "{bad}: {v}");
     }

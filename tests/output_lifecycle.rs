@@ -51,11 +51,7 @@ async fn retention_deletes_the_output_with_the_log_entry() {
     assert_eq!(s.queue.expire_history(day).await.unwrap(), 1);
     assert_eq!(count().await, 0);
     let (st, _) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{order}/output"),
-            None,
-        )
+        .admin_get(&format!("/api/v1/work-orders/{order}/output"))
         .await;
     assert_eq!(st, 404);
 }

@@ -23,13 +23,7 @@ async fn claim_one(s: &TestServer, agent: &str, token: &str) -> Value {
 }
 
 async fn complete(s: &TestServer, token: &str, order: &str, body: Value) -> (u16, Value) {
-    s.call(
-        Method::POST,
-        &format!("/api/v1/work-orders/{order}/complete"),
-        Some(token),
-        Some(body),
-    )
-    .await
+    s.complete(order, token, body).await
 }
 
 #[tokio::test]
@@ -40,9 +34,7 @@ async fn text_with_nul_is_stored_without_it_and_long_messages_are_cut() {
         .agent(json!({"name": "nul\u{0}agent", "labels": ["l\u{0}1"],
             "annotations": {"k\u{0}": "v\u{0}"}, "tenant": "t\u{0}"}))
         .await;
-    let (st, v) = s
-        .admin(Method::GET, &format!("/api/v1/agents/{agent}"), None)
-        .await;
+    let (st, v) = s.admin_get(&format!("/api/v1/agents/{agent}")).await;
     assert_eq!(st, 200);
     assert_eq!(v["name"], "nulagent");
     assert_eq!(v["labels"], json!(["l1"]));
@@ -352,10 +344,7 @@ async fn connections_killed_under_load_answer_503_never_500() {
                         )
                         .await
                     }
-                    1 => {
-                        s.admin(Method::GET, "/api/v1/work-orders?limit=5", None)
-                            .await
-                    }
+                    1 => s.admin_get("/api/v1/work-orders?limit=5").await,
                     _ => s.claim_next(&agent, &token, None).await,
                 };
                 assert_ne!(st, 500, "a killed connection answered 500: {v}");
@@ -397,7 +386,7 @@ async fn connections_killed_under_load_answer_503_never_500() {
     );
     // And the server recovers: a request after the storm succeeds.
     eventually(10, "the API to answer again", || async {
-        let (st, _) = s.admin(Method::GET, "/api/v1/work-orders", None).await;
+        let (st, _) = s.admin_get("/api/v1/work-orders").await;
         (st == 200).then_some(())
     })
     .await;
@@ -427,7 +416,7 @@ async fn a_database_that_is_down_answers_503_at_once_and_comes_back() {
         .unwrap();
     pullman::queue::MIGRATOR.run(&pool).await.unwrap();
     let s = TestServer::start_on(pool, 64).await;
-    let (st, _) = s.admin(Method::GET, "/api/v1/agents", None).await;
+    let (st, _) = s.admin_get("/api/v1/agents").await;
     assert_eq!(st, 200);
 
     pg.stop().await.unwrap();
@@ -474,7 +463,7 @@ async fn a_database_that_is_down_answers_503_at_once_and_comes_back() {
         30,
         "the API to answer again after PostgreSQL is back",
         || async {
-            let (st, _) = s.admin(Method::GET, "/api/v1/agents", None).await;
+            let (st, _) = s.admin_get("/api/v1/agents").await;
             (st == 200).then_some(())
         },
     )

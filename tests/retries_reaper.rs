@@ -41,13 +41,7 @@ async fn complete(
 ) -> (u16, Value) {
     let mut body = body;
     body["agent_id"] = json!(agent);
-    s.call(
-        Method::POST,
-        &format!("/api/v1/work-orders/{order}/complete"),
-        Some(token),
-        Some(body),
-    )
-    .await
+    s.complete(order, token, body).await
 }
 
 /// Makes a backing-off order due now, as time passing would.
@@ -81,9 +75,7 @@ async fn retries_back_off_exponentially_and_stop_at_max_retries() {
             .await;
             assert_eq!(st, 202, "{v}");
             assert_eq!(v["status"], "retry_scheduled");
-            let (_, got) = s
-                .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
-                .await;
+            let (_, got) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
             assert_eq!(got["status"], "RETRY_PENDING");
             assert_eq!(got["retry_count"], k);
             assert_eq!(got["last_error"], format!("boom {k}"));
@@ -91,14 +83,7 @@ async fn retries_back_off_exponentially_and_stop_at_max_retries() {
             assert_eq!(delay, 10 * (1 << (k - 1)), "backoff for attempt {k}");
             assert_eq!(ts(&v["next_retry_after"]), ts(&got["next_retry_after"]));
             // Backing off: not claimable yet.
-            let (st, v) = s
-                .call(
-                    Method::POST,
-                    &format!("/api/v1/work-orders/{o}/claim"),
-                    Some(&tok),
-                    Some(json!({"agent_id": a})),
-                )
-                .await;
+            let (st, v) = s.claim(&o, &a, &tok).await;
             assert_eq!(st, 409, "{v}");
             assert_eq!(v["error"]["code"], "backing_off");
             make_due(&s, &o).await;
@@ -116,9 +101,7 @@ async fn retries_back_off_exponentially_and_stop_at_max_retries() {
         assert_eq!(v["outcome"], "failed");
         assert_eq!(v["retry_count"], max_retries);
         assert_eq!(v["last_error"], "final");
-        let (st, v) = s
-            .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
-            .await;
+        let (st, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
         assert_eq!(st, 404);
         assert_eq!(v["error"]["code"], "finished");
     }
@@ -157,9 +140,7 @@ async fn non_retryable_failure_goes_straight_to_the_log_and_success_returns_the_
     assert_eq!(v["outcome"], "succeeded");
     assert_eq!(v["message"], "done");
     assert_eq!(v["claimed_by"], json!(a));
-    let (st, log) = s
-        .admin(Method::GET, &format!("/api/v1/work-order-log/{o}"), None)
-        .await;
+    let (st, log) = s.admin_get(&format!("/api/v1/work-order-log/{o}")).await;
     assert_eq!(st, 200);
     assert!(log["yaml_content"].is_string());
 }
@@ -177,9 +158,7 @@ async fn huge_backoff_never_overflows() {
     claim(&s, &a, &tok, &o, None).await;
     let (st, v) = complete(&s, &a, &tok, &o, json!({"success": false})).await;
     assert_eq!(st, 202, "{v}");
-    let (_, got) = s
-        .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
-        .await;
+    let (_, got) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
     assert_eq!(got["retry_count"], 100);
     let delay = (ts(&got["next_retry_after"]) - ts(&got["last_error_at"])).num_seconds();
     assert_eq!(delay, 86_400, "capped at 24 h");
@@ -214,9 +193,7 @@ async fn reaper_returns_timed_out_and_lease_expired_claims_to_pending() {
     let report = s.queue.maintain().await.unwrap();
     assert_eq!(report.reclaimed, 2);
     for (o, retries) in [(&timed_out, 1), (&leased, 0)] {
-        let (_, v) = s
-            .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
-            .await;
+        let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
         assert_eq!(v["status"], "PENDING");
         assert_eq!(v["retry_count"], retries, "retry_count unchanged");
         assert_eq!(v["reclaim_count"], 1);
@@ -224,9 +201,7 @@ async fn reaper_returns_timed_out_and_lease_expired_claims_to_pending() {
             v["claimed_by"].is_null() && v["claim_id"].is_null() && v["lease_expires_at"].is_null()
         );
     }
-    let (_, v) = s
-        .admin(Method::GET, &format!("/api/v1/work-orders/{alive}"), None)
-        .await;
+    let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{alive}")).await;
     assert_eq!(v["status"], "CLAIMED", "a live lease is left alone");
 
     // The superseded claim's heartbeat and complete are refused and change nothing.
@@ -255,11 +230,7 @@ async fn reaper_returns_timed_out_and_lease_expired_claims_to_pending() {
     .await;
     assert_eq!(st, 409, "{v}");
     let (_, v) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{timed_out}"),
-            None,
-        )
+        .admin_get(&format!("/api/v1/work-orders/{timed_out}"))
         .await;
     assert_eq!(v["status"], "CLAIMED");
     assert_eq!(v["claim_id"], second["claim_id"]);
@@ -320,9 +291,7 @@ async fn reclaim_bound_sends_the_order_to_the_log_as_failed() {
             assert_eq!(r.reclaims_exhausted, 1);
         }
     }
-    let (st, v) = s
-        .admin(Method::GET, &format!("/api/v1/work-order-log/{o}"), None)
-        .await;
+    let (st, v) = s.admin_get(&format!("/api/v1/work-order-log/{o}")).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["message"], "no agent completed it within 3 claims");
@@ -361,9 +330,7 @@ async fn heartbeats_keep_a_lease_alive_through_reaper_passes() {
         assert_eq!(s.queue.maintain().await.unwrap().reclaimed, 0);
     }
     // 8 s later, past the first 5 s lease, the claim still holds.
-    let (_, v) = s
-        .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
-        .await;
+    let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
     assert_eq!(v["status"], "CLAIMED");
     // Without heartbeats the lease runs out for real.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
@@ -416,9 +383,7 @@ async fn cancel_of_a_claimed_order_answers_the_next_heartbeat_with_cancelled() {
     let (st, v) = complete(&s, &a, &tok, &o, json!({"success": true})).await;
     assert_eq!(st, 409);
     assert_eq!(v["error"]["code"], "cancelled");
-    let (_, v) = s
-        .admin(Method::GET, &format!("/api/v1/work-order-log/{o}"), None)
-        .await;
+    let (_, v) = s.admin_get(&format!("/api/v1/work-order-log/{o}")).await;
     assert_eq!(
         v["outcome"], "cancelled",
         "the late complete changed nothing"
@@ -507,9 +472,7 @@ async fn maintenance_releases_what_a_retirement_cut_short_left_held() {
     let report = s.queue.maintain().await.unwrap();
     assert_eq!(report.released_from_retired, 1, "{report:?}");
     assert_eq!(report.reclaimed, 0, "{report:?}");
-    let (st, v) = s
-        .admin(Method::GET, &format!("/api/v1/work-orders/{order}"), None)
-        .await;
+    let (st, v) = s.admin_get(&format!("/api/v1/work-orders/{order}")).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["status"], "PENDING", "{v}");
     assert_eq!(v["reclaim_count"], 0, "{v}");

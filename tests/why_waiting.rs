@@ -12,7 +12,7 @@ use support::cli::cli_text;
 use support::{TestServer, configmap_order};
 
 async fn get(s: &TestServer, path: &str) -> (u16, Value) {
-    s.admin(Method::GET, path, None).await
+    s.admin_get(path).await
 }
 
 #[tokio::test]
@@ -47,14 +47,7 @@ async fn explain_answers_the_reason_and_get_carries_it() {
     let (st, order) = get(&s, &format!("/api/v1/work-orders/{o}")).await;
     assert_eq!(st, 200);
     assert_eq!(order["waiting"]["reason"], "no_agent_connected", "{order}");
-    let (st, claimed) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{o}/claim"),
-            Some(&token),
-            Some(json!({"agent_id": a})),
-        )
-        .await;
+    let (st, claimed) = s.claim(&o, &a, &token).await;
     assert_eq!(st, 200, "{claimed}");
     let (st, order) = get(&s, &format!("/api/v1/work-orders/{o}")).await;
     assert_eq!(st, 200);

@@ -183,9 +183,7 @@ async fn a_retired_agent_or_revoked_token_stops_the_worker_with_a_clear_message(
     let o = s.order(configmap_order("r")).await;
     let mut w = Worker::start(&s.base, &new_token, &["--exec", "sleep 60"]);
     eventually(30, "the claim", || async {
-        let (_, v) = s
-            .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
-            .await;
+        let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
         (v["status"] == "CLAIMED").then_some(())
     })
     .await;

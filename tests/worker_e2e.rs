@@ -123,9 +123,7 @@ async fn a_worker_killed_mid_order_leaves_it_to_the_reaper_and_another_worker() 
     let o = s.order(configmap_order("k")).await;
     let doomed = Worker::start(&s, &a_tok, "sleep 25", 6);
     eventually(30, "the first worker's claim", || async {
-        let (_, v) = s
-            .admin(Method::GET, &format!("/api/v1/work-orders/{o}"), None)
-            .await;
+        let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
         (v["claimed_by"] == json!(a_id)).then_some(())
     })
     .await;
@@ -149,9 +147,7 @@ async fn sigterm_lets_the_running_order_finish_and_stops_claiming() {
     let first = s.order(configmap_order("t")).await;
     let mut w = Worker::start(&s, &token, "sleep 3; echo graceful", 30);
     eventually(30, "the claim", || async {
-        let (_, v) = s
-            .admin(Method::GET, &format!("/api/v1/work-orders/{first}"), None)
-            .await;
+        let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{first}")).await;
         (v["status"] == "CLAIMED").then_some(())
     })
     .await;
@@ -171,9 +167,7 @@ async fn sigterm_lets_the_running_order_finish_and_stops_claiming() {
         status.success(),
         "worker exits cleanly after draining: {status}"
     );
-    let (_, v) = s
-        .admin(Method::GET, &format!("/api/v1/work-orders/{second}"), None)
-        .await;
+    let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{second}")).await;
     assert_eq!(v["status"], "PENDING", "no new claim after SIGTERM");
 }
 

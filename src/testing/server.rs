@@ -184,15 +184,35 @@ impl TestServer {
         self.call(method, path, Some(ADMIN_TOKEN), body).await
     }
 
+    /// `GET path` with the admin token; returns status and JSON body as [`Self::call`].
+    pub async fn admin_get(&self, path: &str) -> (u16, Value) {
+        self.admin(reqwest::Method::GET, path, None).await
+    }
+
+    /// Claims work order `order` by id as `agent` with its `token`
+    /// (`POST /api/v1/work-orders/{order}/claim`, docs/design.md §5); returns status and JSON body
+    /// as [`Self::call`].
+    pub async fn claim(&self, order: &str, agent: &str, token: &str) -> (u16, Value) {
+        let path = format!("/api/v1/work-orders/{order}/claim");
+        let body = serde_json::json!({ "agent_id": agent });
+        self.call(reqwest::Method::POST, &path, Some(token), Some(body))
+            .await
+    }
+
+    /// Completes work order `order` with the claim holder's `token` and the complete `body`
+    /// (`POST /api/v1/work-orders/{order}/complete`, DESIGN.md §5); returns status and JSON
+    /// body as [`Self::call`].
+    pub async fn complete(&self, order: &str, token: &str, body: Value) -> (u16, Value) {
+        let path = format!("/api/v1/work-orders/{order}/complete");
+        self.call(reqwest::Method::POST, &path, Some(token), Some(body))
+            .await
+    }
+
     /// Waits up to `secs` seconds for work order `id` to reach the log; returns the entry.
     pub async fn log_entry(&self, id: &str, secs: u64) -> Value {
         eventually(secs, &format!("work order {id} in the log"), || async {
             let (st, v) = self
-                .admin(
-                    reqwest::Method::GET,
-                    &format!("/api/v1/work-order-log/{id}"),
-                    None,
-                )
+                .admin_get(&format!("/api/v1/work-order-log/{id}"))
                 .await;
             (st == 200).then_some(v)
         })

@@ -13,7 +13,6 @@ use kube::api::ListParams;
 use kube::client::ClientBuilder;
 use kube::{Api, Client, ResourceExt};
 use pullman::crd::{WorkOrderPhase, WorkOrderResource};
-use reqwest::Method;
 use serde_json::json;
 
 use crate::support::kube::{client, drop_namespace, namespace};
@@ -115,21 +114,13 @@ async fn a_burst_of_finishing_orders_reaches_every_final_status_with_bounded_wri
     let (agent, tok) = (&agent, &tok);
     futures::stream::iter(uids.iter())
         .map(|uid| async move {
-            let (code, v) = s
-                .call(
-                    Method::POST,
-                    &format!("/api/v1/work-orders/{uid}/claim"),
-                    Some(tok),
-                    Some(json!({"agent_id": agent})),
-                )
-                .await;
+            let (code, v) = s.claim(uid, agent, tok).await;
             assert_eq!(code, 200, "{v}");
             let (code, v) = s
-                .call(
-                    Method::POST,
-                    &format!("/api/v1/work-orders/{uid}/complete"),
-                    Some(tok),
-                    Some(json!({"agent_id": agent, "success": true, "message": "ok"})),
+                .complete(
+                    uid,
+                    tok,
+                    json!({"agent_id": agent, "success": true, "message": "ok"}),
                 )
                 .await;
             assert_eq!(code, 200, "{v}");

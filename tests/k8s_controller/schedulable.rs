@@ -119,12 +119,7 @@ async fn a_waiting_order_says_why_and_follows_its_agents() {
     let obj = schedulable_is(&ns, "lonely", "Claimed", 10).await;
     assert!(message(&obj, "Schedulable").contains(&agent));
     let (code, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{uid}/complete"),
-            Some(&tok),
-            Some(json!({"agent_id": agent, "success": true})),
-        )
+        .complete(&uid, &tok, json!({"agent_id": agent, "success": true}))
         .await;
     assert_eq!(code, 200, "{v}");
     let done = phase_is(&api, "lonely", WorkOrderPhase::Succeeded).await;

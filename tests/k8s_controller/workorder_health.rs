@@ -66,14 +66,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
     let claim = |uid: String| {
         let (s, agent, tok) = (&s, agent.clone(), tok.clone());
         async move {
-            let (code, v) = s
-                .call(
-                    Method::POST,
-                    &format!("/api/v1/work-orders/{uid}/claim"),
-                    Some(&tok),
-                    Some(json!({"agent_id": agent})),
-                )
-                .await;
+            let (code, v) = s.claim(&uid, &agent, &tok).await;
             assert_eq!(code, 200, "{v}");
         }
     };
@@ -82,14 +75,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         async move {
             let mut body = body;
             body["agent_id"] = json!(agent);
-            let (code, v) = s
-                .call(
-                    Method::POST,
-                    &format!("/api/v1/work-orders/{uid}/complete"),
-                    Some(&tok),
-                    Some(body),
-                )
-                .await;
+            let (code, v) = s.complete(&uid, &tok, body).await;
             assert_eq!(code, want, "{v}");
         }
     };
@@ -316,24 +302,12 @@ async fn a_finished_work_order_with_a_ttl_is_deleted_and_the_log_keeps_it() {
         .unwrap();
     for (name, uid) in [("brief", &brief), ("kept", &kept)] {
         phase_is(&api, name, WorkOrderPhase::Pending).await;
-        let (code, _) = s
-            .call(
-                Method::POST,
-                &format!("/api/v1/work-orders/{uid}/claim"),
-                Some(&tok),
-                Some(json!({"agent_id": agent})),
-            )
-            .await;
+        let (code, _) = s.claim(uid, &agent, &tok).await;
         assert_eq!(code, 200);
     }
     for uid in [&kept, &brief] {
         let (code, _) = s
-            .call(
-                Method::POST,
-                &format!("/api/v1/work-orders/{uid}/complete"),
-                Some(&tok),
-                Some(json!({"agent_id": agent, "success": true})),
-            )
+            .complete(uid, &tok, json!({"agent_id": agent, "success": true}))
             .await;
         assert_eq!(code, 200);
     }

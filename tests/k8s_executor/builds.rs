@@ -4,7 +4,6 @@
 
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::{Executor, setup};
@@ -72,9 +71,7 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
     let flaky = t.s.order(build_order(600)).await;
     let first_run = set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "False", "reason": "Failed", "message": "step-build failed"}]})).await;
     eventually(30, "RETRY_PENDING", || async {
-        let (_, v) =
-            t.s.admin(Method::GET, &format!("/api/v1/work-orders/{flaky}"), None)
-                .await;
+        let (_, v) = t.s.admin_get(&format!("/api/v1/work-orders/{flaky}")).await;
         (v["retry_count"] == 1 && v["last_error"].as_str()?.contains("step-build failed"))
             .then_some(())
     })

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::{Executor, job, order, setup};
@@ -26,12 +25,8 @@ async fn a_pod_without_logs_is_said_once_per_container() {
     // Nothing more arrives after the order completed: read, wait, read again.
     let read = || async {
         let (status, v) =
-            t.s.admin(
-                Method::GET,
-                &format!("/api/v1/work-orders/{id}/output"),
-                None,
-            )
-            .await;
+            t.s.admin_get(&format!("/api/v1/work-orders/{id}/output"))
+                .await;
         assert_eq!(status, 200, "{v}");
         v["lines"].as_array().unwrap().clone()
     };
@@ -75,12 +70,8 @@ async fn a_pod_without_logs_is_said_once_per_container() {
     let v = t.s.log_entry(&cm, 60).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     let (status, v) =
-        t.s.admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{cm}/output"),
-            None,
-        )
-        .await;
+        t.s.admin_get(&format!("/api/v1/work-orders/{cm}/output"))
+            .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["lines"], json!([]), "{v}");
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use kube::api::ListParams;
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::{Executor, job, order, setup};
@@ -20,11 +19,7 @@ use crate::support::{TestServer, eventually};
 /// The (stream, text) of every line of an order's output.
 async fn output(s: &TestServer, id: &str) -> Vec<(String, String)> {
     let (status, v) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{id}/output"),
-            None,
-        )
+        .admin_get(&format!("/api/v1/work-orders/{id}/output"))
         .await;
     assert_eq!(status, 200, "{v}");
     let lines = v["lines"].as_array().unwrap();

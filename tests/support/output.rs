@@ -39,11 +39,7 @@ pub async fn send(s: &TestServer, token: &str, order: &str, body: Value) -> (u16
 
 pub async fn read(s: &TestServer, order: &str, query: &str) -> Value {
     let (st, v) = s
-        .admin(
-            Method::GET,
-            &format!("/api/v1/work-orders/{order}/output{query}"),
-            None,
-        )
+        .admin_get(&format!("/api/v1/work-orders/{order}/output{query}"))
         .await;
     assert_eq!(st, 200, "{v}");
     v
@@ -60,11 +56,10 @@ pub fn texts(page: &Value) -> Vec<String> {
 
 pub async fn complete(s: &TestServer, token: &str, order: &str, agent: &str, claim: &str) {
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/complete"),
-            Some(token),
-            Some(json!({"agent_id": agent, "claim_id": claim, "success": true})),
+        .complete(
+            order,
+            token,
+            json!({"agent_id": agent, "claim_id": claim, "success": true}),
         )
         .await;
     assert_eq!(st, 200, "{v}");
