@@ -113,11 +113,9 @@ async fn admin_agent_and_anonymous_matrix() {
         assert!(st != 401 && st != 403, "{m} {p} as itself: {st} {v}");
     }
     let (st, _) = s
-        .call(
-            Method::GET,
+        .get_as(
             &format!("/api/v1/agents/{a}/work-orders/pending"),
-            Some(ADMIN_TOKEN),
-            None,
+            ADMIN_TOKEN,
         )
         .await;
     assert_eq!(st, 200, "admin may act for any agent");
@@ -128,7 +126,7 @@ async fn rotated_tokens_revoke_the_old_one() {
     let s = TestServer::start().await;
     let (a, old) = s.agent(json!({"name": "a", "labels": ["m"]})).await;
     let path = format!("/api/v1/agents/{a}/work-orders/pending");
-    assert_eq!(s.call(Method::GET, &path, Some(&old), None).await.0, 200);
+    assert_eq!(s.get_as(&path, &old).await.0, 200);
     // Registering revokes nothing, so it leaves the tokens verified a moment ago trusted.
     let revocations = s.queue.token_revocations();
     s.agent(json!({"name": "b", "labels": ["m"]})).await;
@@ -142,14 +140,12 @@ async fn rotated_tokens_revoke_the_old_one() {
         "a rotation is a revocation"
     );
     let new = v["token"].as_str().unwrap();
-    assert_eq!(s.call(Method::GET, &path, Some(&old), None).await.0, 401);
-    assert_eq!(s.call(Method::GET, &path, Some(new), None).await.0, 200);
+    assert_eq!(s.get_as(&path, &old).await.0, 401);
+    assert_eq!(s.get_as(&path, new).await.0, 200);
     // Just verified (so remembered by the server), then retired: refused at once.
-    let (st, _) = s
-        .admin(Method::DELETE, &format!("/api/v1/agents/{a}"), None)
-        .await;
+    let (st, _) = s.retire(&a).await;
     assert_eq!(st, 200);
-    assert_eq!(s.call(Method::GET, &path, Some(new), None).await.0, 401);
+    assert_eq!(s.get_as(&path, new).await.0, 401);
     let stored: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT secret_hash FROM agent_tokens")
         .fetch_all(&s.pool)
         .await
@@ -196,13 +192,8 @@ async fn no_token_or_yaml_appears_in_logs() {
     s.claim_next(&a, &tok, None).await;
     s.complete(&o, &tok, json!({"agent_id": a, "success": true}))
         .await;
-    s.call(
-        Method::GET,
-        "/api/v1/work-orders",
-        Some("pullman_wrong_token_value"),
-        None,
-    )
-    .await;
+    s.get_as("/api/v1/work-orders", "pullman_wrong_token_value")
+        .await;
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert!(
         logs.contains("work order finished"),
@@ -261,17 +252,14 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
         );
     }
     let (_, v) = s
-        .admin(
-            Method::POST,
+        .admin_post(
             "/api/v1/work-orders",
-            Some(
-                json!({"work_type": "deploy", "yaml_content": "a", "targeting": {"labels": ["a"]}}),
-            ),
+            json!({"work_type": "deploy", "yaml_content": "a", "targeting": {"labels": ["a"]}}),
         )
         .await;
     assert_eq!(v["error"]["message"], "Unknown work type: deploy");
     let (_, v) = s
-        .admin(Method::POST, "/api/v1/work-orders", Some(json!({"work_type": "custom", "yaml_content": "apiVersion: v1\nkind: A\nmetadata: {}\n", "max_retries": 101, "targeting": {"labels": ["a"]}})))
+        .admin_post("/api/v1/work-orders", json!({"work_type": "custom", "yaml_content": "apiVersion: v1\nkind: A\nmetadata: {}\n", "max_retries": 101, "targeting": {"labels": ["a"]}}))
         .await;
     assert!(
         v["error"]["message"]
@@ -284,11 +272,7 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
 
     // Bad input elsewhere: agents, claims, queries, paths.
     let (st, v) = s
-        .admin(
-            Method::POST,
-            "/api/v1/agents",
-            Some(json!({"name": "", "labels": []})),
-        )
+        .admin_post("/api/v1/agents", json!({"name": "", "labels": []}))
         .await;
     assert_eq!(
         (st, v["error"]["code"].as_str()),
@@ -296,10 +280,9 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
         "{v}"
     );
     let (st, v) = s
-        .admin(
-            Method::POST,
+        .admin_post(
             "/api/v1/agents",
-            Some(json!({"name": "w", "work_types": ["deploy"]})),
+            json!({"name": "w", "work_types": ["deploy"]}),
         )
         .await;
     assert_eq!(
@@ -380,8 +363,7 @@ async fn lists_paginate_by_keyset_and_omit_yaml() {
     }
     assert_eq!(seen, ids, "every order once, oldest first");
     for o in &ids {
-        s.admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
-            .await;
+        s.cancel(o).await;
     }
     let (_, v) = s
         .admin_get("/api/v1/work-order-log?limit=4&success=false")
@@ -396,9 +378,7 @@ async fn lists_paginate_by_keyset_and_omit_yaml() {
 #[tokio::test]
 async fn openapi_describes_every_route_and_ops_endpoints_answer() {
     let s = TestServer::start().await;
-    let (st, doc) = s
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
+    let (st, doc) = s.get("/api/v1/openapi.json").await;
     assert_eq!(st, 200);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
     let paths = doc["paths"].as_object().unwrap();
@@ -441,8 +421,8 @@ async fn openapi_describes_every_route_and_ops_endpoints_answer() {
     }
     let complete = &paths["/api/v1/work-orders/{id}/complete"]["post"]["responses"];
     assert!(complete.get("200").is_some() && complete.get("202").is_some());
-    assert_eq!(s.call(Method::GET, "/healthz", None, None).await.0, 200);
-    assert_eq!(s.call(Method::GET, "/readyz", None, None).await.0, 200);
+    assert_eq!(s.get("/healthz").await.0, 200);
+    assert_eq!(s.get("/readyz").await.0, 200);
     let (a, tok) = s.agent(json!({"name": "m", "labels": ["m"]})).await;
     s.order(configmap_order("m")).await;
     s.claim_next(&a, &tok, None).await;

@@ -7,7 +7,6 @@ mod support;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use reqwest::Method;
 use serde_json::{Value, json};
 use support::cli::{cli, cli_command};
 use support::{TestServer, configmap_order};
@@ -102,9 +101,7 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
     let id = server.order(configmap_order("w")).await;
     let waiting = spawn_wait(&server, &id, &["-o", "json"]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let (st, _) = server
-        .admin(Method::DELETE, &format!("/api/v1/work-orders/{id}"), None)
-        .await;
+    let (st, _) = server.cancel(&id).await;
     assert_eq!(st, 200);
     let out = finish(waiting).await;
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
@@ -304,9 +301,7 @@ async fn log_pages_with_limit_and_all() {
     let mut ids = Vec::new();
     for _ in 0..5 {
         let id = server.order(configmap_order("p")).await;
-        let (st, _) = server
-            .admin(Method::DELETE, &format!("/api/v1/work-orders/{id}"), None)
-            .await;
+        let (st, _) = server.cancel(&id).await;
         assert_eq!(st, 200);
         ids.push(id);
     }

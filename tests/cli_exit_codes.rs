@@ -8,7 +8,6 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
 use serde_json::json;
 use support::{ADMIN_TOKEN, TestServer, configmap_order, free_port, pullman_bin};
 
@@ -142,13 +141,7 @@ async fn wait_exits_as_its_help_says() {
         "failed",
     );
     let cancelled = s.order(configmap_order("x")).await;
-    let (st, _) = s
-        .admin(
-            Method::DELETE,
-            &format!("/api/v1/work-orders/{cancelled}"),
-            None,
-        )
-        .await;
+    let (st, _) = s.cancel(&cancelled).await;
     assert!((200..300).contains(&st));
     check(
         4,
@@ -337,9 +330,7 @@ async fn worker_exits_as_its_help_says() {
         .await,
         "--once, signal",
     );
-    let (st, _) = s
-        .admin(Method::DELETE, &format!("/api/v1/agents/{agent}"), None)
-        .await;
+    let (st, _) = s.retire(&agent).await;
     assert!((200..300).contains(&st));
     check(
         6,

@@ -9,7 +9,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Output, Stdio};
 
-use reqwest::Method;
 use serde_json::{Value, json};
 use support::cli::{cli, cli_command, text};
 use support::{TestServer, configmap_order, free_port};
@@ -40,9 +39,7 @@ async fn token_files_end_0600_and_a_missing_folder_registers_nothing() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(mode(&file), 0o600);
     let token = std::fs::read_to_string(&file).unwrap();
-    let (st, _) = s
-        .call(Method::GET, "/api/v1/whoami", Some(token.trim()), None)
-        .await;
+    let (st, _) = s.get_as("/api/v1/whoami", token.trim()).await;
     assert_eq!(st, 200, "the file holds the agent's token");
 
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -88,9 +85,7 @@ async fn token_files_end_0600_and_a_missing_folder_registers_nothing() {
         .collect();
     assert_eq!(names, [json!("a")], "b was not registered");
     let still = std::fs::read_to_string(&file).unwrap();
-    let (st, _) = s
-        .call(Method::GET, "/api/v1/whoami", Some(still.trim()), None)
-        .await;
+    let (st, _) = s.get_as("/api/v1/whoami", still.trim()).await;
     assert_eq!(st, 200, "a's token was not rotated away");
 }
 

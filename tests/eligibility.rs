@@ -15,11 +15,9 @@ const BUILD: &str =
 
 async fn pending(s: &TestServer, id: &str, token: &str, query: &str) -> BTreeSet<String> {
     let (status, v) = s
-        .call(
-            Method::GET,
+        .get_as(
             &format!("/api/v1/agents/{id}/work-orders/pending{query}"),
-            Some(token),
-            None,
+            token,
         )
         .await;
     assert_eq!(status, 200, "{v}");
@@ -245,9 +243,7 @@ async fn max_concurrency_and_retirement_gate_claims() {
     assert_eq!(won, 3, "max_concurrency holds under concurrent claims");
 
     // Retiring: the token stops working, claims go back to PENDING.
-    let (st, agent) = s
-        .admin(Method::DELETE, &format!("/api/v1/agents/{a}"), None)
-        .await;
+    let (st, agent) = s.retire(&a).await;
     assert_eq!(st, 200, "{agent}");
     assert_eq!(agent["health"], "retired");
     for o in &all[..2] {
@@ -256,12 +252,7 @@ async fn max_concurrency_and_retirement_gate_claims() {
         assert!(v["claimed_by"].is_null());
     }
     let (st, _) = s
-        .call(
-            Method::GET,
-            &format!("/api/v1/agents/{a}/work-orders/pending"),
-            Some(&tok),
-            None,
-        )
+        .get_as(&format!("/api/v1/agents/{a}/work-orders/pending"), &tok)
         .await;
     assert_eq!(st, 401, "a retired agent's token is revoked");
 }

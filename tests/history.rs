@@ -154,13 +154,7 @@ async fn attempts_say_cancelled_released_and_reaper_exhausted() {
     // Cancelled while claimed.
     let cancelled = s.order(order("h", 0)).await;
     let c1 = claim(&s, &a, &a_token, &cancelled).await;
-    let (st, _) = s
-        .admin(
-            Method::DELETE,
-            &format!("/api/v1/work-orders/{cancelled}"),
-            None,
-        )
-        .await;
+    let (st, _) = s.cancel(&cancelled).await;
     assert_eq!(st, 200);
     assert_eq!(
         summary(&attempts(&s, &cancelled).await),
@@ -171,9 +165,7 @@ async fn attempts_say_cancelled_released_and_reaper_exhausted() {
     // its history too.
     let released = s.order(order("h", 0)).await;
     let r1 = claim(&s, &b, &b_token, &released).await;
-    let (st, _) = s
-        .admin(Method::DELETE, &format!("/api/v1/agents/{b}"), None)
-        .await;
+    let (st, _) = s.retire(&b).await;
     assert_eq!(st, 200);
     let (st, active) = s
         .admin_get(&format!("/api/v1/work-orders/{released}"))
@@ -365,8 +357,7 @@ async fn lists_filter_by_label_agent_outcome_time_and_id_prefix() {
     complete(&s, &a, &a_token, &y1, json!({"success": true})).await;
     claim(&s, &a, &a_token, &x1).await;
     complete(&s, &a, &a_token, &x1, json!({"success": false})).await;
-    s.admin(Method::DELETE, &format!("/api/v1/work-orders/{x2}"), None)
-        .await;
+    s.cancel(&x2).await;
     let log = |q: &str| get(format!("/api/v1/work-order-log?{q}"));
     assert_eq!(ids(&log("outcome=failed").await), vec![x1.clone()]);
     assert_eq!(ids(&log("outcome=cancelled").await), vec![x2.clone()]);

@@ -295,11 +295,10 @@ async fn deleting_a_claimed_work_order_cancels_it() {
     })
     .await;
     let (code, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{uid}/heartbeat"),
-            Some(&tok),
-            Some(json!({"agent_id": agent, "claim_id": claim["claim_id"]})),
+        .heartbeat(
+            &uid,
+            &tok,
+            json!({"agent_id": agent, "claim_id": claim["claim_id"]}),
         )
         .await;
     assert_eq!(code, 409, "{v}");
@@ -346,19 +345,15 @@ async fn an_executor_yields_a_token_secret_that_rotates_and_retires_with_it() {
     );
 
     // The token works for that agent only.
-    let (code, me) = s
-        .call(Method::GET, "/api/v1/whoami", Some(&first), None)
-        .await;
+    let (code, me) = s.get_as("/api/v1/whoami", &first).await;
     assert_eq!(code, 200);
     assert_eq!(me["agent_id"], json!(uid));
     assert_eq!(me["agent_name"], json!(format!("{ns}/runner")));
     let (other, _) = s.agent(json!({"name": "other", "labels": ["x"]})).await;
     let (code, _) = s
-        .call(
-            Method::GET,
+        .get_as(
             &format!("/api/v1/agents/{other}/work-orders/pending"),
-            Some(&first),
-            None,
+            &first,
         )
         .await;
     assert_eq!(code, 403);
@@ -400,18 +395,8 @@ async fn an_executor_yields_a_token_secret_that_rotates_and_retires_with_it() {
         (t != first).then_some(t)
     })
     .await;
-    assert_eq!(
-        s.call(Method::GET, "/api/v1/whoami", Some(&first), None)
-            .await
-            .0,
-        401
-    );
-    assert_eq!(
-        s.call(Method::GET, "/api/v1/whoami", Some(&second), None)
-            .await
-            .0,
-        200
-    );
+    assert_eq!(s.get_as("/api/v1/whoami", &first).await.0, 401);
+    assert_eq!(s.get_as("/api/v1/whoami", &second).await.0, 200);
 
     // A claim held by the executor's agent is freed when the Executor is deleted.
     let o = s
@@ -434,12 +419,7 @@ async fn an_executor_yields_a_token_secret_that_rotates_and_retires_with_it() {
     .await;
     let agent = s.queue.get_agent(uid.parse().unwrap()).await.unwrap();
     assert!(agent.retired_at.is_some(), "agent retired");
-    assert_eq!(
-        s.call(Method::GET, "/api/v1/whoami", Some(&second), None)
-            .await
-            .0,
-        401
-    );
+    assert_eq!(s.get_as("/api/v1/whoami", &second).await.0, 401);
     let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
     assert_eq!(v["status"], "PENDING", "claims freed");
     stop.cancel();

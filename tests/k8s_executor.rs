@@ -19,7 +19,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, ResourceExt};
-use reqwest::Method;
 use serde_json::{Value, json};
 use support::kube::{client, drop_namespace, kubectl, namespace};
 use support::{TestServer, eventually};
@@ -397,9 +396,7 @@ async fn cancelling_a_running_job_deletes_it() {
         jobs.get_opt("long").await.ok()?.map(|_| ())
     })
     .await;
-    let (code, v) =
-        t.s.admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
-            .await;
+    let (code, v) = t.s.cancel(&o).await;
     assert_eq!(code, 200, "{v}");
     eventually(30, "the Job to be deleted", || async {
         jobs.get_opt("long").await.ok()?.is_none().then_some(())

@@ -101,9 +101,7 @@ fn the_crds_state_the_queue_limits() {
 #[tokio::test]
 async fn the_served_openapi_and_the_server_state_the_queue_limits() {
     let s = TestServer::start().await;
-    let (status, doc) = s
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
+    let (status, doc) = s.get("/api/v1/openapi.json").await;
     assert_eq!(status, 200);
     let schemas = &doc["components"]["schemas"];
     let mut bounded = vec![];
@@ -150,9 +148,7 @@ async fn the_served_openapi_and_the_server_state_the_queue_limits() {
         ] {
             let mut body = configmap_order("limits");
             body[range.field] = json!(value);
-            let (status, answer) = s
-                .admin(Method::POST, "/api/v1/work-orders", Some(body))
-                .await;
+            let (status, answer) = s.admin_post("/api/v1/work-orders", body).await;
             if accepted {
                 assert_eq!(status, 201, "{} = {value}: {answer}", range.field);
                 assert_eq!(answer[range.field], json!(value));
@@ -170,11 +166,7 @@ async fn the_served_openapi_and_the_server_state_the_queue_limits() {
         }
     }
     let (status, created) = s
-        .admin(
-            Method::POST,
-            "/api/v1/work-orders",
-            Some(configmap_order("limits")),
-        )
+        .admin_post("/api/v1/work-orders", configmap_order("limits"))
         .await;
     assert_eq!(status, 201);
     for range in ORDER_FIELDS {
@@ -183,7 +175,7 @@ async fn the_served_openapi_and_the_server_state_the_queue_limits() {
     for range in [LEASE_SECONDS, MAX_CONCURRENCY] {
         for (i, value) in [range.min - 1, range.max + 1].into_iter().enumerate() {
             let body = json!({"name": format!("limits-{}-{i}", range.field), range.field: value});
-            let (status, answer) = s.admin(Method::POST, "/api/v1/agents", Some(body)).await;
+            let (status, answer) = s.admin_post("/api/v1/agents", body).await;
             assert_eq!(status, 400, "{} = {value}: {answer}", range.field);
         }
     }
@@ -279,9 +271,7 @@ async fn the_output_limits_are_stated_where_they_are_used() {
         MAX_OUTPUT_WRITES_DEFAULT, OUTPUT_CAP_BYTES_DEFAULT, OUTPUT_PAGE_LINES_DEFAULT,
     };
     let s = TestServer::start().await;
-    let (_, doc) = s
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
+    let (_, doc) = s.get("/api/v1/openapi.json").await;
     let params = doc["paths"]["/api/v1/work-orders/{id}/output"]["get"]["parameters"]
         .as_array()
         .unwrap()
@@ -372,9 +362,7 @@ async fn the_concurrency_key_limits_are_stated_where_they_are_used() {
         );
     }
     let s = TestServer::start().await;
-    let (_, doc) = s
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
+    let (_, doc) = s.get("/api/v1/openapi.json").await;
     let props = &doc["components"]["schemas"]["NewConcurrency"]["properties"];
     assert_range(&props["max"], &CONCURRENCY_MAX, "NewConcurrency.max");
     let description = props["max"]["description"].as_str().unwrap_or_default();
@@ -403,9 +391,7 @@ async fn the_concurrency_key_limits_are_stated_where_they_are_used() {
     ] {
         let mut body = configmap_order("limits");
         body["concurrency"] = concurrency.clone();
-        let (status, answer) = s
-            .admin(Method::POST, "/api/v1/work-orders", Some(body))
-            .await;
+        let (status, answer) = s.admin_post("/api/v1/work-orders", body).await;
         if accepted {
             assert_eq!(status, 201, "{concurrency}: {answer}");
         } else {
@@ -447,9 +433,7 @@ async fn the_page_limit_and_the_long_poll_cap_are_stated_where_they_are_used() {
         "/api/v1/agents".to_string(),
         "/api/v1/agents/{id}/work-orders/pending".to_string(),
     ];
-    let (_, doc) = s
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
+    let (_, doc) = s.get("/api/v1/openapi.json").await;
     let (min, max, default) = (PAGE_LIMIT.min, PAGE_LIMIT.max, PAGE_LIMIT.default.unwrap());
     // Every `limit` of the document is the page limit, but the output route's (lines, its own
     // bound), so a new list route cannot forget it.

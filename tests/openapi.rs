@@ -296,9 +296,7 @@ fn every_answer_with_a_body_declares_its_content_type() {
 #[tokio::test]
 async fn served_backlog_parameters_are_optional_and_agents_are_named_by_id_or_name() {
     let s = TestServer::start().await;
-    let (st, doc) = s
-        .call(reqwest::Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
+    let (st, doc) = s.get("/api/v1/openapi.json").await;
     assert_eq!(st, 200, "{doc}");
     let params = doc["paths"]["/api/v1/backlog"]["get"]["parameters"]
         .as_array()
@@ -319,12 +317,7 @@ async fn served_backlog_parameters_are_optional_and_agents_are_named_by_id_or_na
             "{name} must be optional: {p}"
         );
         let (st, v) = s
-            .call(
-                reqwest::Method::GET,
-                &format!("/api/v1/backlog?{alone}"),
-                Some(ADMIN_TOKEN),
-                None,
-            )
+            .get_as(&format!("/api/v1/backlog?{alone}"), ADMIN_TOKEN)
             .await;
         assert_eq!(st, 200, "{name} alone: {v}");
     }

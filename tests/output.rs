@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use pullman::api::OutputSettings;
 use pullman::queue::output::STORED_LINE_OVERHEAD_BYTES;
-use reqwest::Method;
 use serde_json::{Value, json};
 use support::TestServer;
 use support::output::{chunk, claimed, complete, read, send, texts};
@@ -294,12 +293,7 @@ async fn tail_attempt_and_after_select_lines_and_the_holder_may_read() {
     .await;
     // The holder of the live claim may read (to resume); another agent may not.
     let (st, v) = s
-        .call(
-            Method::GET,
-            &format!("/api/v1/work-orders/{order}/output"),
-            Some(&token),
-            None,
-        )
+        .get_as(&format!("/api/v1/work-orders/{order}/output"), &token)
         .await;
     assert_eq!(st, 200, "{v}");
     // Second attempt: a retryable failure, then claimed again.
@@ -312,12 +306,7 @@ async fn tail_attempt_and_after_select_lines_and_the_holder_may_read() {
         .await;
     assert_eq!(st, 202);
     let (st, v) = s
-        .call(
-            Method::GET,
-            &format!("/api/v1/work-orders/{order}/output"),
-            Some(&token),
-            None,
-        )
+        .get_as(&format!("/api/v1/work-orders/{order}/output"), &token)
         .await;
     assert_eq!(st, 403, "no live claim any more: {v}");
     sqlx::query("UPDATE work_orders SET next_retry_after = now() WHERE id = $1::uuid")

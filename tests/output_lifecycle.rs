@@ -9,7 +9,6 @@ mod support;
 use std::time::Duration;
 
 use pullman::api::OutputSettings;
-use reqwest::Method;
 use serde_json::{Value, json};
 use support::output::{chunk, claimed, complete, read, send, texts};
 use support::{TestServer, configmap_order};
@@ -226,13 +225,7 @@ async fn retention_batches_are_bounded_by_the_bytes_of_output() {
         orders.push(order);
     }
     let quiet = s.order(configmap_order("nobody")).await;
-    let (st, _) = s
-        .admin(
-            Method::DELETE,
-            &format!("/api/v1/work-orders/{quiet}"),
-            None,
-        )
-        .await;
+    let (st, _) = s.cancel(&quiet).await;
     assert_eq!(st, 200);
     // Oldest first: the three with output, then the one without.
     for (i, id) in orders.iter().chain([&quiet]).enumerate() {

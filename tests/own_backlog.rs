@@ -19,34 +19,27 @@ async fn own_backlog_is_the_backlog_of_the_tokens_agent() {
     }
     s.order(configmap_order("cpu")).await;
     let own = "/api/v1/agents/me/backlog";
-    let (st, v) = s.call(Method::GET, own, Some(&a_tok), None).await;
+    let (st, v) = s.get_as(own, &a_tok).await;
     assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
     let by_id = format!("/api/v1/agents/{a}/backlog");
-    let (_, w) = s.call(Method::GET, &by_id, Some(&a_tok), None).await;
+    let (_, w) = s.get_as(&by_id, &a_tok).await;
     assert_eq!(v["count"], w["count"]);
-    let (st, v) = s.call(Method::GET, own, Some(&b_tok), None).await;
+    let (st, v) = s.get_as(own, &b_tok).await;
     assert_eq!((st, v["count"].clone()), (200, json!(1)), "{v}");
-    let (st, v) = s.call(Method::GET, own, Some(ADMIN_TOKEN), None).await;
+    let (st, v) = s.get_as(own, ADMIN_TOKEN).await;
     assert_eq!(
         (st, v["error"]["code"].clone()),
         (403, json!("forbidden")),
         "{v}"
     );
-    let (st, v) = s.call(Method::GET, own, None, None).await;
+    let (st, v) = s.get(own).await;
     assert_eq!(
         (st, v["error"]["code"].clone()),
         (401, json!("unauthorized")),
         "{v}"
     );
     // Reading it is no contact: the agent is still never seen (a scaler polls while no replica runs).
-    let (_, agent) = s
-        .call(
-            Method::GET,
-            &format!("/api/v1/agents/{a}"),
-            Some(ADMIN_TOKEN),
-            None,
-        )
-        .await;
+    let (_, agent) = s.get_as(&format!("/api/v1/agents/{a}"), ADMIN_TOKEN).await;
     assert_eq!(agent["health"], "never_seen", "{agent}");
 }
 
@@ -63,44 +56,25 @@ async fn agent_backlog_by_name() {
     }
     s.order(configmap_order("cpu")).await;
     let by_name = "/api/v1/agents/gpu-box/backlog";
-    let (st, v) = s.call(Method::GET, by_name, Some(ADMIN_TOKEN), None).await;
+    let (st, v) = s.get_as(by_name, ADMIN_TOKEN).await;
     assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
     let (_, w) = s
-        .call(
-            Method::GET,
-            &format!("/api/v1/agents/{a}/backlog"),
-            Some(ADMIN_TOKEN),
-            None,
-        )
+        .get_as(&format!("/api/v1/agents/{a}/backlog"), ADMIN_TOKEN)
         .await;
     assert_eq!(v, w, "by name and by id answer alike");
-    let (st, v) = s.call(Method::GET, by_name, Some(&a_tok), None).await;
+    let (st, v) = s.get_as(by_name, &a_tok).await;
     assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
-    let (st, v) = s.call(Method::GET, by_name, Some(&b_tok), None).await;
+    let (st, v) = s.get_as(by_name, &b_tok).await;
     assert_eq!(
         (st, v["error"]["code"].clone()),
         (403, json!("forbidden")),
         "{v}"
     );
     // Another agent's token learns nothing of which names exist.
-    let (st, _) = s
-        .call(
-            Method::GET,
-            "/api/v1/agents/nobody/backlog",
-            Some(&b_tok),
-            None,
-        )
-        .await;
+    let (st, _) = s.get_as("/api/v1/agents/nobody/backlog", &b_tok).await;
     assert_eq!(st, 403);
 
-    let (st, v) = s
-        .call(
-            Method::GET,
-            "/api/v1/agents/nobody/backlog",
-            Some(ADMIN_TOKEN),
-            None,
-        )
-        .await;
+    let (st, v) = s.get_as("/api/v1/agents/nobody/backlog", ADMIN_TOKEN).await;
     assert_eq!(
         (st, v["error"]["code"].clone()),
         (404, json!("not_found")),
@@ -121,15 +95,10 @@ async fn agent_backlog_by_name() {
         .await;
     assert_eq!(st, 200);
     let (again, _) = s.agent(json!({"name": "gpu-box", "labels": ["cpu"]})).await;
-    let (st, v) = s.call(Method::GET, by_name, Some(ADMIN_TOKEN), None).await;
+    let (st, v) = s.get_as(by_name, ADMIN_TOKEN).await;
     assert_eq!((st, v["count"].clone()), (200, json!(1)), "{v}");
     let (_, w) = s
-        .call(
-            Method::GET,
-            &format!("/api/v1/agents/{again}/backlog"),
-            Some(ADMIN_TOKEN),
-            None,
-        )
+        .get_as(&format!("/api/v1/agents/{again}/backlog"), ADMIN_TOKEN)
         .await;
     assert_eq!(v, w, "the name is the live agent's");
 }

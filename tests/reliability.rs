@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
 use serde_json::{Value, json};
 use support::{ADMIN_TOKEN, TestServer, configmap_order, eventually};
 
@@ -42,16 +41,12 @@ async fn text_with_nul_is_stored_without_it_and_long_messages_are_cut() {
     assert_eq!(v["tenant"], "t");
 
     let (st, order) = s
-        .admin(
-            Method::POST,
-            "/api/v1/work-orders",
-            Some(json!({
+        .admin_post("/api/v1/work-orders", json!({
                 "work_type": "custom",
                 "tenant": "t\u{0}",
                 "yaml_content": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: n\u{0}ul\ndata:\n  a: b\n",
                 "targeting": {"labels": ["l\u{0}1"], "agent_names": ["nul\u{0}agent"]}
-            })),
-        )
+            }))
         .await;
     assert_eq!(st, 201, "{order}");
     assert_eq!(order["status"], "PENDING");
@@ -144,11 +139,7 @@ async fn create_answers_with_what_it_inserted_while_fast_agents_take_the_orders(
             let mut ids = Vec::new();
             for _ in 0..40 {
                 let (st, v) = s
-                    .admin(
-                        Method::POST,
-                        "/api/v1/work-orders",
-                        Some(configmap_order("race")),
-                    )
+                    .admin_post("/api/v1/work-orders", configmap_order("race"))
                     .await;
                 assert_eq!(st, 201, "create answered {st}: {v}");
                 assert_eq!(
@@ -337,12 +328,8 @@ async fn connections_killed_under_load_answer_503_never_500() {
             while !stop.load(Ordering::Relaxed) {
                 let (st, v) = match i % 3 {
                     0 => {
-                        s.admin(
-                            Method::POST,
-                            "/api/v1/work-orders",
-                            Some(configmap_order("kill")),
-                        )
-                        .await
+                        s.admin_post("/api/v1/work-orders", configmap_order("kill"))
+                            .await
                     }
                     1 => s.admin_get("/api/v1/work-orders?limit=5").await,
                     _ => s.claim_next(&agent, &token, None).await,
@@ -478,10 +465,7 @@ async fn deeply_nested_yaml_is_refused_quickly_and_the_server_keeps_answering() 
     let creates: Vec<_> = (0..2)
         .map(|_| {
             let (s, body) = (s.clone(), body.clone());
-            tokio::spawn(async move {
-                s.admin(Method::POST, "/api/v1/work-orders", Some(body))
-                    .await
-            })
+            tokio::spawn(async move { s.admin_post("/api/v1/work-orders", body).await })
         })
         .collect();
     // Meanwhile the server answers health checks (they took 38 s while two of these parsed).
@@ -542,9 +526,7 @@ async fn the_log_keeps_finished_orders_for_its_retention_then_deletes_them_in_ba
 #[tokio::test]
 async fn the_openapi_document_declares_query_parameters_and_their_bounds() {
     let s = TestServer::start().await;
-    let (st, doc) = s
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
+    let (st, doc) = s.get("/api/v1/openapi.json").await;
     assert_eq!(st, 200);
     for (path, names) in [
         (

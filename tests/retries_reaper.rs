@@ -211,11 +211,10 @@ async fn reaper_returns_timed_out_and_lease_expired_claims_to_pending() {
         "a fresh fencing token per claim"
     );
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{timed_out}/heartbeat"),
-            Some(&tok),
-            Some(json!({"agent_id": a, "claim_id": first["claim_id"]})),
+        .heartbeat(
+            &timed_out,
+            &tok,
+            json!({"agent_id": a, "claim_id": first["claim_id"]}),
         )
         .await;
     assert_eq!(st, 409, "{v}");
@@ -296,14 +295,7 @@ async fn reclaim_bound_sends_the_order_to_the_log_as_failed() {
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["message"], "no agent completed it within 3 claims");
     assert_eq!(v["reclaim_count"], 2);
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{o}/heartbeat"),
-            Some(&tok),
-            Some(json!({"agent_id": a})),
-        )
-        .await;
+    let (st, v) = s.heartbeat(&o, &tok, json!({"agent_id": a})).await;
     assert_eq!(st, 409);
     assert_eq!(v["error"]["code"], "reclaimed");
 }
@@ -318,12 +310,7 @@ async fn heartbeats_keep_a_lease_alive_through_reaper_passes() {
     for _ in 0..4 {
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         let (st, v) = s
-            .call(
-                Method::POST,
-                &format!("/api/v1/work-orders/{o}/heartbeat"),
-                Some(&tok),
-                Some(json!({"agent_id": a, "claim_id": c["claim_id"]})),
-            )
+            .heartbeat(&o, &tok, json!({"agent_id": a, "claim_id": c["claim_id"]}))
             .await;
         assert_eq!(st, 200, "{v}");
         assert!(ts(&v["lease_expires_at"]) > first_expiry);
@@ -347,14 +334,7 @@ async fn a_lease_never_extends_past_the_claim_timeout() {
     let c = claim(&s, &a, &tok, &o, Some(3600)).await;
     let claimed_at = ts(&c["claimed_at"]);
     assert_eq!((ts(&c["lease_expires_at"]) - claimed_at).num_seconds(), 60);
-    let (_, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{o}/heartbeat"),
-            Some(&tok),
-            Some(json!({"agent_id": a})),
-        )
-        .await;
+    let (_, v) = s.heartbeat(&o, &tok, json!({"agent_id": a})).await;
     assert_eq!((ts(&v["lease_expires_at"]) - claimed_at).num_seconds(), 60);
     assert_eq!(ts(&v["claim_expires_at"]), ts(&v["lease_expires_at"]));
 }
@@ -365,18 +345,11 @@ async fn cancel_of_a_claimed_order_answers_the_next_heartbeat_with_cancelled() {
     let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
     let o = s.order(order_with(3, 10)).await;
     let c = claim(&s, &a, &tok, &o, Some(30)).await;
-    let (st, v) = s
-        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
-        .await;
+    let (st, v) = s.cancel(&o).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["outcome"], "cancelled");
     let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{o}/heartbeat"),
-            Some(&tok),
-            Some(json!({"agent_id": a, "claim_id": c["claim_id"]})),
-        )
+        .heartbeat(&o, &tok, json!({"agent_id": a, "claim_id": c["claim_id"]}))
         .await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error"]["code"], "cancelled");
@@ -388,9 +361,7 @@ async fn cancel_of_a_claimed_order_answers_the_next_heartbeat_with_cancelled() {
         v["outcome"], "cancelled",
         "the late complete changed nothing"
     );
-    let (st, v) = s
-        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
-        .await;
+    let (st, v) = s.cancel(&o).await;
     assert_eq!(st, 409);
     assert_eq!(v["error"]["code"], "already_finished");
 }

@@ -6,7 +6,6 @@
 
 mod support;
 
-use reqwest::Method;
 use serde_json::{Value, json};
 use support::cli::cli_text;
 use support::{TestServer, configmap_order};
@@ -36,12 +35,7 @@ async fn explain_answers_the_reason_and_get_carries_it() {
 
     // The pending list reads without recording contact: the agent is still never seen.
     let (st, _) = s
-        .call(
-            Method::GET,
-            &format!("/api/v1/agents/{a}/work-orders/pending"),
-            Some(&token),
-            None,
-        )
+        .get_as(&format!("/api/v1/agents/{a}/work-orders/pending"), &token)
         .await;
     assert_eq!(st, 200);
     let (st, order) = get(&s, &format!("/api/v1/work-orders/{o}")).await;
@@ -96,9 +90,7 @@ async fn explain_404_names_unknown_and_finished() {
             .contains(&unknown.to_string())
     );
     let o = s.order(configmap_order("gpu")).await;
-    let (st, _) = s
-        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
-        .await;
+    let (st, _) = s.cancel(&o).await;
     assert_eq!(st, 200);
     let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
     assert_eq!(st, 404);
@@ -126,17 +118,17 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     }
     s.order(configmap_order("cpu")).await;
     let path = format!("/api/v1/agents/{a}/backlog");
-    let (st, v) = s.call(Method::GET, &path, Some(&a_token), None).await;
+    let (st, v) = s.get_as(&path, &a_token).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["count"], 3);
     assert!(v["oldest_seconds"].as_i64().unwrap() >= 0);
     // The admin may ask too; another agent's token may not.
     let (st, v) = get(&s, &path).await;
     assert_eq!((st, v["count"].clone()), (200, json!(3)));
-    let (st, v) = s.call(Method::GET, &path, Some(&b_token), None).await;
+    let (st, v) = s.get_as(&path, &b_token).await;
     assert_eq!(st, 403, "{v}");
     assert_eq!(v["error"]["code"], "forbidden");
-    let (st, v) = s.call(Method::GET, &path, None, None).await;
+    let (st, v) = s.get(&path).await;
     assert_eq!(st, 401, "{v}");
     let (st, v) = get(
         &s,
@@ -148,7 +140,7 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     // A busy agent keeps its backlog: it is what more agents like it would take.
     let (st, _) = s.claim_next(&a, &a_token, Some(json!({}))).await;
     assert_eq!(st, 200);
-    let (_, v) = s.call(Method::GET, &path, Some(&a_token), None).await;
+    let (_, v) = s.get_as(&path, &a_token).await;
     assert_eq!(v["count"], 2);
     // What a Deployment of such agents is sized on: waiting plus in flight.
     assert_eq!(
@@ -157,12 +149,7 @@ async fn backlog_of_an_agent_and_of_a_profile() {
         "{v}"
     );
     let (_, v) = s
-        .call(
-            Method::GET,
-            &format!("/api/v1/agents/{b}/backlog"),
-            Some(&b_token),
-            None,
-        )
+        .get_as(&format!("/api/v1/agents/{b}/backlog"), &b_token)
         .await;
     assert_eq!(v["count"], 1);
 
@@ -216,14 +203,7 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     );
     let (st, v) = get(&s, &format!("/api/v1/backlog?annotation=k={}", &long[3..])).await;
     assert_eq!(st, 200, "{v}");
-    let (st, v) = s
-        .call(
-            Method::GET,
-            "/api/v1/backlog?label=gpu",
-            Some(&a_token),
-            None,
-        )
-        .await;
+    let (st, v) = s.get_as("/api/v1/backlog?label=gpu", &a_token).await;
     assert_eq!(st, 403, "{v}");
 }
 
@@ -327,9 +307,7 @@ async fn the_cli_says_why_by_id_prefix() {
     assert!(ok);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["reason"], "no_matching_agent");
-    let (st, _) = s
-        .admin(Method::DELETE, &format!("/api/v1/work-orders/{o}"), None)
-        .await;
+    let (st, _) = s.cancel(&o).await;
     assert_eq!(st, 200);
     // An order that no longer waits is described, not an error.
     let (ok, out, err) = cli_text(&s.base, &["work-orders", "explain", prefix]).await;

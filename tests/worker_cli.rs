@@ -187,9 +187,7 @@ async fn a_retired_agent_or_revoked_token_stops_the_worker_with_a_clear_message(
         (v["status"] == "CLAIMED").then_some(())
     })
     .await;
-    let (status, v) = s
-        .admin(Method::DELETE, &format!("/api/v1/agents/{id}"), None)
-        .await;
+    let (status, v) = s.retire(&id).await;
     assert!((200..300).contains(&status), "{status} {v}");
     assert_eq!(w.exit_code(60).await, 6, "log:\n{}", w.log());
     assert!(

@@ -5,7 +5,6 @@ mod support;
 
 use std::process::{Child, Command, Stdio};
 
-use reqwest::Method;
 use serde_json::json;
 use support::{TestServer, configmap_order, eventually, pullman_bin};
 
@@ -226,13 +225,7 @@ async fn a_cancel_stops_a_silent_command_within_seconds() {
     .await;
     let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists() && !zombie(pid);
     assert!(alive(), "the command runs");
-    let (status, _) = s
-        .admin(
-            Method::DELETE,
-            &format!("/api/v1/work-orders/{order}"),
-            None,
-        )
-        .await;
+    let (status, _) = s.cancel(&order).await;
     assert!((200..300).contains(&status), "cancel answered {status}");
     let cancelled = std::time::Instant::now();
     while alive() {

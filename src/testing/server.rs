@@ -189,6 +189,46 @@ impl TestServer {
         self.admin(reqwest::Method::GET, path, None).await
     }
 
+    /// `GET path` without a token; returns status and JSON body as [`Self::call`].
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None, None).await
+    }
+
+    /// `GET path` with `token`; returns status and JSON body as [`Self::call`].
+    pub async fn get_as(&self, path: &str, token: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, Some(token), None)
+            .await
+    }
+
+    /// `POST path` with the admin token and JSON `body`; returns status and JSON body as
+    /// [`Self::call`].
+    pub async fn admin_post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.admin(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Cancels work order `order` as the admin (`DELETE /api/v1/work-orders/{order}`,
+    /// DESIGN.md §5); returns status and JSON body as [`Self::call`].
+    pub async fn cancel(&self, order: &str) -> (u16, Value) {
+        let path = format!("/api/v1/work-orders/{order}");
+        self.admin(reqwest::Method::DELETE, &path, None).await
+    }
+
+    /// Retires agent `agent` as the admin (`DELETE /api/v1/agents/{agent}`, DESIGN.md §5);
+    /// returns status and JSON body as [`Self::call`].
+    pub async fn retire(&self, agent: &str) -> (u16, Value) {
+        let path = format!("/api/v1/agents/{agent}");
+        self.admin(reqwest::Method::DELETE, &path, None).await
+    }
+
+    /// Heartbeats work order `order` with the claim holder's `token` and `body`
+    /// (`POST /api/v1/work-orders/{order}/heartbeat`, DESIGN.md §5); returns status and JSON body
+    /// as [`Self::call`].
+    pub async fn heartbeat(&self, order: &str, token: &str, body: Value) -> (u16, Value) {
+        let path = format!("/api/v1/work-orders/{order}/heartbeat");
+        self.call(reqwest::Method::POST, &path, Some(token), Some(body))
+            .await
+    }
+
     /// Claims work order `order` by id as `agent` with its `token`
     /// (`POST /api/v1/work-orders/{order}/claim`, docs/design.md §5); returns status and JSON body
     /// as [`Self::call`].
@@ -221,9 +261,7 @@ impl TestServer {
 
     /// Registers an agent; returns (id, token).
     pub async fn agent(&self, body: Value) -> (String, String) {
-        let (status, v) = self
-            .admin(reqwest::Method::POST, "/api/v1/agents", Some(body))
-            .await;
+        let (status, v) = self.admin_post("/api/v1/agents", body).await;
         assert_eq!(status, 201, "{v}");
         (
             v["agent"]["id"].as_str().expect("agent.id").to_string(),
@@ -233,9 +271,7 @@ impl TestServer {
 
     /// Creates a work order; returns its id.
     pub async fn order(&self, body: Value) -> String {
-        let (status, v) = self
-            .admin(reqwest::Method::POST, "/api/v1/work-orders", Some(body))
-            .await;
+        let (status, v) = self.admin_post("/api/v1/work-orders", body).await;
         assert_eq!(status, 201, "{v}");
         v["id"].as_str().expect("id").to_string()
     }

@@ -354,13 +354,7 @@ async fn an_executor_whose_agent_name_is_taken_is_stalled_until_it_is_free() {
         s.queue.get_agent(uid.parse().unwrap()).await.is_err(),
         "no agent registered"
     );
-    let (code, v) = s
-        .admin(
-            reqwest::Method::DELETE,
-            &format!("/api/v1/agents/{other}"),
-            None,
-        )
-        .await;
+    let (code, v) = s.retire(&other).await;
     assert!(code == 200 || code == 204, "retire: {code} {v}");
     let executors: Api<Executor> = Api::namespaced(k.clone(), &ns);
     executors

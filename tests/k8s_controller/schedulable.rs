@@ -9,7 +9,6 @@ use kube::Client;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use pullman::crd::{Executor, WorkOrderPhase, WorkOrderResource};
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::executor_health::create_executor;
@@ -148,9 +147,7 @@ async fn a_waiting_order_says_why_and_follows_its_agents() {
     assert_eq!(unschedulable_events(&events, "second").await, 0);
 
     // Retiring the only matching agent makes it unschedulable again within 10 s, with its Event.
-    let (code, v) = s
-        .admin(Method::DELETE, &format!("/api/v1/agents/{agent}"), None)
-        .await;
+    let (code, v) = s.retire(&agent).await;
     assert!(code == 200 || code == 204, "retire: {code} {v}");
     let obj = schedulable_is(&ns, "second", "NoMatchingAgent", 10).await;
     assert_health(

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::api::Api;
 use pullman::crd::{WorkOrderPhase, WorkOrderResource};
-use reqwest::Method;
 use serde_json::json;
 
 use super::verdicts::{assert_health, live, message};
@@ -238,9 +237,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         .uid()
         .unwrap();
     phase_is(&api, "dropped", WorkOrderPhase::Pending).await;
-    let (code, v) = s
-        .admin(Method::DELETE, &format!("/api/v1/work-orders/{uid}"), None)
-        .await;
+    let (code, v) = s.cancel(&uid).await;
     assert_eq!(code, 200, "{v}");
     phase_is(&api, "dropped", WorkOrderPhase::Cancelled).await;
     let obj = live(&ns, "workorder", "dropped");
