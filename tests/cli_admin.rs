@@ -8,21 +8,8 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::cli::{cli, cli_command};
+use support::cli::{cli, cli_command, json_of, json_of_any, text};
 use support::{TestServer, configmap_order};
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
-
-fn json_of(out: &Output) -> Value {
-    assert!(out.status.success(), "CLI failed: {}", stderr(out));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// Claims the next order as the agent and completes it with `success` and `message`.
 async fn claim_and_complete(
@@ -83,19 +70,31 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
         id
     );
     let out = finish(waiting).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).starts_with("xxxx"), "{}", stdout(&out));
-    assert!(stdout(&out).contains("[message cut"), "{}", stdout(&out));
-    assert!(stderr(&out).contains("succeeded"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("xxxx"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stdout).contains("[message cut"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("succeeded"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // Failed: 3.
     let id = server.order(configmap_order("w")).await;
     let waiting = spawn_wait(&server, &id, &[]);
     claim_and_complete(&server, &agent, &token, false, "it broke").await;
     let out = finish(waiting).await;
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    assert_eq!(stdout(&out).trim(), "it broke");
-    assert!(!stdout(&out).contains("[message cut"));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "it broke");
+    assert!(!text(&out.stdout).contains("[message cut"));
 
     // Cancelled: 4.
     let id = server.order(configmap_order("w")).await;
@@ -104,7 +103,7 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
     let (st, _) = server.cancel(&id).await;
     assert_eq!(st, 200);
     let out = finish(waiting).await;
-    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert_eq!(json_of_any(&out)["outcome"], "cancelled");
 
     // Timeout: 5, and the order is untouched.
@@ -120,18 +119,13 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
         ],
     )
     .await;
-    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
-    assert!(stderr(&out).contains("timed out") && stderr(&out).contains("PENDING"));
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("timed out") && text(&out.stderr).contains("PENDING"));
     assert!(started.elapsed() < Duration::from_secs(10));
 
     // create --wait: the same codes.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cm.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: w\n",
-    )
-    .unwrap();
+    let (_dir, file) =
+        support::cli::yaml_file("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: w\n");
     let creating = cli_command(
         &server.base,
         &[
@@ -150,8 +144,8 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
     .unwrap();
     claim_and_complete(&server, &agent, &token, true, "built").await;
     let out = finish(creating).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(stdout(&out).trim(), "built");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "built");
 
     // An unknown id is the command's own failure (1), not an outcome.
     let out = cli(
@@ -159,13 +153,7 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
         &["work-orders", "wait", &uuid::Uuid::new_v4().to_string()],
     )
     .await;
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-}
-
-/// A JSON document printed by a command that exits non-zero on purpose.
-fn json_of_any(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}\n{}", stdout(out), stderr(out)))
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
 }
 
 /// A fresh pending order nobody can claim.
@@ -195,14 +183,14 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
     assert_eq!(rotated["agent"]["id"], laptop.as_str());
     assert!(rotated["token"].as_str().unwrap().starts_with("pullman_"));
     let out = cli(&server.base, &["agents", "retire", "laptop"]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("laptop") && stdout(&out).contains("retired"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("laptop") && text(&out.stdout).contains("retired"));
     let out = cli(&server.base, &["agents", "get", "nobody"]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("no agent is named \"nobody\""),
+        text(&out.stderr).contains("no agent is named \"nobody\""),
         "{}",
-        stderr(&out)
+        text(&out.stderr)
     );
 
     // 17 orders: two share a first hex digit (pigeonhole), so that digit is ambiguous.
@@ -219,7 +207,7 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
     let sharing: Vec<&String> = ids.iter().filter(|id| first(id) == shared).collect();
     let out = cli(&server.base, &["work-orders", "get", &shared]).await;
     assert_eq!(out.status.code(), Some(1));
-    let err = stderr(&out);
+    let err = text(&out.stderr);
     assert!(err.contains("ambiguous"), "{err}");
     for id in &sharing {
         assert!(err.contains(id.as_str()), "{id} not listed: {err}");
@@ -255,15 +243,15 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
     let out = cli(&server.base, &["work-orders", "get", &unused]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("no work order has an id starting with"),
+        text(&out.stderr).contains("no work order has an id starting with"),
         "{}",
-        stderr(&out)
+        text(&out.stderr)
     );
     let out = cli(&server.base, &["work-orders", "get", "not-hex"]).await;
     assert!(
-        stderr(&out).contains("not a work order id"),
+        text(&out.stderr).contains("not a work order id"),
         "{}",
-        stderr(&out)
+        text(&out.stderr)
     );
 }
 
@@ -284,7 +272,7 @@ async fn yaml_output_is_the_json_document() {
     ] {
         let as_json = json_of(&cli(&server.base, &[&args[..], &["-o", "json"]].concat()).await);
         let out = cli(&server.base, &[&args[..], &["-o", "yaml"]].concat()).await;
-        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(out.status.success(), "{}", text(&out.stderr));
         let as_yaml: Value = serde_norway::from_slice(&out.stdout).unwrap();
         assert_eq!(as_yaml, as_json, "{args:?}");
         assert!(as_json != Value::Null && as_json != json!([]), "{args:?}");
@@ -292,7 +280,7 @@ async fn yaml_output_is_the_json_document() {
 
     // -o name: ids, one a line.
     let out = cli(&server.base, &["log", "list", "-o", "name"]).await;
-    assert_eq!(stdout(&out).trim(), id);
+    assert_eq!(text(&out.stdout).trim(), id);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,9 +294,9 @@ async fn log_pages_with_limit_and_all() {
         ids.push(id);
     }
     let out = cli(&server.base, &["log", "list", "--limit", "2", "-o", "name"]).await;
-    assert_eq!(stdout(&out).lines().count(), 2);
+    assert_eq!(text(&out.stdout).lines().count(), 2);
     let out = cli(&server.base, &["log", "list", "--limit", "2"]).await;
-    assert!(stderr(&out).contains("--all"), "{}", stderr(&out));
+    assert!(text(&out.stderr).contains("--all"), "{}", text(&out.stderr));
     // Pages of two: --all follows next_cursor to the end, --limit stops across pages.
     let out = cli(
         &server.base,
@@ -324,13 +312,18 @@ async fn log_pages_with_limit_and_all() {
         ],
     )
     .await;
-    assert_eq!(stdout(&out).lines().count(), 3, "{}", stderr(&out));
+    assert_eq!(
+        text(&out.stdout).lines().count(),
+        3,
+        "{}",
+        text(&out.stderr)
+    );
     let out = cli(
         &server.base,
         &["log", "list", "--all", "--chunk-size", "2", "-o", "name"],
     )
     .await;
-    let mut listed: Vec<String> = stdout(&out).lines().map(String::from).collect();
+    let mut listed: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
     listed.sort();
     ids.sort();
     assert_eq!(listed, ids);
@@ -361,14 +354,14 @@ async fn attempts_rerun_and_list_filters() {
         .await;
     assert_eq!(st, 202);
     let out = cli(&server.base, &["work-orders", "get", &id[..8]]).await;
-    let text = stdout(&out);
+    let printed = text(&out.stdout);
     assert!(
-        text.contains("RETRY_PENDING") && text.contains("Next retry:"),
-        "{text}"
+        printed.contains("RETRY_PENDING") && printed.contains("Next retry:"),
+        "{printed}"
     );
     assert!(
-        text.contains("retry_scheduled") && text.contains("first try broke"),
-        "{text}"
+        printed.contains("retry_scheduled") && printed.contains("first try broke"),
+        "{printed}"
     );
     let (st, c2) = server
         .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 10})))
@@ -426,11 +419,11 @@ async fn attempts_rerun_and_list_filters() {
     );
     assert_eq!(recent.as_array().unwrap().len(), 2);
     let out = cli(&server.base, &["work-orders", "get", &id]).await;
-    let text = stdout(&out);
+    let printed = text(&out.stdout);
     assert!(
-        text.contains("running") && text.contains("Lease expires:")
-            || text.contains("Claim times out:"),
-        "{text}"
+        printed.contains("running") && printed.contains("Lease expires:")
+            || printed.contains("Claim times out:"),
+        "{printed}"
     );
 
     let (st, _) = server
@@ -443,12 +436,12 @@ async fn attempts_rerun_and_list_filters() {
         .await;
     assert_eq!(st, 200);
     let out = cli(&server.base, &["log", "get", &id[..8]]).await;
-    let text = stdout(&out);
-    let attempt_lines: Vec<&str> = text.lines().filter(|l| l.contains("hist  ")).collect();
-    assert_eq!(attempt_lines.len(), 2, "{text}");
+    let printed = text(&out.stdout);
+    let attempt_lines: Vec<&str> = printed.lines().filter(|l| l.contains("hist  ")).collect();
+    assert_eq!(attempt_lines.len(), 2, "{printed}");
     assert!(
         attempt_lines[0].contains("retry_scheduled") && attempt_lines[1].contains("succeeded"),
-        "{text}"
+        "{printed}"
     );
     let logged = json_of(&cli(&server.base, &["log", "get", &id, "-o", "json"]).await);
     assert_eq!(logged["attempts"].as_array().unwrap().len(), 2);
@@ -494,14 +487,14 @@ async fn attempts_rerun_and_list_filters() {
         &["work-orders", "get", rerun["id"].as_str().unwrap()],
     )
     .await;
-    assert!(stdout(&out).contains("Rerun of:") && stdout(&out).contains(&id));
+    assert!(text(&out.stdout).contains("Rerun of:") && text(&out.stdout).contains(&id));
     // Rerun of an active order is refused by the server: the CLI says so and exits 1.
     let out = cli(
         &server.base,
         &["work-orders", "rerun", rerun["id"].as_str().unwrap()],
     )
     .await;
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
 }
 
 /// `get -w` prints a line per change (PENDING, CLAIMED, then the outcome) and stops when the order
@@ -535,16 +528,16 @@ async fn get_watch_prints_each_change_until_the_order_finishes() {
     let out = tokio::time::timeout(Duration::from_secs(20), finish(watching))
         .await
         .expect("get -w did not stop after the order finished");
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = stdout(&out);
-    let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("ID"), "{text}");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    let lines: Vec<&str> = printed.lines().collect();
+    assert!(lines[0].starts_with("ID"), "{printed}");
     let states: Vec<&str> = lines[1..]
         .iter()
         .map(|l| l.split_whitespace().nth(2).unwrap())
         .collect();
-    assert_eq!(states, ["PENDING", "CLAIMED", "SUCCEEDED"], "{text}");
-    assert!(lines[2].contains("watched"), "{text}");
+    assert_eq!(states, ["PENDING", "CLAIMED", "SUCCEEDED"], "{printed}");
+    assert!(lines[2].contains("watched"), "{printed}");
 }
 
 /// `logs <full id> -f` against a server that was never reached fails at once, as `wait` does,
@@ -562,21 +555,20 @@ async fn logs_follow_fails_at_once_when_the_server_was_never_reached() {
     .await
     .expect("logs -f gave up at once")
     .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot reach"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// `create --timeout` without `--wait` would be ignored: it is refused, and nothing is created.
 #[tokio::test]
 async fn create_timeout_without_wait_is_refused_before_creating() {
     let server = TestServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cm.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: t}\n",
-    )
-    .unwrap();
+    let (_dir, file) =
+        support::cli::yaml_file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: t}\n");
     let out = cli(
         &server.base,
         &[
@@ -591,12 +583,17 @@ async fn create_timeout_without_wait_is_refused_before_creating() {
         ],
     )
     .await;
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(
-        stderr(&out).contains("--timeout applies to --wait"),
+        text(&out.stderr).contains("--timeout applies to --wait"),
         "{}",
-        stderr(&out)
+        text(&out.stderr)
     );
     let list = cli(&server.base, &["work-orders", "list", "-o", "json"]).await;
-    assert_eq!(json_of(&list), serde_json::json!([]), "{}", stdout(&list));
+    assert_eq!(
+        json_of(&list),
+        serde_json::json!([]),
+        "{}",
+        text(&list.stdout)
+    );
 }

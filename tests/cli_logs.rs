@@ -189,13 +189,9 @@ async fn create_wait_logs_follows_while_it_waits() {
     let (agent, token) = s
         .agent(json!({"name": "cli-create", "labels": ["cc"]}))
         .await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cm.yaml");
-    std::fs::write(
-        &file,
+    let (_dir, file) = support::cli::yaml_file(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\ndata:\n  a: b\n",
-    )
-    .unwrap();
+    );
     let cmd = cli_command(
         &s.base,
         &[

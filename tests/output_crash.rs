@@ -3,30 +3,11 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::serve::wait_ready;
-use support::{ADMIN_TOKEN, free_port, pullman_bin};
-
-fn start_serve(db: &str, port: u16) -> Child {
-    Command::new(pullman_bin())
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--controller",
-            "off",
-        ])
-        .env("DATABASE_URL", db)
-        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
+use support::ADMIN_TOKEN;
+use support::serve::Restartable;
 
 const SENDERS: usize = 16;
 const CHUNKS: i64 = 600;
@@ -76,67 +57,37 @@ async fn stream(
 
 #[tokio::test]
 async fn kill_9_while_agents_stream_then_resend_stores_no_line_twice() {
-    let db = support::fresh_database_url().await;
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}/api/v1");
-    let mut serve = start_serve(&db, port);
-    wait_ready(port).await;
+    let mut serve = Restartable::start(&[]).await;
+    let base = format!("{}/api/v1", serve.base);
     let http = reqwest::Client::new();
-    let reg: Value = http
-        .post(format!("{base}/agents"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"name": "streamer", "labels": ["crash"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let agent = reg["agent"]["id"].as_str().unwrap().to_string();
-    let token = reg["token"].as_str().unwrap().to_string();
+    let api = serve.api.clone();
+    let (agent, token) = api
+        .agent(json!({"name": "streamer", "labels": ["crash"]}))
+        .await;
     let mut orders = Vec::new();
     for _ in 0..SENDERS {
-        let body = support::configmap_order("crash");
-        let r = http
-            .post(format!("{base}/work-orders"))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 201);
-        let c: Value = http
-            .post(format!("{base}/agents/{agent}/claim"))
-            .bearer_auth(&token)
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        api.order(support::configmap_order("crash")).await;
+        let (status, c) = api.claim_next(&agent, &token, Some(json!({}))).await;
+        assert_eq!(status, 200, "{c}");
         orders.push((
             c["id"].as_str().unwrap().to_string(),
             c["claim_id"].as_str().unwrap().to_string(),
         ));
     }
-    let senders: Vec<_> = orders
-        .iter()
-        .enumerate()
-        .map(|(n, (o, c))| {
-            tokio::spawn(stream(
-                base.clone(),
-                token.clone(),
-                agent.clone(),
-                o.clone(),
-                c.clone(),
-                n,
-            ))
-        })
-        .collect();
+    // Each agent streams its order's chunks from seq 0; says how many were acknowledged.
+    let stream_all = || -> Vec<_> {
+        orders
+            .iter()
+            .enumerate()
+            .map(|(n, (o, c))| {
+                let (base, token, agent) = (base.clone(), token.clone(), agent.clone());
+                tokio::spawn(stream(base, token, agent, o.clone(), c.clone(), n))
+            })
+            .collect()
+    };
+    let senders = stream_all();
     tokio::time::sleep(Duration::from_millis(700)).await;
-    serve.kill().unwrap(); // SIGKILL
-    serve.wait().unwrap();
+    serve.kill();
     let mut before = 0;
     for s in senders {
         before += s.await.unwrap();
@@ -145,23 +96,9 @@ async fn kill_9_while_agents_stream_then_resend_stores_no_line_twice() {
         before > 0 && before < SENDERS as i64 * CHUNKS,
         "killed mid-stream: {before} chunks acknowledged"
     );
-    let mut serve = start_serve(&db, port);
-    wait_ready(port).await;
+    serve.start_again().await;
     // Every agent resends everything from seq 0 (it cannot know what the dead server stored).
-    let resent: Vec<_> = orders
-        .iter()
-        .enumerate()
-        .map(|(n, (o, c))| {
-            tokio::spawn(stream(
-                base.clone(),
-                token.clone(),
-                agent.clone(),
-                o.clone(),
-                c.clone(),
-                n,
-            ))
-        })
-        .collect();
+    let resent = stream_all();
     for s in resent {
         assert_eq!(
             s.await.unwrap(),
@@ -190,6 +127,4 @@ async fn kill_9_while_agents_stream_then_resend_stores_no_line_twice() {
             .collect();
         assert_eq!(got, want, "order {n}: every line once, in order");
     }
-    serve.kill().unwrap();
-    serve.wait().unwrap();
 }

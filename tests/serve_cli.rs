@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use support::cli::json_of;
 use support::serve::{
     postgres_processes_for, sigterm_and_wait, start_serve, start_serve_logging, wait_ready,
 };
@@ -25,15 +25,6 @@ fn cli(port: u16, token_file: &Path, args: &[&str]) -> Output {
         .env_remove("PULLMAN_ADMIN_TOKEN")
         .output()
         .unwrap()
-}
-
-fn json_of(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "CLI failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

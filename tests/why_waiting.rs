@@ -369,13 +369,8 @@ async fn waiting_commands_say_why_the_order_waits() {
         "{err}"
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("cm.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: w\n",
-    )
-    .unwrap();
+    let (_dir, file) =
+        support::cli::yaml_file("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: w\n");
     let out = support::cli::cli(
         &s.base,
         &[

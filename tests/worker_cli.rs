@@ -4,86 +4,17 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::{ADMIN_TOKEN, TestServer, configmap_order, eventually, free_port, pullman_bin};
+use support::serve::Restartable;
+use support::worker::WorkerProcess;
+use support::{TestServer, configmap_order, eventually};
 
-/// A worker process whose log (stderr) goes to a file the test reads while it runs.
-struct Worker {
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Worker {
-    fn start(base: &str, token: &str, args: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let token_file = dir.path().join("token");
-        std::fs::write(&token_file, token).unwrap();
-        let log = dir.path().join("worker.log");
-        let child = Command::new(pullman_bin())
-            .args(["worker", "--server", base, "--token-file"])
-            .arg(&token_file)
-            .args(["--lease-seconds", "6"])
-            .args(args)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Worker {
-            child,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for the process to exit; its exit code.
-    async fn exit_code(&mut self, secs: u64) -> i32 {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().expect("exited, not killed");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "worker still running after {secs} s; log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn log_contains(&self, secs: u64, needle: &str) {
-        let log = &self.log;
-        eventually(
-            secs,
-            &format!("{needle:?} in the worker's log"),
-            || async move {
-                std::fs::read_to_string(log)
-                    .unwrap_or_default()
-                    .contains(needle)
-                    .then_some(())
-            },
-        )
-        .await;
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A worker with a 6 s lease, so that it notices a retirement or a revoked token quickly.
+fn worker(base: &str, token: &str, args: &[&str]) -> WorkerProcess {
+    WorkerProcess::start(base, token, &[&["--lease-seconds", "6"], args].concat())
 }
 
 fn order(label: &str, name: &str) -> Value {
@@ -105,9 +36,9 @@ async fn once_streams_the_output_and_exits_with_the_order_status() {
         case "$order" in *name:\ good*) sleep 1; echo "all done";; *) echo "it broke" >&2; exit 7;; esac"#;
 
     let good = s.order(order("once", "good")).await;
-    let mut w = Worker::start(&s.base, &token, &["--once", "--exec", exec]);
+    let mut w = worker(&s.base, &token, &["--once", "--exec", exec]);
     assert_eq!(
-        w.exit_code(60).await,
+        w.exit_code(60.0).await,
         0,
         "succeeded order; log:\n{}",
         w.log()
@@ -137,8 +68,13 @@ async fn once_streams_the_output_and_exits_with_the_order_status() {
     assert_eq!(v["message"], "first line on stdout\nall done");
 
     let bad = s.order(order("once", "bad")).await;
-    let mut w = Worker::start(&s.base, &token, &["--once", "--exec", exec]);
-    assert_eq!(w.exit_code(60).await, 3, "failed order; log:\n{}", w.log());
+    let mut w = worker(&s.base, &token, &["--once", "--exec", exec]);
+    assert_eq!(
+        w.exit_code(60.0).await,
+        3,
+        "failed order; log:\n{}",
+        w.log()
+    );
     let log = w.log();
     assert!(
         log.contains("it broke") && log.contains("exit_status=7"),
@@ -150,13 +86,13 @@ async fn once_streams_the_output_and_exits_with_the_order_status() {
 
     // Nothing queued: --wait bounds the wait.
     let started = Instant::now();
-    let mut w = Worker::start(&s.base, &token, &["--once", "--wait", "2", "--exec", exec]);
-    assert_eq!(w.exit_code(30).await, 5, "no order; log:\n{}", w.log());
+    let mut w = worker(&s.base, &token, &["--once", "--wait", "2", "--exec", exec]);
+    assert_eq!(w.exit_code(30.0).await, 5, "no order; log:\n{}", w.log());
     assert!(started.elapsed() >= Duration::from_secs(2));
 
     // --wait without --once is a usage error.
-    let mut w = Worker::start(&s.base, &token, &["--wait", "2", "--exec", exec]);
-    assert_eq!(w.exit_code(30).await, 2);
+    let mut w = worker(&s.base, &token, &["--wait", "2", "--exec", exec]);
+    assert_eq!(w.exit_code(30.0).await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,14 +101,14 @@ async fn a_retired_agent_or_revoked_token_stops_the_worker_with_a_clear_message(
     let (id, token) = s.agent(json!({"name": "doomed", "labels": ["r"]})).await;
 
     // Revoked while idle in a long-poll: the next claim is refused.
-    let mut w = Worker::start(&s.base, &token, &["--exec", "sleep 30"]);
+    let mut w = worker(&s.base, &token, &["--exec", "sleep 30"]);
     w.log_contains(30, "connected").await;
     let (status, v) = s
         .admin(Method::POST, &format!("/api/v1/agents/{id}/token"), None)
         .await;
     assert_eq!(status, 201, "{v}");
     let new_token = v["token"].as_str().unwrap().to_string();
-    assert_eq!(w.exit_code(60).await, 6, "log:\n{}", w.log());
+    assert_eq!(w.exit_code(60.0).await, 6, "log:\n{}", w.log());
     assert!(
         w.log().contains("refused this agent's token"),
         "{}",
@@ -181,7 +117,7 @@ async fn a_retired_agent_or_revoked_token_stops_the_worker_with_a_clear_message(
 
     // Retired while running an order: heartbeats are refused, the command is stopped.
     let o = s.order(configmap_order("r")).await;
-    let mut w = Worker::start(&s.base, &new_token, &["--exec", "sleep 60"]);
+    let mut w = worker(&s.base, &new_token, &["--exec", "sleep 60"]);
     eventually(30, "the claim", || async {
         let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
         (v["status"] == "CLAIMED").then_some(())
@@ -189,7 +125,7 @@ async fn a_retired_agent_or_revoked_token_stops_the_worker_with_a_clear_message(
     .await;
     let (status, v) = s.retire(&id).await;
     assert!((200..300).contains(&status), "{status} {v}");
-    assert_eq!(w.exit_code(60).await, 6, "log:\n{}", w.log());
+    assert_eq!(w.exit_code(60.0).await, 6, "log:\n{}", w.log());
     assert!(
         w.log().contains("refused this agent's token"),
         "{}",
@@ -197,144 +133,42 @@ async fn a_retired_agent_or_revoked_token_stops_the_worker_with_a_clear_message(
     );
 
     // A retired agent's token at start: refused at once, not retried.
-    let mut w = Worker::start(&s.base, &new_token, &["--exec", "true"]);
-    assert_eq!(w.exit_code(15).await, 6, "log:\n{}", w.log());
-}
-
-/// `pullman serve` on a fixed port over a database that outlives it.
-fn start_serve(port: u16, database_url: &str, log: &Path) -> Child {
-    Command::new(pullman_bin())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--controller", "off", "--maintenance-interval-seconds", "1"])
-        .env("DATABASE_URL", database_url)
-        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .spawn()
-        .unwrap()
-}
-
-async fn admin_call(base: &str, method: Method, path: &str, body: Option<Value>) -> Value {
-    let mut req = reqwest::Client::new()
-        .request(method, format!("{base}{path}"))
-        .bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let r = req.send().await.unwrap();
-    assert!(r.status().is_success(), "{path}: {}", r.status());
-    r.json().await.unwrap()
-}
-
-async fn wait_ready(base: &str) {
-    let http = reqwest::Client::new();
-    eventually(90, "pullman serve to be ready", || {
-        let http = http.clone();
-        async move {
-            let r = http.get(format!("{base}/readyz")).send().await.ok()?;
-            r.status().is_success().then_some(())
-        }
-    })
-    .await;
-}
-
-async fn outcome(base: &str, id: &str) -> String {
-    let mut last = Value::Null;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let r = reqwest::Client::new()
-            .get(format!("{base}/api/v1/work-order-log/{id}"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await;
-        if let Ok(r) = r
-            && r.status() == 200
-        {
-            last = r.json().await.unwrap();
-            return last["outcome"].as_str().unwrap_or("").to_string();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("order {id} did not finish: {last}");
+    let mut w = worker(&s.base, &new_token, &["--exec", "true"]);
+    assert_eq!(w.exit_code(15.0).await, 6, "log:\n{}", w.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_waits_for_a_server_down_at_start_and_rides_out_a_restart() {
-    let database_url = support::fresh_database_url().await;
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let dir = tempfile::tempdir().unwrap();
-    let serve_log = dir.path().join("serve.log");
-
     // Register the agent on a first server run, then stop it: the worker starts with no server.
-    let mut serve = start_serve(port, &database_url, &serve_log);
-    wait_ready(&base).await;
-    let v = admin_call(
-        &base,
-        Method::POST,
-        "/api/v1/agents",
-        Some(json!({"name": "patient", "labels": ["p"]})),
-    )
-    .await;
-    let token = v["token"].as_str().unwrap().to_string();
-    stop(&mut serve);
+    let mut serve = Restartable::start(&["--maintenance-interval-seconds", "1"]).await;
+    let (api, base) = (serve.api.clone(), serve.base.clone());
+    let (_, token) = api.agent(json!({"name": "patient", "labels": ["p"]})).await;
+    serve.stop();
 
-    let w = Worker::start(
+    let w = worker(
         &base,
         &token,
         &["--exec", "echo ran $PULLMAN_WORK_ORDER_ID"],
     );
     w.log_contains(30, "server not reachable; retrying").await;
-    let mut serve = start_serve(port, &database_url, &serve_log);
-    wait_ready(&base).await;
+    serve.start_again().await;
     w.log_contains(60, "connected").await;
-    let first = admin_call(
-        &base,
-        Method::POST,
-        "/api/v1/work-orders",
-        Some(configmap_order("p")),
-    )
-    .await;
-    let first = first["id"].as_str().unwrap().to_string();
-    assert_eq!(outcome(&base, &first).await, "succeeded");
+    let first = api.order(configmap_order("p")).await;
+    assert_eq!(api.log_entry(&first, 60).await["outcome"], "succeeded");
 
     // The server goes away while the worker long-polls, and comes back on the same port and
     // database: the worker says so and carries on.
-    stop(&mut serve);
+    serve.stop();
     w.log_contains(60, "claim failed; retrying").await;
-    let mut serve = start_serve(port, &database_url, &serve_log);
-    wait_ready(&base).await;
+    serve.start_again().await;
     w.log_contains(60, "connected to the server again").await;
-    let second = admin_call(
-        &base,
-        Method::POST,
-        "/api/v1/work-orders",
-        Some(configmap_order("p")),
-    )
-    .await;
-    let second = second["id"].as_str().unwrap().to_string();
-    assert_eq!(outcome(&base, &second).await, "succeeded");
+    let second = api.order(configmap_order("p")).await;
+    assert_eq!(api.log_entry(&second, 60).await["outcome"], "succeeded");
     assert_eq!(
         w.log().matches("connected to the server again").count(),
         1,
         "said once per outage:\n{}",
         w.log()
     );
-    stop(&mut serve);
-}
-
-fn stop(serve: &mut Child) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(serve.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    serve.wait().unwrap();
+    serve.stop();
 }

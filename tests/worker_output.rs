@@ -7,127 +7,24 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
 use serde_json::{Value, json};
+use support::serve::Restartable;
 use support::worker::{all_output, run_worker_once};
-use support::{ADMIN_TOKEN, TestServer, eventually, free_port, pullman_bin};
-
-fn start_serve(port: u16, database_url: &str, log: &Path) -> Child {
-    Command::new(pullman_bin())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--controller", "off", "--maintenance-interval-seconds", "1"])
-        .env("DATABASE_URL", database_url)
-        .env("PULLMAN_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .spawn()
-        .unwrap()
-}
-
-fn stop(serve: &mut Child) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(serve.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    serve.wait().unwrap();
-}
-
-async fn wait_ready(base: &str) {
-    let http = reqwest::Client::new();
-    eventually(90, "pullman serve to be ready", || {
-        let http = http.clone();
-        async move {
-            let r = http.get(format!("{base}/readyz")).send().await.ok()?;
-            r.status().is_success().then_some(())
-        }
-    })
-    .await;
-}
-
-async fn admin_call(base: &str, method: Method, path: &str, body: Option<Value>) -> Value {
-    let mut req = reqwest::Client::new()
-        .request(method, format!("{base}{path}"))
-        .bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let r = req.send().await.unwrap();
-    assert!(r.status().is_success(), "{path}: {}", r.status());
-    r.json().await.unwrap()
-}
-
-/// Every stored line of the order (one page holds them all here).
-async fn output(base: &str, id: &str) -> Vec<Value> {
-    let v = admin_call(
-        base,
-        Method::GET,
-        &format!("/api/v1/work-orders/{id}/output?limit=10000"),
-        None,
-    )
-    .await;
-    assert_eq!(v["more"], false, "{v}");
-    v["lines"].as_array().unwrap().clone()
-}
-
-async fn outcome(base: &str, id: &str) -> Value {
-    eventually(90, "the order's log entry", || async move {
-        let r = reqwest::Client::new()
-            .get(format!("{base}/api/v1/work-order-log/{id}"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .ok()?;
-        if r.status() != 200 {
-            return None;
-        }
-        r.json::<Value>().await.ok()
-    })
-    .await
-}
+use support::{TestServer, eventually, pullman_bin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_commands_lines_arrive_in_order_redacted_and_survive_a_server_outage() {
-    let database_url = support::fresh_database_url().await;
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
+    let mut serve = Restartable::start(&["--maintenance-interval-seconds", "1"]).await;
+    let (api, base) = (serve.api.clone(), serve.base.clone());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let serve_log = d.join("serve.log");
-    let mut serve = start_serve(port, &database_url, &serve_log);
-    wait_ready(&base).await;
-    let v = admin_call(
-        &base,
-        Method::POST,
-        "/api/v1/agents",
-        Some(json!({"name": "talker", "labels": ["talk"]})),
-    )
-    .await;
-    let token = v["token"].as_str().unwrap().to_string();
-    let order = admin_call(
-        &base,
-        Method::POST,
-        "/api/v1/work-orders",
-        Some(json!({
-            "work_type": "custom",
-            "yaml_content": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n",
-            "max_retries": 0,
-            "targeting": {"labels": ["talk"]},
-        })),
-    )
-    .await;
-    let id = order["id"].as_str().unwrap().to_string();
+    let (_, token) = api
+        .agent(json!({"name": "talker", "labels": ["talk"]}))
+        .await;
+    let id = api.order(custom_order("talk")).await;
 
     // The command prints, then waits for the test at two gates; between them it prints 2,000
     // lines while the server is down and says so in a file (it must never wait on the server).
@@ -170,7 +67,7 @@ async fn the_commands_lines_arrive_in_order_redacted_and_survive_a_server_outage
         let base = base.clone();
         let id = id.clone();
         async move {
-            let lines = output(&base, &id).await;
+            let lines = all_output(&base, &id).await;
             (lines.len() >= 4).then_some(lines)
         }
     })
@@ -183,22 +80,21 @@ async fn the_commands_lines_arrive_in_order_redacted_and_survive_a_server_outage
     assert!(!d.join("printed").exists());
 
     // The server goes away; the command prints on and is never held up.
-    stop(&mut serve);
+    serve.stop();
     std::fs::write(d.join("go"), "").unwrap();
     eventually(20, "the command to print through the outage", || async {
         d.join("printed").exists().then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut serve = start_serve(port, &database_url, &serve_log);
-    wait_ready(&base).await;
+    serve.start_again().await;
     std::fs::write(d.join("go2"), "").unwrap();
-    let entry = outcome(&base, &id).await;
+    let entry = api.log_entry(&id, 90).await;
     assert_eq!(entry["outcome"], "succeeded", "{entry}\n{}", worker_log());
     let status = worker.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{}", worker_log());
 
-    let lines = output(&base, &id).await;
+    let lines = all_output(&base, &id).await;
     let texts = |stream: &str| -> Vec<String> {
         lines
             .iter()
@@ -231,7 +127,7 @@ async fn the_commands_lines_arrive_in_order_redacted_and_survive_a_server_outage
         "{}",
         worker_log()
     );
-    stop(&mut serve);
+    serve.stop();
 }
 
 /// A custom order for the agent labelled `label`, not retried.
@@ -346,30 +242,12 @@ async fn every_line_of_a_fast_command_reaches_a_healthy_server_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lines_dropped_while_the_server_is_away_are_marked_with_that_cause() {
-    let database_url = support::fresh_database_url().await;
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
+    let mut serve = Restartable::start(&["--maintenance-interval-seconds", "1"]).await;
+    let (api, base) = (serve.api.clone(), serve.base.clone());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let serve_log = d.join("serve.log");
-    let mut serve = start_serve(port, &database_url, &serve_log);
-    wait_ready(&base).await;
-    let v = admin_call(
-        &base,
-        Method::POST,
-        "/api/v1/agents",
-        Some(json!({"name": "away", "labels": ["away"]})),
-    )
-    .await;
-    let token = v["token"].as_str().unwrap().to_string();
-    let order = admin_call(
-        &base,
-        Method::POST,
-        "/api/v1/work-orders",
-        Some(custom_order("away")),
-    )
-    .await;
-    let id = order["id"].as_str().unwrap().to_string();
+    let (_, token) = api.agent(json!({"name": "away", "labels": ["away"]})).await;
+    let id = api.order(custom_order("away")).await;
     // 3 MB while the server is down, three times the smallest buffer: the command runs on and
     // the oldest of them are dropped.
     let exec = format!(
@@ -392,17 +270,16 @@ async fn lines_dropped_while_the_server_is_away_are_marked_with_that_cause() {
         }
     });
     eventually(30, "the first line", || async {
-        (!output(&base, &id).await.is_empty()).then_some(())
+        (!all_output(&base, &id).await.is_empty()).then_some(())
     })
     .await;
-    stop(&mut serve);
+    serve.stop();
     std::fs::write(d.join("go"), "").unwrap();
     eventually(30, "the command to print through the outage", || async {
         d.join("printed").exists().then_some(())
     })
     .await;
-    let mut serve = start_serve(port, &database_url, &serve_log);
-    wait_ready(&base).await;
+    serve.start_again().await;
     std::fs::write(d.join("go2"), "").unwrap();
     let run = worker.await.unwrap();
     assert_eq!(run.code, Some(0), "{}", run.stderr);
@@ -431,5 +308,5 @@ async fn lines_dropped_while_the_server_is_away_are_marked_with_that_cause() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    stop(&mut serve);
+    serve.stop();
 }

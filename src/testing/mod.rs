@@ -5,10 +5,12 @@
 //! Built only with the `testing` feature, which the crate's own dev-dependency on itself turns on
 //! for tests and benches; `pullman` as shipped does not contain it.
 
+mod api;
 mod postgres;
 mod queue;
 mod server;
 
+pub use api::ApiClient;
 pub use postgres::{free_port, fresh_database_url, fresh_pool, server_url};
 pub use queue::{create_order, register_agent};
 pub use server::{ADMIN_TOKEN, TestServer, configmap_order, eventually};

@@ -3,6 +3,8 @@
 
 use std::process::{Command, Output};
 
+use serde_json::Value;
+
 use super::{ADMIN_TOKEN, pullman_bin};
 
 /// `pullman ARGS` against the server at `base`, not yet started (for stdin, pipes, signals).
@@ -36,4 +38,32 @@ pub async fn cli_text(base: &str, args: &[&str]) -> (bool, String, String) {
 /// Bytes a command printed, as text (invalid UTF-8 as U+FFFD).
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The JSON document a command printed on stdout.
+///
+/// # Panics
+/// When the command failed or printed no JSON (with what it printed).
+pub fn json_of(out: &Output) -> Value {
+    assert!(out.status.success(), "CLI failed: {}", text(&out.stderr));
+    json_of_any(out)
+}
+
+/// The JSON document a command printed on stdout, whatever its exit code (for commands that exit
+/// non-zero on purpose).
+///
+/// # Panics
+/// When it printed no JSON (with what it printed).
+pub fn json_of_any(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", text(&out.stdout), text(&out.stderr)))
+}
+
+/// A file `cm.yaml` holding `yaml` in a fresh temporary directory (gone when the directory is
+/// dropped), for `work-orders create -f`.
+pub fn yaml_file(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(&file, yaml).expect("writing the manifest");
+    (dir, file)
 }

@@ -1,7 +1,7 @@
 //! `pullman serve` as a child process on a fresh database of the test PostgreSQL: for what only
 //! the binary does (its flags, its log lines) and for walk-throughs a shell runs against it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -172,8 +172,7 @@ pub fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
 }
 
 pub fn sigterm_and_wait(mut child: Child) -> std::process::ExitStatus {
-    sigterm(&child);
-    wait_for_exit(&mut child)
+    stop(&mut child)
 }
 
 /// Starts `serve` (controller off, log level info) on a fresh database with `extra` arguments,
@@ -181,24 +180,109 @@ pub fn sigterm_and_wait(mut child: Child) -> std::process::ExitStatus {
 pub async fn serve_on_fresh_database(extra: &[&str], log: &Path) -> (Child, u16) {
     let db = super::fresh_database_url().await;
     let port = free_port();
-    let child = Command::new(pullman_bin())
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--controller",
-            "off",
-        ])
+    let child = start_serve_over(&db, port, extra, log);
+    wait_ready(port).await;
+    (child, port)
+}
+
+/// Starts `pullman serve` (controller off, `RUST_LOG=info`, the test admin token) on
+/// 127.0.0.1:`port` over `database_url`, a database that outlives it, with `extra` arguments. Its
+/// log is appended to `log`, so a restart on the same port and database keeps one log. Does not
+/// wait for it to be ready ([`wait_ready`]).
+pub fn start_serve_over(database_url: &str, port: u16, extra: &[&str], log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(pullman_bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--controller", "off"])
         .args(extra)
-        .env("DATABASE_URL", &db)
+        .env("DATABASE_URL", database_url)
         .env("PULLMAN_ADMIN_TOKEN", super::ADMIN_TOKEN)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
+        .stderr(log)
         .spawn()
-        .unwrap();
-    wait_ready(port).await;
-    (child, port)
+        .unwrap()
+}
+
+/// `pullman serve` ([`start_serve_over`]) over a fresh database that outlives it, on a port that
+/// stays the same: a test stops it and starts it again to take the server away from its clients
+/// and give it back. Killed when dropped.
+pub struct Restartable {
+    pub port: u16,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    pub api: super::ApiClient,
+    /// Its log, appended to by every start.
+    pub log: PathBuf,
+    database_url: String,
+    extra: Vec<String>,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl Restartable {
+    /// Starts it with `extra` arguments and waits for `/readyz`.
+    pub async fn start(extra: &[&str]) -> Self {
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let dir = tempfile::tempdir().unwrap();
+        let mut serve = Restartable {
+            port,
+            api: super::ApiClient::new(&base),
+            base,
+            log: dir.path().join("serve.log"),
+            database_url: super::fresh_database_url().await,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
+            child: None,
+            _dir: dir,
+        };
+        serve.start_again().await;
+        serve
+    }
+
+    /// Starts it again on the same port and database; waits for `/readyz`.
+    pub async fn start_again(&mut self) {
+        assert!(self.child.is_none(), "serve is already running");
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        self.child = Some(start_serve_over(
+            &self.database_url,
+            self.port,
+            &extra,
+            &self.log,
+        ));
+        wait_ready(self.port).await;
+    }
+
+    /// SIGTERM, and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop(&mut child);
+        }
+    }
+
+    /// SIGKILL, and waits for it to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Restartable {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// SIGTERM to `child`, then waits (at most 60 s) for its exit.
+pub fn stop(child: &mut Child) -> std::process::ExitStatus {
+    sigterm(child);
+    wait_for_exit(child)
 }
 
 /// The pid in `<pg_data>/postmaster.pid`, if the file is there.
