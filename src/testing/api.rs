@@ -3,7 +3,10 @@
 
 use serde_json::Value;
 
-use super::server::{ADMIN_TOKEN, eventually};
+use super::poll::eventually;
+
+/// The admin token of every [`super::TestServer`], and of a `pullman serve` a test starts.
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
 /// A client of one server's REST API (DESIGN.md §5) at `base`, with the test admin token at hand.
 /// Every helper returns the status and the JSON body (`Value::Null` when empty, a string when not

@@ -6,11 +6,13 @@
 //! for tests and benches; `pullman` as shipped does not contain it.
 
 mod api;
+mod poll;
 mod postgres;
 mod queue;
 mod server;
 
-pub use api::ApiClient;
+pub use api::{ADMIN_TOKEN, ApiClient};
+pub use poll::eventually;
 pub use postgres::{free_port, fresh_database_url, fresh_pool, server_url};
 pub use queue::{create_order, register_agent};
-pub use server::{ADMIN_TOKEN, TestServer, configmap_order, eventually};
+pub use server::{TestServer, configmap_order};

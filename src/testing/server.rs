@@ -7,15 +7,12 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::api::ApiClient;
+use super::api::{ADMIN_TOKEN, ApiClient};
 use super::fresh_pool;
 use crate::api::{self, AppState};
 use crate::auth::AdminToken;
 use crate::queue::{self, Notifications, Queue};
 use crate::telemetry::Metrics;
-
-/// The admin token of every [`TestServer`].
-pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
 /// An API server on an ephemeral port over one database, wired as `serve` wires it
 /// (notification listener, availability probe). Maintenance does not run on its own unless
@@ -144,25 +141,6 @@ impl std::ops::Deref for TestServer {
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.shutdown.cancel();
-    }
-}
-
-/// Polls `check` every 100 ms until it returns `Some`, or panics after `secs` seconds naming `what`.
-pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out after {secs} s waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
