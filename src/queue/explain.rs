@@ -11,7 +11,8 @@ use sqlx::types::Json;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use super::eligibility::{AgentProfile, OrderProfile};
+use super::eligibility::OrderProfile;
+use super::registry::AgentProfileRow;
 use super::rules::agent_health;
 use super::waiting::{self, AgentState, MATCHING_AGENTS_SHOWN, OrderFacts, ReasonCount, Wait};
 use super::{
@@ -89,12 +90,8 @@ struct WaitingGroupRow {
 /// `sql/waiting_agents.sql`.
 #[derive(sqlx::FromRow)]
 struct WaitingAgentRow {
-    id: Uuid,
-    name: String,
-    labels: Vec<String>,
-    annotations: Json<BTreeMap<String, String>>,
-    work_types: Vec<String>,
-    tenant: Option<String>,
+    #[sqlx(flatten)]
+    profile: AgentProfileRow,
     max_concurrency: Option<i32>,
     lease_seconds: Option<i32>,
     last_seen_at: Option<DateTime<Utc>>,
@@ -106,15 +103,7 @@ impl From<WaitingAgentRow> for AgentState {
     fn from(r: WaitingAgentRow) -> Self {
         AgentState {
             health: agent_health(false, r.last_seen_at, r.lease_seconds, r.now),
-            profile: AgentProfile {
-                id: r.id,
-                name: r.name,
-                labels: r.labels,
-                annotations: r.annotations.0,
-                work_types: WorkType::parse_all(&r.work_types),
-                tenant: r.tenant,
-                retired: false,
-            },
+            profile: r.profile.into_profile(false),
             max_concurrency: r.max_concurrency,
             held: r.held,
         }

@@ -15,14 +15,39 @@ use super::{
 };
 use crate::auth::token;
 
+/// The columns of an agent that make its profile (docs/design.md §3), as every agent query that
+/// is not a claim's returns them: one row shape and one mapping, flattened into the rows below
+/// and `queue::explain`'s. (A claim's row carries an order's columns too, so its agent columns are
+/// prefixed: `queue::claims::AgentLockRow`.)
 #[derive(sqlx::FromRow)]
-struct AgentRow {
+pub(in crate::queue) struct AgentProfileRow {
     id: Uuid,
     name: String,
     labels: Vec<String>,
     annotations: Json<BTreeMap<String, String>>,
     work_types: Vec<String>,
     tenant: Option<String>,
+}
+
+impl AgentProfileRow {
+    pub(in crate::queue) fn into_profile(self, retired: bool) -> eligibility::AgentProfile {
+        eligibility::AgentProfile {
+            id: self.id,
+            name: self.name,
+            labels: self.labels,
+            annotations: self.annotations.0,
+            work_types: WorkType::parse_all(&self.work_types),
+            tenant: self.tenant,
+            retired,
+        }
+    }
+}
+
+/// An agent as `sql/get_agent.sql` and `sql/list_agents.sql` return it.
+#[derive(sqlx::FromRow)]
+struct AgentRow {
+    #[sqlx(flatten)]
+    profile: AgentProfileRow,
     max_concurrency: Option<i32>,
     lease_seconds: Option<i32>,
     created_at: DateTime<Utc>,
@@ -34,19 +59,21 @@ struct AgentRow {
 
 impl From<AgentRow> for Agent {
     fn from(r: AgentRow) -> Self {
+        let health = rules::agent_health(
+            r.retired_at.is_some(),
+            r.last_seen_at,
+            r.lease_seconds,
+            r.now,
+        );
+        let p = r.profile.into_profile(r.retired_at.is_some());
         Agent {
-            health: rules::agent_health(
-                r.retired_at.is_some(),
-                r.last_seen_at,
-                r.lease_seconds,
-                r.now,
-            ),
-            id: r.id,
-            name: r.name,
-            labels: r.labels,
-            annotations: r.annotations.0,
-            work_types: WorkType::parse_all(&r.work_types),
-            tenant: r.tenant,
+            health,
+            id: p.id,
+            name: p.name,
+            labels: p.labels,
+            annotations: p.annotations,
+            work_types: p.work_types,
+            tenant: p.tenant,
             max_concurrency: r.max_concurrency,
             lease_seconds: r.lease_seconds,
             active_claims: r.active_claims,
