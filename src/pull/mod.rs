@@ -221,7 +221,15 @@ async fn run_loop<C: Carrier>(
     runs: Runs,
 ) -> Result<Option<Ended>, PullError> {
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
-    let reports = order::Reports::new(config.concurrency);
+    let pull = Pull {
+        reports: order::Reports::new(config.concurrency),
+        client,
+        config,
+        carrier,
+        shutdown,
+        runs,
+    };
+    let shutdown = &pull.shutdown;
     let mut running = Running {
         set: tokio::task::JoinSet::new(),
         refused: None,
@@ -243,85 +251,15 @@ async fn run_loop<C: Carrier>(
             running.join_next().await;
             break;
         }
-        let Some(mut max_wait) = claim_wait(&config, runs, &backoff) else {
+        let Some(max_wait) = claim_wait(&pull.config, runs, &backoff) else {
             break;
         };
-        // While reports are in flight the server still counts their claims: an agent at its
-        // max_concurrency (an Executor's) would get nothing and its long-poll would sleep, as
-        // nothing wakes it when its own claims end. So it does not wait at the server; an empty
-        // answer waits here for a report to end instead.
-        // Listening before counting: a report that ends in between still wakes the wait below.
-        let report_ends = reports.one_ends();
-        let reporting = reports.in_flight() > 0;
-        if reporting {
-            max_wait = 0;
-        }
-        let permits = more_permits(&config, &slots, permit);
-        let body = ClaimNextBody {
-            work_types: (!config.work_types.is_empty()).then(|| config.work_types.clone()),
-            max_wait_seconds: Some(max_wait),
-            lease_seconds: Some(i64::from(config.lease_seconds)),
-            max_orders: (config.concurrency > 1).then_some(permits.len() as i64),
-        };
-        let give_up = async {
-            match runs.deadline() {
-                Some(at) => tokio::time::sleep_until(at + DEADLINE_GRACE).await,
-                None => std::future::pending().await,
-            }
-        };
-        let claimed = tokio::select! {
-            _ = shutdown.drain.cancelled() => break,
-            _ = give_up => {
-                tracing::warn!("the server did not answer the claim before --wait ran out");
-                break;
-            }
-            r = client.claim_next(config.agent_id, &body) => r,
-        };
-        match claimed {
-            Ok(claim) => {
-                let failures = backoff.succeeded();
-                if failures > 0 {
-                    tracing::info!(failures, "connected to the server again");
-                }
-                if claim.is_empty() && reporting {
-                    tokio::select! {
-                        _ = shutdown.drain.cancelled() => break,
-                        _ = report_ends => {}
-                        _ = tokio::time::sleep(REPORT_WAIT_MOST) => {}
-                    }
-                    continue;
-                }
-                // Each order takes one slot; slots left over are free again.
-                for (order, permit) in claim.into_iter().zip(permits) {
-                    spawn_order(
-                        &mut running,
-                        &client,
-                        &config,
-                        &carrier,
-                        &shutdown,
-                        order,
-                        order::Slot::new(permit, reports.clone()),
-                    );
-                }
-            }
-            Err(error) if error.is_unauthorized() => {
-                running.refused = Some(PullError::Unauthorized(Some(error)));
-                break;
-            }
-            Err(error) => {
-                let wait = backoff.failed();
-                if error.is_transient() || error.code() == Some("too_many_long_polls") {
-                    tracing::warn!(%error, retry_in = ?wait, "claim failed; retrying");
-                } else {
-                    tracing::error!(%error, retry_in = ?wait, "claim refused; retrying");
-                }
-                let wake = tokio::time::Instant::now() + wait;
-                let wake = runs.deadline().map_or(wake, |at| wake.min(at));
-                tokio::select! {
-                    _ = shutdown.drain.cancelled() => break,
-                    _ = tokio::time::sleep_until(wake) => {}
-                }
-            }
+        let permits = more_permits(&pull.config, &slots, permit);
+        if let Flow::Stop = pull
+            .claim(&mut running, &mut backoff, permits, max_wait)
+            .await
+        {
+            break;
         }
     }
     // Orders that finished since the last claim stay in the set until joined.
@@ -340,6 +278,115 @@ async fn run_loop<C: Carrier>(
     match running.refused {
         Some(e) => Err(e),
         None => Ok(running.last),
+    }
+}
+
+/// What the loop does after a claim step: claim again, or stop claiming.
+enum Flow {
+    Next,
+    Stop,
+}
+
+/// What every claim of one loop reads.
+struct Pull<C> {
+    client: Client,
+    config: LoopConfig,
+    carrier: Arc<C>,
+    shutdown: Shutdown,
+    runs: Runs,
+    reports: Arc<order::Reports>,
+}
+
+impl<C: Carrier> Pull<C> {
+    /// One claim-next for as many orders as `permits` (free slots), long-polling up to `max_wait`
+    /// seconds; spawns each order claimed with its slot. A failure backs off here; a refused token
+    /// is put in `running.refused` and stops the loop.
+    async fn claim(
+        &self,
+        running: &mut Running,
+        backoff: &mut Backoff,
+        permits: Vec<OwnedSemaphorePermit>,
+        mut max_wait: i64,
+    ) -> Flow {
+        let (config, shutdown, runs) = (&self.config, &self.shutdown, self.runs);
+        // While reports are in flight the server still counts their claims: an agent at its
+        // max_concurrency (an Executor's) would get nothing and its long-poll would sleep, as
+        // nothing wakes it when its own claims end. So it does not wait at the server; an empty
+        // answer waits here for a report to end instead.
+        // Listening before counting: a report that ends in between still wakes the wait below.
+        let report_ends = self.reports.one_ends();
+        let reporting = self.reports.in_flight() > 0;
+        if reporting {
+            max_wait = 0;
+        }
+        let body = ClaimNextBody {
+            work_types: (!config.work_types.is_empty()).then(|| config.work_types.clone()),
+            max_wait_seconds: Some(max_wait),
+            lease_seconds: Some(i64::from(config.lease_seconds)),
+            max_orders: (config.concurrency > 1).then_some(permits.len() as i64),
+        };
+        let give_up = async {
+            match runs.deadline() {
+                Some(at) => tokio::time::sleep_until(at + DEADLINE_GRACE).await,
+                None => std::future::pending().await,
+            }
+        };
+        let claimed = tokio::select! {
+            _ = shutdown.drain.cancelled() => return Flow::Stop,
+            _ = give_up => {
+                tracing::warn!("the server did not answer the claim before --wait ran out");
+                return Flow::Stop;
+            }
+            r = self.client.claim_next(config.agent_id, &body) => r,
+        };
+        match claimed {
+            Ok(claim) => {
+                let failures = backoff.succeeded();
+                if failures > 0 {
+                    tracing::info!(failures, "connected to the server again");
+                }
+                if claim.is_empty() && reporting {
+                    tokio::select! {
+                        _ = shutdown.drain.cancelled() => return Flow::Stop,
+                        _ = report_ends => {}
+                        _ = tokio::time::sleep(REPORT_WAIT_MOST) => {}
+                    }
+                    return Flow::Next;
+                }
+                // Each order takes one slot; slots left over are free again.
+                for (order, permit) in claim.into_iter().zip(permits) {
+                    let slot = order::Slot::new(permit, self.reports.clone());
+                    spawn_order(
+                        running,
+                        &self.client,
+                        config,
+                        &self.carrier,
+                        shutdown,
+                        order,
+                        slot,
+                    );
+                }
+                Flow::Next
+            }
+            Err(error) if error.is_unauthorized() => {
+                running.refused = Some(PullError::Unauthorized(Some(error)));
+                Flow::Stop
+            }
+            Err(error) => {
+                let wait = backoff.failed();
+                if error.is_transient() || error.code() == Some("too_many_long_polls") {
+                    tracing::warn!(%error, retry_in = ?wait, "claim failed; retrying");
+                } else {
+                    tracing::error!(%error, retry_in = ?wait, "claim refused; retrying");
+                }
+                let wake = tokio::time::Instant::now() + wait;
+                let wake = runs.deadline().map_or(wake, |at| wake.min(at));
+                tokio::select! {
+                    _ = shutdown.drain.cancelled() => Flow::Stop,
+                    _ = tokio::time::sleep_until(wake) => Flow::Next,
+                }
+            }
+        }
     }
 }
 
