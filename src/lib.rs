@@ -52,15 +52,20 @@
 //!   deadline, try again); each try is `claim_next_as` in `src/queue/claims/mod.rs`
 //!   (`Queue::claim_next` is the same try without the wait). The statement is
 //!   `src/queue/sql/claim_next.sql` (and `claim_next_capped.sql` for an agent with
-//!   `max_concurrency`); its `-- @include` lines are the shared fragments beside it (the
-//!   eligibility rule is `eligible.sql`, the claim row and the `CLAIMED` state are written by
-//!   `take_claim.sql`), put in place by `build.rs`. Tenants take turns while several compete
+//!   `max_concurrency`), four `-- @include` fragments beside it, put in place by `build.rs`, in
+//!   this order: `claiming_agent.sql` (the agent's row, `FOR KEY SHARE`), `handout_walk.sql` (the
+//!   walk over claimable orders, which includes the eligibility rule `eligible.sql` and the key
+//!   check `key_full.sql`), `take_claim.sql` (the claim row and the `CLAIMED` state), and
+//!   `claim_next_result.sql` (the answer, with `claimed_order.sql`). Tenants take turns while several compete
 //!   (`queue::turns`, `claim_next_fair.sql`); an order's concurrency key is a slot its claim row
 //!   takes and gives back (`queue::keys`: the triggers of migration
 //!   `20261211000040_concurrency_keys.sql`, and `key_full.sql` in the walks).
 //! - **One order's life in an agent**: `pull::run` (or `run_once`) enters the private `run_loop`
 //!   (`src/pull/mod.rs`), which claims and starts each order as `pull::order::carry_one`
 //!   (claimed → applying → watching → reporting, or abandoned; heartbeats in `pull::heartbeat`).
+//!   An order gives its slot back once its verdict is in, then waits for a report permit
+//!   (`pull::order`'s `Slot` and `Reports`), so the next claim does not wait for this complete;
+//!   `report` sends the verdict (the complete of the next entry).
 //!   The agent's own steps are its `pull::Carrier`: `worker::ExecCarrier` runs the command, and
 //!   the executor's `executor::KubeCarrier` applies and watches through `executor::Plan`.
 //! - **The WorkOrder reconcile and its status write**: `controller::workorders` (`apply`: look up
@@ -73,8 +78,12 @@
 //!   the per-order cap, cursors, and the wire shapes), over HTTP in `api::output` (the append,
 //!   pages and the NDJSON follow), printed by `admin::logs` (`pullman work-orders logs`). The whole
 //!   path, from a pod or a command to `logs -f`, is traced below.
-//! - **Where a stale complete becomes `409`**: `queue::claims::holder` (`complete` matches only the
-//!   live claim); when none matches, `queue::refusal::replay_or_refuse` answers a repeat of the
+//! - **Where a stale complete becomes `409`**: `POST /work-orders/{id}/complete` is
+//!   `api::claims::complete`, which calls `queue::claims::holder::complete`. A success goes
+//!   through `queue::group_commit` (several agents' completes in one transaction); a failure is
+//!   its own transaction. Either way the statement touches only the live claim (the condition is
+//!   `sql/live_claim.sql`, included by `complete_success.sql` and `end_live_claim.sql`); when none
+//!   matches, `queue::refusal::replay_or_refuse` answers a repeat of the
 //!   agent's own completion again (or `already_completed` for a different outcome), and
 //!   otherwise `explain_refusal` says `cancelled`, `reclaimed` or `not_claim_holder`; `api::error`
 //!   turns each into HTTP `409`.
@@ -83,10 +92,11 @@
 //!
 //! **Why an order waits** (docs/design.md §10). The API and the WorkOrder condition ask the same
 //! classifier, built on the claim's own eligibility rule, so neither can contradict a claim.
-//! 1. `pullman work-orders explain ID` (`src/admin/orders.rs`) calls `Client::explain_work_order`.
+//! 1. `pullman work-orders explain ID` (`admin::explain::explain`) calls `Client::explain_work_order`.
 //! 2. `GET /api/v1/work-orders/{id}/explain` is `api::work_orders::explain` (routed in `api::router`).
 //! 3. `queue::Queue::explain` (`src/queue/explain.rs`) asks `Queue::waiting`; else `404` or `409`.
-//! 4. `Queue::waiting` reads the order (`waiting_order.sql`) and `live_agents` in one snapshot.
+//! 4. `Queue::waiting` (its body is the private `waiting_with`) reads the order
+//!    (`waiting_order.sql`) and `live_agents` in one snapshot.
 //! 5. The private `WaitingColumns::verdict` makes the order's `OrderProfile` and calls `classify`.
 //! 6. `queue::waiting::classify` matches by `eligibility::agent_may_see`, then picks the first reason.
 //! 7. Only for `queued`, `queue_position.sql` counts the orders the same takers take first.
@@ -100,17 +110,21 @@
 //! 5. `write_status` patches the status and records `schedulable::unschedulable_event` once.
 //! 6. `schedulable::refreshes` asks again every `REFRESH_EVERY`: agent changes never touch the order.
 //!
-//! **A running order's output, from a pod or a command to `logs -f`** (docs/design.md §9).
+//! **A running order's output, from a pod or a command to `logs -f`** (docs/design.md §9), in
+//! three parts: the agent (1–7), the server (8–11), the reader (12).
 //! 1. Executor: `KubeCarrier::follow_logs` starts the sender and `executor::logs::PodLogs::follow`.
 //! 2. Executor: each container run is `executor::container_log::follow`, reopened when it breaks.
 //! 3. Worker: `worker::spawn_command` starts the `OutputSender` and a `stream_lines` per pipe.
 //! 4. Both cut bytes with `pull::lines::LineCutter` (`feed`, `finish`), redacted before any cut.
-//! 5. Lines go to `pull::output::OutputHandle::push_redacted` (`StreamSink`, `emit_line`).
+//! 5. Lines go to `pull::output::OutputHandle::push_redacted` (from the executor's
+//!    `container_log::StreamSink`, the worker's `emit_line`).
 //! 6. The `OutputSender` task (`send_loop`, `take_chunk`, `deliver`) sends numbered chunks each second.
 //! 7. `client::Client::send_output` is `POST /api/v1/work-orders/{id}/output`, resent with one `seq`.
 //! 8. `api::output::append` (`src/api/output.rs`) checks size, caller and write permits.
-//! 9. `Queue::append_output` (`src/queue/output/mod.rs`) stores it and sends `NOTIFY pullman_output`.
-//! 10. The `queue::notify` listener passes that on as `Notifications::output_stored`.
+//! 9. `Queue::append_output` (`src/queue/output/mod.rs`) stores it; the statement,
+//!    `sql/output_insert.sql`, also sends `pg_notify('pullman_output', order)`.
+//! 10. The `queue::notify` listener (`listen`) passes that on to `Notifications::output_stored`'s
+//!     subscribers.
 //! 11. `…/output?follow=true`: `api::output::read`'s `Follower` reads `Queue::read_output` when woken.
 //! 12. `work-orders logs -f`: `admin::logs::logs`, whose `follow_once` reads `Client::follow_output`.
 
