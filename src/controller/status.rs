@@ -283,7 +283,7 @@ pub(super) mod tests {
     fn a_status_stamped_now_reads_back_as_written() {
         let s = from_queue(
             "wo",
-            &Lookup::Active(Box::new(active(OrderStatus::Pending))),
+            &queued(OrderStatus::Pending),
             None,
             Some(1),
             &super::now(),
@@ -371,6 +371,16 @@ pub(super) mod tests {
         (t.into(), s.into(), r.into())
     }
 
+    /// The status of WorkOrder `demo` (generation 1, no status before) for `lookup`, now.
+    fn fresh(lookup: &Lookup) -> WorkOrderStatus {
+        from_queue("demo", lookup, None, Some(1), &now())
+    }
+
+    /// An order in the queue in `status`.
+    fn queued(status: OrderStatus) -> Lookup {
+        Lookup::Active(Box::new(active(status)))
+    }
+
     #[test]
     fn every_phase_gets_the_conditions_of_the_design_table() {
         let active_cases = [
@@ -379,13 +389,7 @@ pub(super) mod tests {
             (OrderStatus::RetryPending, "RetryPending"),
         ];
         for (status, reason) in active_cases {
-            let s = from_queue(
-                "demo",
-                &Lookup::Active(Box::new(active(status))),
-                None,
-                Some(1),
-                &now(),
-            );
+            let s = fresh(&queued(status));
             assert_eq!(
                 table(&s),
                 vec![
@@ -406,13 +410,7 @@ pub(super) mod tests {
             ]
         );
         assert_eq!(s.phase, None);
-        let s = from_queue(
-            "demo",
-            &finished(Outcome::Succeeded, Some("Jobs succeeded: pi")),
-            None,
-            Some(1),
-            &now(),
-        );
+        let s = fresh(&finished(Outcome::Succeeded, Some("Jobs succeeded: pi")));
         assert_eq!(
             table(&s),
             vec![
@@ -424,13 +422,7 @@ pub(super) mod tests {
             (Outcome::Failed, "Failed"),
             (Outcome::Cancelled, "Cancelled"),
         ] {
-            let s = from_queue(
-                "demo",
-                &finished(outcome, Some("why")),
-                None,
-                Some(1),
-                &now(),
-            );
+            let s = fresh(&finished(outcome, Some("why")));
             assert_eq!(
                 table(&s),
                 vec![
@@ -478,21 +470,9 @@ pub(super) mod tests {
             Some("the Job pi failed"),
             "the result message is kept as is"
         );
-        let s = from_queue(
-            "demo",
-            &finished(Outcome::Succeeded, None),
-            None,
-            Some(1),
-            &now(),
-        );
+        let s = fresh(&finished(Outcome::Succeeded, None));
         assert_eq!(s.conditions[0].message, "WorkOrder demo succeeded.");
-        let s = from_queue(
-            "demo",
-            &Lookup::Active(Box::new(active(OrderStatus::RetryPending))),
-            None,
-            Some(1),
-            &now(),
-        );
+        let s = fresh(&queued(OrderStatus::RetryPending));
         assert!(
             s.conditions[0]
                 .message
@@ -512,19 +492,13 @@ pub(super) mod tests {
 
     #[test]
     fn transition_times_move_only_when_a_status_changes() {
-        let first = from_queue(
-            "demo",
-            &Lookup::Active(Box::new(active(OrderStatus::RetryPending))),
-            None,
-            Some(1),
-            &now(),
-        );
+        let first = fresh(&queued(OrderStatus::RetryPending));
         assert!(first.next_retry_after.is_some());
         assert_eq!(first.last_error.as_deref(), Some("boom"));
         let later = Time(Timestamp::now() + SignedDuration::from_secs(60));
         let again = from_queue(
             "demo",
-            &Lookup::Active(Box::new(active(OrderStatus::Pending))),
+            &queued(OrderStatus::Pending),
             Some(&first),
             Some(1),
             &later,
@@ -550,26 +524,14 @@ pub(super) mod tests {
 
     #[test]
     fn the_ttl_counts_from_completion() {
-        let s = from_queue(
-            "demo",
-            &finished(Outcome::Succeeded, None),
-            None,
-            Some(1),
-            &now(),
-        );
+        let s = fresh(&finished(Outcome::Succeeded, None));
         let completed: Timestamp = s.completed_at.as_deref().unwrap().parse().unwrap();
         assert_eq!(
             delete_at(Some(5), &s),
             Some(completed + SignedDuration::from_secs(5))
         );
         assert_eq!(delete_at(None, &s), None);
-        let running = from_queue(
-            "demo",
-            &Lookup::Active(Box::new(active(OrderStatus::Claimed))),
-            None,
-            Some(1),
-            &now(),
-        );
+        let running = fresh(&queued(OrderStatus::Claimed));
         assert_eq!(delete_at(Some(5), &running), None);
         let r = rejected("demo", "bad", None, Some(1), &now());
         assert!(delete_at(Some(0), &r).is_some());

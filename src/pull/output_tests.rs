@@ -129,8 +129,12 @@ async fn a_chunk_of_colour_codes_stays_under_the_servers_body_limit() {
     );
 }
 
-/// A server that answers `413` to a body over `limit` bytes and stores the rest.
-async fn small_server(limit: usize) -> (String, Arc<Mutex<Vec<OutputChunk>>>) {
+/// A server of chunks that answers `refuse(body length)` when it says so (a status and an error
+/// body), and otherwise stores the chunk and acknowledges it.
+async fn chunk_server<F>(refuse: F) -> (String, Arc<Mutex<Vec<OutputChunk>>>)
+where
+    F: Fn(usize) -> Option<(u16, &'static str)> + Clone + Send + Sync + 'static,
+{
     use axum::body::Bytes;
     use axum::http::StatusCode;
     let stored: Arc<Mutex<Vec<OutputChunk>>> = Arc::default();
@@ -138,11 +142,11 @@ async fn small_server(limit: usize) -> (String, Arc<Mutex<Vec<OutputChunk>>>) {
     let app = axum::Router::new().route(
         "/api/v1/work-orders/{id}/output",
         axum::routing::post(move |body: Bytes| {
-            let keep = keep.clone();
+            let (keep, refuse) = (keep.clone(), refuse.clone());
             async move {
-                if body.len() > limit {
-                    let e = r#"{"error":{"code":"payload_too_large","message":"too large"}}"#;
-                    return (StatusCode::PAYLOAD_TOO_LARGE, e.to_string());
+                if let Some((status, code)) = refuse(body.len()) {
+                    let e = format!(r#"{{"error":{{"code":"{code}","message":"{code}"}}}}"#);
+                    return (StatusCode::from_u16(status).unwrap(), e);
                 }
                 let chunk: OutputChunk = serde_json::from_slice(&body).unwrap();
                 let answer = format!(r#"{{"seq":{},"lines":{}}}"#, chunk.seq, chunk.lines.len());
@@ -155,6 +159,11 @@ async fn small_server(limit: usize) -> (String, Arc<Mutex<Vec<OutputChunk>>>) {
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (url, stored)
+}
+
+/// A server that answers `413` to a body over `limit` bytes and stores the rest.
+async fn small_server(limit: usize) -> (String, Arc<Mutex<Vec<OutputChunk>>>) {
+    chunk_server(move |len| (len > limit).then_some((413, "payload_too_large"))).await
 }
 
 #[tokio::test]
@@ -196,31 +205,9 @@ async fn a_chunk_the_server_finds_too_large_is_split_and_nothing_is_lost() {
 /// A server that answers `503` until `back_after` has passed since it started, then stores
 /// every chunk.
 async fn late_server(back_after: Duration) -> (String, Arc<Mutex<Vec<OutputChunk>>>) {
-    use axum::body::Bytes;
-    use axum::http::StatusCode;
-    let stored: Arc<Mutex<Vec<OutputChunk>>> = Arc::default();
-    let keep = stored.clone();
     let started = std::time::Instant::now();
-    let app = axum::Router::new().route(
-        "/api/v1/work-orders/{id}/output",
-        axum::routing::post(move |body: Bytes| {
-            let keep = keep.clone();
-            async move {
-                if started.elapsed() < back_after {
-                    let e = r#"{"error":{"code":"database_unavailable","message":"down"}}"#;
-                    return (StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-                }
-                let chunk: OutputChunk = serde_json::from_slice(&body).unwrap();
-                let answer = format!(r#"{{"seq":{},"lines":{}}}"#, chunk.seq, chunk.lines.len());
-                keep.lock().unwrap().push(chunk);
-                (StatusCode::OK, answer)
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, stored)
+    chunk_server(move |_| (started.elapsed() < back_after).then_some((503, "database_unavailable")))
+        .await
 }
 
 /// The end-of-order flush that runs out gives up the lines it still holds as one gap, sent

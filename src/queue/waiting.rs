@@ -347,6 +347,23 @@ mod tests {
     use super::*;
     use crate::queue::model::{Targeting, WorkType};
 
+    /// Targeting by one label.
+    fn labelled(label: &str) -> Targeting {
+        Targeting {
+            labels: vec![label.into()],
+            ..Default::default()
+        }
+    }
+
+    /// A custom order of no tenant with targeting `t`.
+    fn custom(t: &Targeting) -> OrderProfile<'_> {
+        OrderProfile {
+            work_type: WorkType::Custom,
+            tenant: None,
+            targeting: t,
+        }
+    }
+
     fn agent(n: u128, health: AgentHealth, max: Option<i32>, held: i64) -> AgentState {
         AgentState {
             profile: AgentProfile {
@@ -365,15 +382,8 @@ mod tests {
     }
 
     fn reason(status: OrderStatus, due: bool, label: &str, agents: &[AgentState]) -> WaitReason {
-        let t = Targeting {
-            labels: vec![label.into()],
-            ..Default::default()
-        };
-        let order = OrderProfile {
-            work_type: WorkType::Custom,
-            tenant: None,
-            targeting: &t,
-        };
+        let t = labelled(label);
+        let order = custom(&t);
         classify(&order, status, due, false, agents).unwrap().reason
     }
 
@@ -437,30 +447,16 @@ mod tests {
             reason(Pending, false, "gpu", &[retired]),
             WaitReason::NoMatchingAgent
         );
-        let t = Targeting {
-            labels: vec!["gpu".into()],
-            ..Default::default()
-        };
-        let order = OrderProfile {
-            work_type: WorkType::Custom,
-            tenant: None,
-            targeting: &t,
-        };
+        let t = labelled("gpu");
+        let order = custom(&t);
         assert!(classify(&order, Claimed, false, false, &[agent(1, Active, None, 0)]).is_none());
     }
 
     #[test]
     fn the_answer_lists_ten_names_and_says_how_many_more() {
         let agents: Vec<AgentState> = (0..12).map(|n| agent(n, Stale, None, 0)).collect();
-        let t = Targeting {
-            labels: vec!["gpu".into()],
-            ..Default::default()
-        };
-        let order = OrderProfile {
-            work_type: WorkType::Custom,
-            tenant: None,
-            targeting: &t,
-        };
+        let t = labelled("gpu");
+        let order = custom(&t);
         let verdict = classify(&order, Pending, false, false, &agents).unwrap();
         let facts = OrderFacts {
             id: Uuid::nil(),
@@ -480,15 +476,8 @@ mod tests {
 
     #[test]
     fn a_wait_reads_the_same_while_its_agents_take_and_finish_claims() {
-        let t = Targeting {
-            labels: vec!["gpu".into()],
-            ..Default::default()
-        };
-        let order = OrderProfile {
-            work_type: WorkType::Custom,
-            tenant: None,
-            targeting: &t,
-        };
+        let t = labelled("gpu");
+        let order = custom(&t);
         let facts = OrderFacts {
             id: Uuid::nil(),
             retry_count: 0,
@@ -547,15 +536,8 @@ mod tests {
 
     #[test]
     fn a_full_concurrency_key_comes_after_backing_off_and_names_its_holders() {
-        let t = Targeting {
-            labels: vec!["gpu".into()],
-            ..Default::default()
-        };
-        let order = OrderProfile {
-            work_type: WorkType::Custom,
-            tenant: None,
-            targeting: &t,
-        };
+        let t = labelled("gpu");
+        let order = custom(&t);
         let active = [agent(1, Active, None, 0)];
         let limited = |status, due| classify(&order, status, due, true, &active).unwrap().reason;
         assert_eq!(limited(Pending, false), WaitReason::ConcurrencyLimited);
