@@ -27,10 +27,9 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 PULLMAN="${PULLMAN_BIN:-$ROOT/target/debug/pullman}"
 [[ -x "$PULLMAN" ]] || { echo "keda/test.sh: $PULLMAN is not built (cargo build)" >&2; exit 1; }
 
-say() { echo "keda/test.sh: $*" >&2; }
-ok() { echo "  ok: $*" >&2; }
-fail() { echo "keda/test.sh: FAIL: $*" >&2; exit 1; }
-k() { kubectl --request-timeout=20s "$@"; }
+SUITE=keda
+# shellcheck source=e2e/lib/check.sh
+source "$ROOT/e2e/lib/check.sh"
 
 KEDA_BIN="$("$HERE/build.sh" | tail -n1)"
 CRDS="$(cat "$KEDA_BIN/crds")"
@@ -69,7 +68,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 until_true() { # until_true <seconds> <what> <command...>
   local limit=$1 what=$2 t0=$SECONDS; shift 2
   until "$@"; do
@@ -79,7 +77,7 @@ until_true() { # until_true <seconds> <what> <command...>
   ok "$what ($((SECONDS - t0))s)"
 }
 
-say "KEDA's CRDs from its module ($CRDS)"
+step "KEDA's CRDs from its module ($CRDS)"
 k apply --server-side -f "$CRDS" >/dev/null
 established() { [[ "$(k get crd "$1" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" == True ]]; }
 for crd in scaledobjects.keda.sh triggerauthentications.keda.sh; do
@@ -90,7 +88,7 @@ k create namespace "$NS" >/dev/null
 PORT="$(free_port)"
 API="http://127.0.0.1:$PORT"
 ADMIN="keda-admin-$(python3 -c 'import secrets; print(secrets.token_hex(24))')"
-say "pullman serve with its controller for namespace $NS on $API"
+step "pullman serve with its controller for namespace $NS on $API"
 PULLMAN_ADMIN_TOKEN="$ADMIN" RUST_LOG=info,kube_client=info "$PULLMAN" serve --controller on \
   --watch-namespace "$NS" --leader-election-namespace "$NS" --executor-server-url "$API" \
   --data-dir "$WORK/data" --listen "127.0.0.1:$PORT" --maintenance-interval-seconds 1 \
@@ -98,7 +96,7 @@ PULLMAN_ADMIN_TOKEN="$ADMIN" RUST_LOG=info,kube_client=info "$PULLMAN" serve --c
 PIDS+=("$!")
 until_true 120 "pullman serve ready" curl -fs -o /dev/null "$API/readyz"
 
-say "the chart's Executor burst with keda.enabled, rendered by helm and applied"
+step "the chart's Executor burst with keda.enabled, rendered by helm and applied"
 cat > "$WORK/values.yaml" <<YAML
 database: {url: "postgres://unused@localhost/unused"}
 server: {executorServerUrl: "$API"}
@@ -119,7 +117,7 @@ until_true 60 "Secret burst-agent-token and Deployment burst-executor created by
 k -n "$NS" get secret burst-agent-token -o jsonpath='{.data.token}' | base64 -d > "$WORK/token"
 chmod 600 "$WORK/token"
 
-say "the KEDA operator ($KEDA_BIN/keda-operator), watching $NS"
+step "the KEDA operator ($KEDA_BIN/keda-operator), watching $NS"
 mkdir -p "$WORK/certs"   # its gRPC metrics service (for the adapter, not run here) serves TLS from it
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=keda-operator \
   -keyout "$WORK/certs/tls.key" -out "$WORK/certs/tls.crt" >/dev/null 2>&1
@@ -173,7 +171,7 @@ stays_zero() { local i; for i in 1 2 3 4 5; do supervise; is_zero || return 1; s
 stays_zero || fail "burst-executor left 0 with an empty backlog: replicas $(replicas)"
 ok "burst-executor stays at 0 while the backlog is empty (5s)"
 
-say "5 orders for label keda-burst"
+step "5 orders for label keda-burst"
 IDS=()
 for i in 1 2 3 4 5; do
   IDS+=("$(curl -fsS -X POST "$API/api/v1/work-orders" -H "Authorization: Bearer $ADMIN" \
@@ -181,7 +179,7 @@ for i in 1 2 3 4 5; do
     -d "{\"work_type\":\"custom\",\"targeting\":{\"labels\":[\"keda-burst\"]},\"yaml_content\":\"apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: keda-order-$i\\ndata: {n: \\\"$i\\\"}\\n\"}" \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
 done
-say "backlog as KEDA reads it: $(backlog)"
+step "backlog as KEDA reads it: $(backlog)"
 watch_until 60 "KEDA scales burst-executor up from 0" is_up
 finished() {
   local id
@@ -205,7 +203,7 @@ is_zero || fail "burst-executor did not stay at 0"
 # --- docs/keda.md's ScaledJob recipe, as written there (namespace, server URL and token path
 # adapted): one Job per waiting order, each running `pullman worker --once`. kwok completes Job pods
 # without running them, so the stand-in kubelet runs each new Job's container script here.
-say "docs/keda.md's ScaledJob recipe: agent ci-worker (label keda-ci), its token in Secret ci-worker-token"
+step "docs/keda.md's ScaledJob recipe: agent ci-worker (label keda-ci), its token in Secret ci-worker-token"
 curl -fsS -X POST "$API/api/v1/agents" -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
   -d '{"name":"ci-worker","labels":["keda-ci"]}' \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"], end="")' > "$WORK/ci-worker.token"
@@ -286,9 +284,9 @@ ok "KEDA created $created Jobs for the 5 orders; none in the 5 s after the backl
 
 hpa="$(k -n "$NS" get hpa keda-hpa-burst-executor -o jsonpath='{.spec.minReplicas}-{.spec.maxReplicas} {.spec.metrics[0].external.metric.name} {.spec.metrics[0].external.target.averageValue}')"
 ok "KEDA's HPA keda-hpa-burst-executor: replicas $hpa"
-say "replicas KEDA set, as the stand-in kubelet saw them (seconds since start: replicas):"
+step "replicas KEDA set, as the stand-in kubelet saw them (seconds since start: replicas):"
 awk 'NR == 1 { t0 = $1 } $2 != last { printf "  %3ds: %s\n", $1 - t0, $2; last = $2 }' "$WORK/replicas.txt" >&2
-say "what the KEDA operator logged when it scaled:"
+step "what the KEDA operator logged when it scaled:"
 python3 - "$WORK/keda.log" >&2 <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
@@ -300,4 +298,4 @@ for line in open(sys.argv[1]):
         counts = {k: v for k, v in e.items() if "Count" in k or "replica" in k.lower()}
         print(f"  {e['ts']} {e['msg']} {counts}")
 PY
-say "passed in ${SECONDS}s (before clean-up)"
+finish

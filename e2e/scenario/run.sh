@@ -45,11 +45,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-T0=$SECONDS
-PASSED=0
-step() { echo "==> [scenario $((SECONDS - T0))s] $*"; }
-ok() { PASSED=$((PASSED + 1)); echo "    ok: $*"; }
-k() { kubectl --request-timeout=20s "$@"; }
+SUITE=scenario
+# shellcheck source=e2e/lib/check.sh
+source "$ROOT/e2e/lib/check.sh"
 figure() { echo "| $1 | $2 |" >> "$FIGURES"; echo "    figure: $1 = $2"; }
 diagnose() {
   echo "---- WorkOrders" >&2
@@ -68,12 +66,6 @@ diagnose() {
     k logs -n "$ns" "$p" --all-containers --tail=15 2>&1 | sed 's/^/    /' >&2 || true
     k logs -n "$ns" "$p" --all-containers --previous --tail=15 2>/dev/null | sed 's/^/    (previous) /' >&2 || true
   done
-}
-fail() {
-  echo "    FAILED: $*" >&2
-  diagnose
-  echo "scenario: $PASSED passed, 1 failed"
-  exit 1
 }
 # A Pullman pod that cannot start, keeps crashing or was evicted, in one line ("<ns>/<pod>
 # <container>: <reason>: <message>"): waiting on it would only end in a timeout. The pod lists go
@@ -538,4 +530,4 @@ until_true 90 "gpu-job schedulable once Executor gpu runs" schedulable_now
 until_true 120 "WorkOrder gpu-job Succeeded" has_phase gpu-job Succeeded
 ok "Executor gpu declared: gpu-job schedulable, then Succeeded $(since "$t_exec") s later"
 
-echo "scenario: $PASSED passed, 0 failed ($((SECONDS - T0))s)"
+finish
