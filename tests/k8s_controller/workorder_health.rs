@@ -54,6 +54,24 @@ const ENDED: [(&str, &str); 3] = [
 ];
 const SUCCEEDED: [(&str, &str); 2] = [("Ready", "True"), ("Completed", "True")];
 
+/// Waits for WorkOrder `name` to reach `phase`, then holds what kubectl, kstatus and Argo CD read
+/// of it (`health`: kstatus's, Argo CD's) against its conditions, `pattern` with `reason`; returns
+/// the live object.
+async fn reads(
+    api: &Api<WorkOrderResource>,
+    ns: &str,
+    name: &str,
+    phase: WorkOrderPhase,
+    reason: &str,
+    pattern: &[(&str, &str)],
+    health: (&str, &str),
+) -> serde_json::Value {
+    phase_is(api, name, phase).await;
+    let obj = live(ns, "workorder", name);
+    assert_health(&obj, reason, &rows(pattern, reason), health.0, health.1);
+    obj
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
     let k = client().await;
@@ -84,15 +102,16 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         .await
         .uid()
         .unwrap();
-    phase_is(&api, "good", WorkOrderPhase::Pending).await;
-    let obj = live(&ns, "workorder", "good");
-    assert_health(
-        &obj,
+    let obj = reads(
+        &api,
+        &ns,
+        "good",
+        WorkOrderPhase::Pending,
         "Pending",
-        &rows(&RUNNING, "Pending"),
-        "InProgress",
-        "Progressing",
-    );
+        &RUNNING,
+        ("InProgress", "Progressing"),
+    )
+    .await;
     assert_eq!(
         message(&obj, "Ready"),
         "WorkOrder good is waiting in the queue for an agent to claim it."
@@ -101,15 +120,16 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
     let completed_wait = wait_in_background(&ns, "good", "Completed", 60);
 
     claim(uid.clone()).await;
-    phase_is(&api, "good", WorkOrderPhase::Claimed).await;
-    let obj = live(&ns, "workorder", "good");
-    assert_health(
-        &obj,
+    let obj = reads(
+        &api,
+        &ns,
+        "good",
+        WorkOrderPhase::Claimed,
         "Claimed",
-        &rows(&RUNNING, "Claimed"),
-        "InProgress",
-        "Progressing",
-    );
+        &RUNNING,
+        ("InProgress", "Progressing"),
+    )
+    .await;
     assert!(message(&obj, "Ready").contains(&format!("claimed by agent {agent}")));
 
     complete(
@@ -118,15 +138,16 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         202,
     )
     .await;
-    phase_is(&api, "good", WorkOrderPhase::RetryPending).await;
-    let obj = live(&ns, "workorder", "good");
-    assert_health(
-        &obj,
+    let obj = reads(
+        &api,
+        &ns,
+        "good",
+        WorkOrderPhase::RetryPending,
         "RetryPending",
-        &rows(&RUNNING, "RetryPending"),
-        "InProgress",
-        "Progressing",
-    );
+        &RUNNING,
+        ("InProgress", "Progressing"),
+    )
+    .await;
     assert!(
         message(&obj, "Ready").ends_with(": flaky"),
         "{}",
@@ -146,15 +167,16 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
     )
     .await;
     let finished_at = Instant::now();
-    phase_is(&api, "good", WorkOrderPhase::Succeeded).await;
-    let obj = live(&ns, "workorder", "good");
-    assert_health(
-        &obj,
+    let obj = reads(
+        &api,
+        &ns,
+        "good",
+        WorkOrderPhase::Succeeded,
         "Succeeded",
-        &rows(&SUCCEEDED, "Succeeded"),
-        "Current",
-        "Healthy",
-    );
+        &SUCCEEDED,
+        ("Current", "Healthy"),
+    )
+    .await;
     assert_eq!(
         message(&obj, "Ready"),
         "WorkOrder good succeeded: done at last"
@@ -187,15 +209,16 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         200,
     )
     .await;
-    phase_is(&api, "bad", WorkOrderPhase::Failed).await;
-    let obj = live(&ns, "workorder", "bad");
-    assert_health(
-        &obj,
+    let obj = reads(
+        &api,
+        &ns,
+        "bad",
+        WorkOrderPhase::Failed,
         "Failed",
-        &rows(&ENDED, "Failed"),
-        "Failed",
-        "Degraded",
-    );
+        &ENDED,
+        ("Failed", "Degraded"),
+    )
+    .await;
     assert_eq!(
         message(&obj, "Stalled"),
         "WorkOrder bad failed: the Job pi failed"
@@ -239,28 +262,30 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
     phase_is(&api, "dropped", WorkOrderPhase::Pending).await;
     let (code, v) = s.cancel(&uid).await;
     assert_eq!(code, 200, "{v}");
-    phase_is(&api, "dropped", WorkOrderPhase::Cancelled).await;
-    let obj = live(&ns, "workorder", "dropped");
-    assert_health(
-        &obj,
+    let obj = reads(
+        &api,
+        &ns,
+        "dropped",
+        WorkOrderPhase::Cancelled,
         "Cancelled",
-        &rows(&ENDED, "Cancelled"),
-        "Failed",
-        "Degraded",
-    );
+        &ENDED,
+        ("Failed", "Degraded"),
+    )
+    .await;
     assert!(message(&obj, "Stalled").starts_with("WorkOrder dropped was cancelled"));
 
     // Rejected: YAML the schema cannot check and the queue refuses.
     create_wo(&api, work_order("broken", "x", "kind: [unclosed")).await;
-    phase_is(&api, "broken", WorkOrderPhase::Failed).await;
-    let obj = live(&ns, "workorder", "broken");
-    assert_health(
-        &obj,
+    let obj = reads(
+        &api,
+        &ns,
+        "broken",
+        WorkOrderPhase::Failed,
         "Rejected",
-        &rows(&ENDED, "Rejected"),
-        "Failed",
-        "Degraded",
-    );
+        &ENDED,
+        ("Failed", "Degraded"),
+    )
+    .await;
     assert!(
         message(&obj, "Stalled").starts_with("WorkOrder broken was rejected by the queue: "),
         "{}",
