@@ -44,6 +44,18 @@ async fn complete(
     s.complete(order, token, body).await
 }
 
+/// Claims `order` (the default lease) and completes it with `body`; the complete's answer.
+async fn claim_and_complete(
+    s: &TestServer,
+    agent: &str,
+    token: &str,
+    order: &str,
+    body: Value,
+) -> (u16, Value) {
+    claim(s, agent, token, order, None).await;
+    complete(s, agent, token, order, body).await
+}
+
 /// Makes a backing-off order due now, as time passing would.
 async fn make_due(s: &TestServer, order: &str) {
     sqlx::query("UPDATE work_orders SET next_retry_after = now() WHERE id = $1::uuid")
@@ -64,8 +76,7 @@ async fn retries_back_off_exponentially_and_stop_at_max_retries() {
     for max_retries in [0i64, 1, 3] {
         let o = s.order(order_with(max_retries, 10)).await;
         for k in 1..=max_retries {
-            claim(&s, &a, &tok, &o, None).await;
-            let (st, v) = complete(
+            let (st, v) = claim_and_complete(
                 &s,
                 &a,
                 &tok,
@@ -88,8 +99,7 @@ async fn retries_back_off_exponentially_and_stop_at_max_retries() {
             assert_eq!(v["error"]["code"], "backing_off");
             make_due(&s, &o).await;
         }
-        claim(&s, &a, &tok, &o, None).await;
-        let (st, v) = complete(
+        let (st, v) = claim_and_complete(
             &s,
             &a,
             &tok,
@@ -112,8 +122,7 @@ async fn non_retryable_failure_goes_straight_to_the_log_and_success_returns_the_
     let s = TestServer::start().await;
     let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
     let o = s.order(order_with(3, 10)).await;
-    claim(&s, &a, &tok, &o, None).await;
-    let (st, v) = complete(
+    let (st, v) = claim_and_complete(
         &s,
         &a,
         &tok,
@@ -127,8 +136,7 @@ async fn non_retryable_failure_goes_straight_to_the_log_and_success_returns_the_
     assert_eq!(v["retry_count"], 0);
 
     let o = s.order(order_with(3, 10)).await;
-    claim(&s, &a, &tok, &o, None).await;
-    let (st, v) = complete(
+    let (st, v) = claim_and_complete(
         &s,
         &a,
         &tok,
