@@ -180,16 +180,22 @@ pub fn sigterm_and_wait(mut child: Child) -> std::process::ExitStatus {
 pub async fn serve_on_fresh_database(extra: &[&str], log: &Path) -> (Child, u16) {
     let db = super::fresh_database_url().await;
     let port = free_port();
-    let child = start_serve_over(&db, port, extra, log);
+    let child = start_serve_over(&db, port, extra, log, "info");
     wait_ready(port).await;
     (child, port)
 }
 
-/// Starts `pullman serve` (controller off, `RUST_LOG=info`, the test admin token) on
+/// Starts `pullman serve` (controller off, `RUST_LOG=rust_log`, the test admin token) on
 /// 127.0.0.1:`port` over `database_url`, a database that outlives it, with `extra` arguments. Its
 /// log is appended to `log`, so a restart on the same port and database keeps one log. Does not
 /// wait for it to be ready ([`wait_ready`]).
-pub fn start_serve_over(database_url: &str, port: u16, extra: &[&str], log: &Path) -> Child {
+pub fn start_serve_over(
+    database_url: &str,
+    port: u16,
+    extra: &[&str],
+    log: &Path,
+    rust_log: &str,
+) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -201,7 +207,7 @@ pub fn start_serve_over(database_url: &str, port: u16, extra: &[&str], log: &Pat
         .args(extra)
         .env("DATABASE_URL", database_url)
         .env("PULLMAN_ADMIN_TOKEN", super::ADMIN_TOKEN)
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", rust_log)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -248,11 +254,13 @@ impl Restartable {
     pub async fn start_again(&mut self) {
         assert!(self.child.is_none(), "serve is already running");
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        // Warnings only: these tests read their clients' logs, not the server's.
         self.child = Some(start_serve_over(
             &self.database_url,
             self.port,
             &extra,
             &self.log,
+            "warn",
         ));
         wait_ready(self.port).await;
     }
