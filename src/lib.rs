@@ -47,8 +47,8 @@
 //!
 //! # Where to start reading
 //!
-//! - **Claim-next**: `POST /agents/{id}/claim` is `api::claims::claim_next`, which long-polls
-//!   on `queue::Queue::claim_next_waiting` (`src/queue/long_poll.rs`: try, sleep until woken or the
+//! - **Claim-next**: `POST /agents/{id}/claim` is `api::claims::claim_next`, which long-polls on
+//!   `queue::Queue::claim_next_waiting` (`src/queue/long_poll.rs`: try, sleep until woken or the
 //!   deadline, try again); each try is `claim_next_as` in `src/queue/claims/mod.rs`
 //!   (`Queue::claim_next` is the same try without the wait). The statement is
 //!   `src/queue/sql/claim_next.sql` (and `claim_next_capped.sql` for an agent with
@@ -56,37 +56,40 @@
 //!   this order: `claiming_agent.sql` (the agent's row, `FOR KEY SHARE`), `handout_walk.sql` (the
 //!   walk over claimable orders, which includes the eligibility rule `eligible.sql` and the key
 //!   check `key_full.sql`), `take_claim.sql` (the claim row and the `CLAIMED` state), and
-//!   `claim_next_result.sql` (the answer, with `claimed_order.sql`). Tenants take turns while several compete
-//!   (`queue::turns`, `claim_next_fair.sql`); an order's concurrency key is a slot its claim row
-//!   takes and gives back (`queue::keys`: the triggers of migration
+//!   `claim_next_result.sql` (the answer, with `claimed_order.sql`). The capped statement starts
+//!   with `capped_agent.sql` instead of `claiming_agent.sql`. Tenants take turns while several
+//!   compete (`queue::turns`: `claim_next_fair.sql` and `claim_next_capped_fair.sql`, which walk
+//!   `turn_walk.sql` instead of `handout_walk.sql`); an order's concurrency key is a slot its claim
+//!   row takes and gives back (`queue::keys`: the triggers of migration
 //!   `20261211000040_concurrency_keys.sql`, and `key_full.sql` in the walks).
 //! - **One order's life in an agent**: `pull::run` (or `run_once`) enters the private `run_loop`
-//!   (`src/pull/mod.rs`), which claims and starts each order as `pull::order::carry_one`
-//!   (claimed → applying → watching → reporting, or abandoned; heartbeats in `pull::heartbeat`).
-//!   An order gives its slot back once its verdict is in, then waits for a report permit
-//!   (`pull::order`'s `Slot` and `Reports`), so the next claim does not wait for this complete;
-//!   `report` sends the verdict (the complete of the next entry).
-//!   The agent's own steps are its `pull::Carrier`: `worker::ExecCarrier` runs the command, and
-//!   the executor's `executor::KubeCarrier` applies and watches through `executor::Plan`.
+//!   (`src/pull/mod.rs`), which claims and starts each order as `pull::order::carry_one` (claimed →
+//!   applying → watching → reporting, or abandoned; heartbeats in `pull::heartbeat`). An order
+//!   gives its slot back once its verdict is in, then waits for a report permit (`pull::order`'s
+//!   `Slot` and `Reports`), so the next claim does not wait for this complete; `report`
+//!   (`src/pull/order.rs`) sends the verdict as `POST …/complete` (next entry). The agent's own
+//!   steps are its `pull::Carrier`: `worker::ExecCarrier` runs the command, and the executor's
+//!   `executor::KubeCarrier` applies and watches through `executor::Plan`.
 //! - **The WorkOrder reconcile and its status write**: `controller::workorders` (`apply`: look up
 //!   the order, queue it if unknown, compute the status, write it if it changed, say when to look
 //!   again); the status is computed, purely, by `workorders::status_of`, which calls
 //!   `controller::status` and `controller::schedulable`; `write_status` writes it (a server-side
-//!   apply of the status subresource, `patch_status`) and records its Events. What keeps a
-//!   burst cheap is apart, in `controller::burst`.
+//!   apply of the status subresource, `patch_status`) and records its Events. What keeps a burst
+//!   cheap is apart, in `controller::burst`.
 //! - **Output of running orders** (docs/design.md §9): stored and read in `queue::output` (chunks,
 //!   the per-order cap, cursors, and the wire shapes), over HTTP in `api::output` (the append,
 //!   pages and the NDJSON follow), printed by `admin::logs` (`pullman work-orders logs`). The whole
 //!   path, from a pod or a command to `logs -f`, is traced below.
 //! - **Where a stale complete becomes `409`**: `POST /work-orders/{id}/complete` is
-//!   `api::claims::complete`, which calls `queue::claims::holder::complete`. A success goes
-//!   through `queue::group_commit` (several agents' completes in one transaction); a failure is
-//!   its own transaction. Either way the statement touches only the live claim (the condition is
-//!   `sql/live_claim.sql`, included by `complete_success.sql` and `end_live_claim.sql`); when none
-//!   matches, `queue::refusal::replay_or_refuse` answers a repeat of the
-//!   agent's own completion again (or `already_completed` for a different outcome), and
-//!   otherwise `explain_refusal` says `cancelled`, `reclaimed` or `not_claim_holder`; `api::error`
-//!   turns each into HTTP `409`.
+//!   `api::claims::complete`, which calls `Queue::complete` (`src/queue/claims/holder.rs`). A
+//!   success goes through `queue::group_commit` (several agents' completes in one transaction); a
+//!   failure is its own transaction. Either way the statement touches only the live claim (the
+//!   condition is `sql/live_claim.sql`, included by `complete_success.sql`, the batch's
+//!   `complete_success_many.sql` and the failure's `end_live_claim.sql`); when none matches,
+//!   `Queue::replay_or_refuse` (`src/queue/refusal.rs`) answers a repeat of the agent's own
+//!   completion again (or `already_completed` for a different outcome), and otherwise
+//!   `explain_refusal` says `cancelled`, `reclaimed` or `not_claim_holder`; `api::error` turns each
+//!   into HTTP `409`.
 //!
 //! # Two traces, hop by hop
 //!
@@ -121,7 +124,8 @@
 //! 6. The `OutputSender` task (`send_loop`, `take_chunk`, `deliver`) sends numbered chunks each second.
 //! 7. `client::Client::send_output` is `POST /api/v1/work-orders/{id}/output`, resent with one `seq`.
 //! 8. `api::output::append` (`src/api/output.rs`) checks size, caller and write permits.
-//! 9. `Queue::append_output` (`src/queue/output/mod.rs`) stores it; the statement,
+//! 9. `Queue::append_output` (`src/queue/output/mod.rs`) checks the claim is live
+//!    (`sql/output_fence.sql`, the output's `409`) and stores it; the statement,
 //!    `sql/output_insert.sql`, also sends `pg_notify('pullman_output', order)`.
 //! 10. The `queue::notify` listener (`listen`) passes that on to `Notifications::output_stored`'s
 //!     subscribers.
