@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use pullman::queue::{ClaimRequest, Completion, Queue, WaitReason};
-use pullman::testing::{create_order, fresh_pool, register_agent};
+use pullman::testing::{claim_next_id as claim, create_order, fresh_pool, register_agent};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -34,14 +34,6 @@ async fn order(queue: &Queue, tenant: Option<&str>, priority: i64) -> Uuid {
         "targeting": {"labels": ["prio"]},
     });
     create_order(queue, body).await
-}
-
-async fn claim(queue: &Queue, agent: Uuid) -> Option<Uuid> {
-    let req = ClaimRequest {
-        agent_id: agent,
-        lease_seconds: None,
-    };
-    queue.claim_next(&req, &[]).await.unwrap().map(|o| o.id)
 }
 
 async fn position(queue: &Queue, order: Uuid) -> i64 {

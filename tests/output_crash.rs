@@ -6,7 +6,6 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::ADMIN_TOKEN;
 use support::serve::Restartable;
 
 const SENDERS: usize = 16;
@@ -59,7 +58,6 @@ async fn stream(
 async fn kill_9_while_agents_stream_then_resend_stores_no_line_twice() {
     let mut serve = Restartable::start(&[]).await;
     let base = format!("{}/api/v1", serve.base);
-    let http = reqwest::Client::new();
     let api = serve.api.clone();
     let (agent, token) = api
         .agent(json!({"name": "streamer", "labels": ["crash"]}))
@@ -107,15 +105,10 @@ async fn kill_9_while_agents_stream_then_resend_stores_no_line_twice() {
         );
     }
     for (n, (order, _)) in orders.iter().enumerate() {
-        let page: Value = http
-            .get(format!("{base}/work-orders/{order}/output?limit=10000"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (status, page) = api
+            .admin_get(&format!("/api/v1/work-orders/{order}/output?limit=10000"))
+            .await;
+        assert_eq!(status, 200, "{page}");
         let got: Vec<String> = page["lines"]
             .as_array()
             .unwrap()

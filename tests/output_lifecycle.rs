@@ -57,26 +57,9 @@ async fn retention_deletes_the_output_with_the_log_entry() {
 
 #[tokio::test]
 async fn output_answers_503_while_the_database_is_down_and_is_stored_after() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = support::free_port();
-    let options = || pullman::postgres::Options {
-        root: dir.path().join("pg"),
-        listen: pullman::postgres::Listen::Loopback(port),
-        database: "postgres".into(),
-        bin_dir: None,
-        die_with_parent: true,
-    };
-    let pg = pullman::postgres::EmbeddedPostgres::start(options())
-        .await
-        .unwrap();
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(&pg.url())
-        .await
-        .unwrap();
-    pullman::queue::MIGRATOR.run(&pool).await.unwrap();
-    let s = TestServer::start_on(pool, 64).await;
+    let own = support::own_postgres::OwnPostgres::new();
+    let pg = own.start().await;
+    let s = own.server(&pg).await;
     let (agent, token, order, claim) = claimed(&s, "out-h").await;
     let (st, _) = send(&s, &token, &order, chunk(&agent, &claim, 0, &["before"])).await;
     assert_eq!(st, 200);
@@ -94,9 +77,7 @@ async fn output_answers_503_while_the_database_is_down_and_is_stored_after() {
         assert_eq!(r.status().as_u16(), 503);
         assert_eq!(r.headers()["retry-after"], "1");
     }
-    let _pg = pullman::postgres::EmbeddedPostgres::start(options())
-        .await
-        .unwrap();
+    let _pg = own.start().await;
     support::eventually(
         30,
         "output stored again after PostgreSQL is back",

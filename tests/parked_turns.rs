@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pullman::queue::{ClaimRequest, Completion, Queue};
-use pullman::testing::{create_order, fresh_pool, register_agent};
+use pullman::queue::{Completion, Queue};
+use pullman::testing::{claim_next_id as claim, create_order, fresh_pool, register_agent};
 use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -28,14 +28,6 @@ async fn order(queue: &Queue, tenant: &str) -> Uuid {
         "targeting": {"labels": ["park"]},
     });
     create_order(queue, body).await
-}
-
-async fn claim(queue: &Queue, agent: Uuid) -> Option<Uuid> {
-    let req = ClaimRequest {
-        agent_id: agent,
-        lease_seconds: None,
-    };
-    queue.claim_next(&req, &[]).await.unwrap().map(|o| o.id)
 }
 
 async fn finish(queue: &Queue, order: Uuid, agent: Uuid, success: bool) {

@@ -382,27 +382,9 @@ async fn connections_killed_under_load_answer_503_never_500() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_is_down_answers_503_at_once_and_comes_back() {
     // A PostgreSQL of this test's own, to stop and start.
-    let dir = tempfile::tempdir().unwrap();
-    let port = support::free_port();
-    let options = || pullman::postgres::Options {
-        root: dir.path().join("pg"),
-        listen: pullman::postgres::Listen::Loopback(port),
-        database: "postgres".into(),
-        bin_dir: None,
-        die_with_parent: true,
-    };
-    let pg = pullman::postgres::EmbeddedPostgres::start(options())
-        .await
-        .unwrap();
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(8)
-        // As `serve` has it: the wait an unknown outage costs.
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(&pg.url())
-        .await
-        .unwrap();
-    pullman::queue::MIGRATOR.run(&pool).await.unwrap();
-    let s = TestServer::start_on(pool, 64).await;
+    let own = support::own_postgres::OwnPostgres::new();
+    let pg = own.start().await;
+    let s = own.server(&pg).await;
     let (st, _) = s.admin_get("/api/v1/agents").await;
     assert_eq!(st, 200);
 
@@ -443,9 +425,7 @@ async fn a_database_that_is_down_answers_503_at_once_and_comes_back() {
     let r = s.http.get(s.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200, "the process is alive");
 
-    let _pg = pullman::postgres::EmbeddedPostgres::start(options())
-        .await
-        .unwrap();
+    let _pg = own.start().await;
     eventually(
         30,
         "the API to answer again after PostgreSQL is back",

@@ -7,7 +7,6 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
 use support::serve::{
     gone_within, is_running, postgres_processes_for, postmaster_pid, serve_on_fresh_database,
     sigterm, sigterm_and_wait, start_serve, start_serve_logging, wait_for_exit, wait_ready,
@@ -24,18 +23,9 @@ async fn serve_answers_held_long_polls_and_stops_within_seconds_of_sigterm() {
     let (child, port) = serve_on_fresh_database(&[], &log).await;
     let base = format!("http://127.0.0.1:{port}/api/v1");
     let http = reqwest::Client::new();
-    let registered: Value = http
-        .post(format!("{base}/agents"))
-        .bearer_auth(support::ADMIN_TOKEN)
-        .json(&serde_json::json!({"name": "poller", "labels": ["none"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let agent = registered["agent"]["id"].as_str().unwrap().to_string();
-    let token = registered["token"].as_str().unwrap().to_string();
+    let (agent, token) = support::ApiClient::new(&format!("http://127.0.0.1:{port}"))
+        .agent(serde_json::json!({"name": "poller", "labels": ["none"]}))
+        .await;
     let polls: Vec<_> = (0..16)
         .map(|_| {
             let req = http

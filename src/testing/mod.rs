@@ -14,5 +14,5 @@ mod server;
 pub use api::{ADMIN_TOKEN, ApiClient};
 pub use poll::eventually;
 pub use postgres::{free_port, fresh_database_url, fresh_pool, server_url};
-pub use queue::{create_order, register_agent};
+pub use queue::{claim_next_id, create_order, register_agent};
 pub use server::{TestServer, configmap_order};

@@ -5,8 +5,8 @@
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::queue::Queue;
 use crate::queue::validate::{validate_agent, validate_work_order};
+use crate::queue::{ClaimRequest, Queue};
 
 /// Registers an agent from a registration body (`NewAgent` as JSON); its id.
 ///
@@ -29,4 +29,16 @@ pub async fn create_order(queue: &Queue, body: Value) -> Uuid {
         .unwrap()
         .order
         .id
+}
+
+/// Claim-next as `agent` for any work type and the default lease; the id of the order it got.
+///
+/// # Panics
+/// On a failed claim (a database error).
+pub async fn claim_next_id(queue: &Queue, agent: Uuid) -> Option<Uuid> {
+    let req = ClaimRequest {
+        agent_id: agent,
+        lease_seconds: None,
+    };
+    queue.claim_next(&req, &[]).await.unwrap().map(|o| o.id)
 }

@@ -10,6 +10,7 @@ pub mod kube;
 #[cfg(feature = "k8s-tests")]
 pub mod open_streams;
 pub mod output;
+pub mod own_postgres;
 pub mod serve;
 pub mod worker;
 
