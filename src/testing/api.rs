@@ -9,8 +9,9 @@ use super::poll::eventually;
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789abcdef";
 
 /// A client of one server's REST API (DESIGN.md §5) at `base`, with the test admin token at hand.
-/// Every helper returns the status and the JSON body (`Value::Null` when empty, a string when not
-/// JSON) and panics only when no answer comes at all.
+/// The request helpers return the status and the JSON body (`Value::Null` when empty, a string
+/// when not JSON) and panic only when no answer comes at all; `agent` and `order` assert the
+/// `201` and return ids, and `log_entry` waits for the log.
 #[derive(Clone)]
 pub struct ApiClient {
     /// `http://127.0.0.1:<port>`.
