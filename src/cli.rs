@@ -166,6 +166,14 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub maintenance_interval_seconds: u64,
 
+    /// Seconds between computations of the database gauges of /metrics (orders by status,
+    /// waiting orders by reason, orders per tenant). One replica per period computes them and
+    /// every replica's scrape reads the result, so a scrape costs the same at a million pending
+    /// orders as at none; pullman_database_gauges_age_seconds says how old they are.
+    #[arg(long, env = "PULLMAN_GAUGE_REFRESH_SECONDS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub gauge_refresh_seconds: u64,
+
     /// Days a finished work order stays in the log (GET /api/v1/work-order-log) before the
     /// maintenance loop deletes it, in batches; 0 keeps the log forever. WorkOrder resources
     /// keep their own status regardless.

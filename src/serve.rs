@@ -248,6 +248,12 @@ async fn run_server(
     };
 
     let probe_task = queue::spawn_availability_probe(queue.clone(), shutdown.clone());
+    let gauges_task = tokio::spawn(queue::gauges::run_gauge_refresh(
+        queue.clone(),
+        Duration::from_secs(args.gauge_refresh_seconds),
+        crate::telemetry::tenants::TOP_TENANTS,
+        shutdown.clone(),
+    ));
     // Cancelled at the first signal, before the shutdown delay: the controller stops (its Lease
     // passes on at once) and `/readyz` answers 503.
     let stopping = shutdown.child_token();
@@ -319,6 +325,7 @@ async fn run_server(
     let _ = listener_task.await;
     let _ = maintenance_task.await;
     let _ = probe_task.await;
+    let _ = gauges_task.await;
     tracing::info!("shutdown: maintenance and notification listener stopped");
     if let Some(task) = controller_task {
         let _ = task.await;

@@ -14,6 +14,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::queue::gauges::StoredGauges;
+
 /// Log format of the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -179,11 +181,12 @@ pub fn controller_metrics() -> &'static ControllerMetrics {
     &CONTROLLER_METRICS
 }
 
-/// The server's metrics. Counters are updated where things happen; the per-state gauge is
-/// refreshed from the database at scrape time.
+/// The server's metrics. Counters are updated where things happen; the database gauges are set at
+/// scrape time, the costly ones from the figures one replica stores (`queue::gauges`).
 pub struct Metrics {
     registry: Registry,
-    /// `pullman_work_orders{status}`: active orders by state.
+    /// `pullman_work_orders{status}`: active orders by state, as last computed off the scrape
+    /// path (`queue::gauges`).
     pub work_orders: Family<StatusLabel, Gauge>,
     /// `pullman_claims_total`: successful claims.
     pub claims: Counter,
@@ -206,11 +209,17 @@ pub struct Metrics {
     /// `pullman_agents{health}`: live agents by health, refreshed at scrape time.
     pub agents: Family<HealthLabel, Gauge>,
     /// `pullman_work_orders_waiting{reason}`: unclaimed orders by why they wait (docs/design.md §10),
-    /// refreshed at scrape time (`Queue::waiting_by_reason`).
+    /// as last computed off the scrape path (`queue::gauges`).
     pub waiting: Family<ReasonLabel, Gauge>,
     /// `pullman_work_orders_waiting_oldest_seconds{reason}`: the longest wait of each reason's
     /// orders, since each last became unclaimed (0 when none).
     pub waiting_oldest: Family<ReasonLabel, Gauge<f64, AtomicU64>>,
+    /// `pullman_work_orders_waiting_unclassified`: unclaimed orders whose reason was not decided,
+    /// in the groups past `queue::gauges::MAX_WAITING_GROUPS` (0 unless targeting is that varied).
+    pub waiting_unclassified: Gauge,
+    /// `pullman_database_gauges_age_seconds`: how old the figures of `pullman_work_orders`, the
+    /// waiting gauges and the tenant gauges are, in seconds; -1 until they are first computed.
+    pub database_gauges_age: Gauge<f64, AtomicU64>,
     /// `pullman_long_polls`: claim-next requests waiting now.
     pub long_polls: Gauge<i64, AtomicI64>,
     /// `pullman_output_bytes_received_total`: bytes of output line text stored (docs/design.md §9;
@@ -310,6 +319,19 @@ impl Metrics {
             "Longest wait of the unclaimed work orders of each reason (0 when none)",
             waiting_oldest.clone(),
         );
+        let waiting_unclassified = Gauge::default();
+        registry.register(
+            "work_orders_waiting_unclassified",
+            "Unclaimed work orders in targeting groups past the most whose reason is decided",
+            waiting_unclassified.clone(),
+        );
+        let database_gauges_age = Gauge::<f64, AtomicU64>::default();
+        database_gauges_age.set(-1.0);
+        registry.register(
+            "database_gauges_age_seconds",
+            "Age of the work order, waiting and tenant gauges' figures (-1 before the first)",
+            database_gauges_age.clone(),
+        );
         // Every reason is exported from the start, so alerts can name one before it happens.
         for reason in crate::queue::WaitReason::ALL {
             let label = ReasonLabel {
@@ -404,6 +426,8 @@ impl Metrics {
             agents,
             waiting,
             waiting_oldest,
+            waiting_unclassified,
+            database_gauges_age,
             long_polls,
             output_bytes,
             output_lines,
@@ -413,6 +437,31 @@ impl Metrics {
             http_duration,
             tenants,
         }
+    }
+
+    /// Sets the gauges computed off the scrape path (`queue::gauges`) from their stored figures.
+    pub fn set_database_figures(&self, stored: &StoredGauges) {
+        let figures = &stored.figures;
+        for status in ["PENDING", "CLAIMED", "RETRY_PENDING"] {
+            let n = figures.statuses.get(status).copied().unwrap_or(0);
+            self.work_orders
+                .get_or_create(&StatusLabel {
+                    status: status.to_string(),
+                })
+                .set(n);
+        }
+        for (reason, c) in &figures.waiting {
+            let label = ReasonLabel {
+                reason: reason.as_str().to_string(),
+            };
+            self.waiting.get_or_create(&label).set(c.orders);
+            self.waiting_oldest
+                .get_or_create(&label)
+                .set(c.oldest_seconds.max(0.0));
+        }
+        self.waiting_unclassified.set(figures.unclassified);
+        self.tenants.set_counts(&figures.tenants);
+        self.database_gauges_age.set(stored.age_seconds);
     }
 
     /// Counts one completion by outcome label.

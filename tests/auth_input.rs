@@ -426,15 +426,7 @@ async fn openapi_describes_every_route_and_ops_endpoints_answer() {
     let (a, tok) = s.agent(json!({"name": "m", "labels": ["m"]})).await;
     s.order(configmap_order("m")).await;
     s.claim_next(&a, &tok, None).await;
-    let text = s
-        .http
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.scrape().await;
     for m in [
         "pullman_work_orders{status=\"CLAIMED\"} 1",
         "pullman_claims_total 1",

@@ -214,12 +214,7 @@ async fn metrics_count_waiting_orders_by_reason() {
     s.order(configmap_order("nobody")).await;
     s.agent(json!({"name": "a", "labels": ["gpu"]})).await;
     s.order(configmap_order("gpu")).await;
-    let text = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.scrape().await;
     let line = |name: &str| {
         text.lines()
             .find(|l| l.starts_with(name))
@@ -263,12 +258,7 @@ async fn metrics_count_orders_per_tenant_with_the_rest_summed() {
     let (st, v) = s.claim_next(&agent, &token, Some(json!({}))).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["tenant"], "big");
-    let text = reqwest::get(s.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.scrape().await;
     for line in [
         r#"pullman_tenant_work_orders{tenant="big",state="waiting"} 2"#,
         r#"pullman_tenant_work_orders{tenant="big",state="claimed"} 1"#,

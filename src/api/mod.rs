@@ -53,8 +53,6 @@ pub struct AppState {
     pub output_writes: Arc<Semaphore>,
     /// Permits for open `follow=true` streams (`OutputSettings::max_followers`).
     pub output_followers: Arc<Semaphore>,
-    /// When `/metrics` last computed the waiting-by-reason gauges (`ops::WAITING_REFRESH`).
-    pub waiting_refreshed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
     /// Cancelled when the process starts to stop (`serve --shutdown-delay-seconds`): `/readyz`
     /// answers `503` from then on while every other route keeps answering.
     pub stopping: CancellationToken,
@@ -73,7 +71,6 @@ impl AppState {
             queue,
             admin,
             verified_tokens: Default::default(),
-            waiting_refreshed: Default::default(),
             metrics,
             notifications,
             long_polls: Arc::new(Semaphore::new(max_long_polls)),

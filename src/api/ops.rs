@@ -1,7 +1,5 @@
 //! Operational routes: `/healthz`, `/readyz`, `/metrics`, `/api/v1/openapi.json` (docs/design.md §5).
 
-use std::time::{Duration, Instant};
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -10,7 +8,7 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use super::{ApiError, AppState, agents, backlog, claims, output, work_orders};
-use crate::telemetry::{HealthLabel, ReasonLabel, StatusLabel};
+use crate::telemetry::HealthLabel;
 
 /// The OpenAPI 3.1 description of every route, generated from the handlers' annotations.
 #[derive(OpenApi)]
@@ -389,26 +387,15 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// Reads the gauges that come from the database: orders by status, queue lag, agents by health;
-/// and, at most every [`WAITING_REFRESH`], waiting orders by reason and orders per tenant.
+/// Reads the gauges that come from the database: queue lag and agents by health (each a small
+/// indexed read), and the figures one replica computed off the scrape path for orders by status,
+/// waiting orders by reason and orders per tenant (`queue::gauges`, docs/design.md §10), so a
+/// scrape costs the same at a million pending orders as at none.
 async fn refresh_database_gauges(state: &AppState) {
-    match state.queue.count_by_status().await {
-        Ok(counts) => {
-            for status in ["PENDING", "CLAIMED", "RETRY_PENDING"] {
-                let n = counts
-                    .iter()
-                    .find(|(s, _)| s == status)
-                    .map_or(0, |(_, n)| *n);
-                state
-                    .metrics
-                    .work_orders
-                    .get_or_create(&StatusLabel {
-                        status: status.to_string(),
-                    })
-                    .set(n);
-            }
-        }
-        Err(error) => tracing::warn!(%error, "could not count work orders for /metrics"),
+    match state.queue.stored_gauges().await {
+        Ok(Some(stored)) => state.metrics.set_database_figures(&stored),
+        Ok(None) => {}
+        Err(error) => tracing::warn!(%error, "could not read the database gauges for /metrics"),
     }
     match state.queue.oldest_claimable_age().await {
         Ok(age) => {
@@ -434,50 +421,6 @@ async fn refresh_database_gauges(state: &AppState) {
         }
         Err(error) => tracing::warn!(%error, "could not count agents for /metrics"),
     }
-    if !waiting_due(&state.waiting_refreshed) {
-        return;
-    }
-    match state.queue.waiting_by_reason().await {
-        Ok(counts) => {
-            for (reason, c) in counts {
-                let label = ReasonLabel {
-                    reason: reason.as_str().to_string(),
-                };
-                state.metrics.waiting.get_or_create(&label).set(c.orders);
-                state
-                    .metrics
-                    .waiting_oldest
-                    .get_or_create(&label)
-                    .set(c.oldest_seconds.max(0.0));
-            }
-        }
-        Err(error) => tracing::warn!(%error, "could not count waiting orders for /metrics"),
-    }
-    match state
-        .queue
-        .tenant_counts(crate::telemetry::tenants::TOP_TENANTS)
-        .await
-    {
-        Ok(counts) => state.metrics.tenants.set_counts(&counts),
-        Err(error) => tracing::warn!(%error, "could not count orders per tenant for /metrics"),
-    }
-}
-
-/// How often a replica recomputes the waiting-by-reason gauges, at most. They read every active
-/// order against every live agent (seconds of database time with a million pending orders), while
-/// Prometheus scrapes every few seconds and from every replica; between refreshes a scrape reports
-/// the last values.
-pub const WAITING_REFRESH: Duration = Duration::from_secs(15);
-
-/// Whether this scrape recomputes the waiting gauges; claims the refresh at once, so concurrent
-/// scrapes do not compute them twice.
-fn waiting_due(last: &std::sync::Mutex<Option<Instant>>) -> bool {
-    let mut last = last.lock().unwrap();
-    if last.is_some_and(|at| at.elapsed() < WAITING_REFRESH) {
-        return false;
-    }
-    *last = Some(Instant::now());
-    true
 }
 
 /// This document.
@@ -502,24 +445,4 @@ impl ApiDoc {
 /// Unknown routes answer in the API's error body.
 pub async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_waiting_gauges_are_recomputed_at_most_once_per_refresh_interval() {
-        let last = std::sync::Mutex::new(None);
-        assert!(waiting_due(&last), "the first scrape computes them");
-        assert!(
-            !waiting_due(&last),
-            "a scrape right after reports the last values"
-        );
-        *last.lock().unwrap() = Some(Instant::now() - WAITING_REFRESH);
-        assert!(
-            waiting_due(&last),
-            "once the interval has passed, the next scrape computes"
-        );
-    }
 }

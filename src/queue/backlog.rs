@@ -29,9 +29,11 @@ pub struct Backlog {
     pub total: i64,
 }
 
-/// Active orders of one tenant, or of every tenant past the busiest ones
-/// ([`Queue::tenant_counts`]; `sql/tenant_counts.sql`).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+/// Active orders of one tenant, or of every tenant past the busiest ones (`sql/tenant_counts.sql`,
+/// read for the gauges by `Queue::compute_gauges`): the `top` tenants with the most (waiting +
+/// claimed; ties by name, no tenant first) one row each, busiest first, then at most one row
+/// summing all the other tenants (issue #40: metrics per tenant with bounded label cardinality).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize, serde::Deserialize)]
 pub struct TenantCount {
     /// The tenant; `None` for the orders without one, or, when `top` is false, for the others.
     pub tenant: Option<String>,
@@ -44,17 +46,6 @@ pub struct TenantCount {
 }
 
 impl Queue {
-    /// Active orders per tenant: the `top` tenants with the most (waiting + claimed; ties by
-    /// name, no tenant first) one row each, busiest first, then at most one row summing all the
-    /// other tenants (issue #40: metrics per tenant with bounded label cardinality). Reads every
-    /// active order once.
-    pub async fn tenant_counts(&self, top: i64) -> Result<Vec<TenantCount>, QueueError> {
-        Ok(sqlx::query_as(sql::TENANT_COUNTS)
-            .bind(top)
-            .fetch_all(&self.pool)
-            .await?)
-    }
-
     /// The backlog of a registered agent (docs/design.md §10). `NotFound` for an unknown agent; a
     /// retired agent's backlog is empty.
     pub async fn agent_backlog(&self, agent_id: Uuid) -> Result<Backlog, QueueError> {

@@ -1,8 +1,8 @@
 //! Why an order waits (docs/design.md §10): reads the order and the live agents in one read-only
 //! snapshot, asks `queue::waiting` for the reason, and for a `queued` order counts the orders
-//! that go first (`sql/queue_position.sql`). The metrics' counts by reason ask the same
-//! function once per group of orders that share their side of eligibility
-//! (`sql/waiting_by_profile.sql`).
+//! that go first (`sql/queue_position.sql`). The metrics' counts by reason
+//! ([`waiting_by_reason`], for `queue::gauges`) ask the same function once per group of orders
+//! that share their side of eligibility (`sql/waiting_by_profile.sql`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -75,6 +75,8 @@ struct ProfileRow {
     columns: WaitingColumns,
     orders: i64,
     oldest_seconds: f64,
+    /// The orders of every group, the ones past the statement's cut included.
+    waiting_total: i64,
 }
 
 /// `sql/waiting_orders.sql`: one group of orders sharing their side of eligibility.
@@ -116,6 +118,37 @@ pub(in crate::queue) async fn live_agents(
 ) -> Result<Vec<AgentState>, QueueError> {
     let rows: Vec<WaitingAgentRow> = sqlx::query_as(sql::WAITING_AGENTS).fetch_all(exec).await?;
     Ok(rows.into_iter().map(Into::into).collect())
+}
+
+/// Unclaimed orders by reason, with the longest wait of each in seconds, for the
+/// `pullman_work_orders_waiting{reason}` gauges (docs/design.md §10), read on `conn` (the gauges'
+/// snapshot, `queue::gauges`). Every reason is present, at zero when no order waits for it. Only
+/// the `max_groups` largest groups of orders sharing their side of eligibility are classified;
+/// the second value counts the orders of the others.
+pub(in crate::queue) async fn waiting_by_reason(
+    conn: &mut sqlx::PgConnection,
+    max_groups: i64,
+) -> Result<(BTreeMap<WaitReason, ReasonCount>, i64), QueueError> {
+    let groups: Vec<ProfileRow> = sqlx::query_as(sql::WAITING_BY_PROFILE)
+        .bind(max_groups)
+        .fetch_all(&mut *conn)
+        .await?;
+    let agents = live_agents(&mut *conn).await?;
+    let mut counts: BTreeMap<WaitReason, ReasonCount> = WaitReason::ALL
+        .into_iter()
+        .map(|r| (r, ReasonCount::default()))
+        .collect();
+    let total = groups.first().map_or(0, |g| g.waiting_total);
+    let mut classified = 0;
+    for g in groups {
+        classified += g.orders;
+        if let Some(verdict) = g.columns.verdict(&agents) {
+            let c = counts.entry(verdict.reason).or_default();
+            c.orders += g.orders;
+            c.oldest_seconds = c.oldest_seconds.max(g.oldest_seconds);
+        }
+    }
+    Ok((counts, total - classified))
 }
 
 /// The live agents as last read for [`Queue::waits`], shared by callers that asked before that
@@ -269,30 +302,6 @@ impl Queue {
             key,
         };
         Ok(Some(waiting::explanation(&facts, &verdict, position)))
-    }
-
-    /// Unclaimed orders by reason, with the longest wait of each in seconds, for the
-    /// `pullman_work_orders_waiting{reason}` gauges (docs/design.md §10). Every reason is present,
-    /// at zero when no order waits for it.
-    pub async fn waiting_by_reason(&self) -> Result<BTreeMap<WaitReason, ReasonCount>, QueueError> {
-        let mut tx = snapshot(self).await?;
-        let groups: Vec<ProfileRow> = sqlx::query_as(sql::WAITING_BY_PROFILE)
-            .fetch_all(&mut *tx)
-            .await?;
-        let agents = live_agents(&mut *tx).await?;
-        tx.commit().await?;
-        let mut counts: BTreeMap<WaitReason, ReasonCount> = WaitReason::ALL
-            .into_iter()
-            .map(|r| (r, ReasonCount::default()))
-            .collect();
-        for g in groups {
-            if let Some(verdict) = g.columns.verdict(&agents) {
-                let c = counts.entry(verdict.reason).or_default();
-                c.orders += g.orders;
-                c.oldest_seconds = c.oldest_seconds.max(g.oldest_seconds);
-            }
-        }
-        Ok(counts)
     }
 
     /// Why each of `ids` waits, for the WorkOrder `Schedulable` condition (docs/design.md §10): one

@@ -39,6 +39,7 @@ pub mod eligibility;
 #[cfg(all(test, feature = "testing"))]
 mod eligibility_agreement;
 mod explain;
+pub mod gauges;
 mod group_commit;
 mod history;
 pub mod keys;

@@ -111,7 +111,7 @@ pub fn classify<'a>(
 }
 
 /// Unclaimed orders of one reason (docs/design.md §10 metrics).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReasonCount {
     pub orders: i64,
     /// The longest wait among them, in seconds (0 when there are none).

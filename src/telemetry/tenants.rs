@@ -101,7 +101,7 @@ impl TenantMetrics {
         m
     }
 
-    /// Replaces the gauges with `counts` (`Queue::tenant_counts` with [`TOP_TENANTS`]): a tenant
+    /// Replaces the gauges with `counts` (`Queue::compute_gauges` with [`TOP_TENANTS`]): a tenant
     /// no longer among the busiest loses its series.
     pub fn set_counts(&self, counts: &[TenantCount]) {
         let mut top = HashSet::new();

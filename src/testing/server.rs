@@ -128,6 +128,18 @@ impl TestServer {
             shutdown,
         }
     }
+
+    /// `GET /metrics` as text, after computing the database gauges now (`queue::gauges`, which
+    /// `serve` does in the background every `--gauge-refresh-seconds`), so the scrape reports the
+    /// queue as the test left it.
+    pub async fn scrape(&self) -> String {
+        self.queue
+            .refresh_gauges(Duration::ZERO, crate::telemetry::tenants::TOP_TENANTS)
+            .await
+            .expect("computing the database gauges");
+        let r = self.http.get(self.url("/metrics")).send().await;
+        r.expect("GET /metrics").text().await.expect("its text")
+    }
 }
 
 impl std::ops::Deref for TestServer {

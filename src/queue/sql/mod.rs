@@ -164,6 +164,11 @@ statements! {
     WAITING_BY_PROFILE = "waiting_by_profile";
     WAITING_ORDERS = "waiting_orders";
 
+    // The database gauges of /metrics, off the scrape path (docs/design.md §10; `queue::gauges`).
+    TAKE_GAUGE_TURN = "take_gauge_turn";
+    STORE_GAUGES = "store_gauges";
+    READ_GAUGES = "read_gauges";
+
     // Output of running orders (docs/design.md §9; `queue::output`).
     OUTPUT_FENCE = "output_fence";
     OUTPUT_INSERT = "output_insert";

@@ -2,8 +2,8 @@
 -- docs/design.md §3): the $1 tenants with the most active orders (ties by name, the orders
 -- without a tenant first), one row each with top = true, and at most one more row, top =
 -- false and tenant NULL, summing every other tenant. Reads every active order once, through
--- the work_orders_tenant index's table (a scrape-time read, refreshed at most every
--- api::ops::WAITING_REFRESH).
+-- the work_orders_tenant index's table (one replica per period, off the scrape path:
+-- queue::gauges).
 -- $1 how many tenants get their own row (bigint)
 -- Returns tenant (text, NULL = no tenant or, with top = false, the others), top (bool),
 -- waiting (bigint: PENDING or RETRY_PENDING), claimed (bigint).

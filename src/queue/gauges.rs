@@ -1,0 +1,246 @@
+//! The database gauges of `/metrics`, computed off the scrape path (docs/design.md §10, issue
+//! #35). Orders by status, waiting orders by reason and orders per tenant each read every active
+//! order: seconds of database time at a million pending, while Prometheus scrapes every replica
+//! every few seconds. So one replica per period takes the turn (`sql/take_gauge_turn.sql`),
+//! computes them in one read-only snapshot and stores them (`gauge_snapshot`); a scrape on any
+//! replica reads that one row ([`Queue::stored_gauges`]) and says how old it is.
+//!
+//! - [`run_gauge_refresh`]: the loop every `pullman serve` runs; at most one replica computes
+//!   per period, and another takes over within four periods if that one dies mid-computation.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::types::Json;
+use tokio_util::sync::CancellationToken;
+
+use super::backlog::TenantCount;
+use super::explain::waiting_by_reason;
+use super::waiting::ReasonCount;
+use super::{Queue, QueueError, WaitReason, sql};
+
+/// The most groups of waiting orders (orders sharing work type, tenant, targeting, status and
+/// due-ness) whose reason one computation decides. Each group is compared with every live agent,
+/// and per-order targeting can make a group of every order; the orders past the cut are counted
+/// as [`GaugeFigures::unclassified`].
+pub const MAX_WAITING_GROUPS: i64 = 10_000;
+
+/// What one computation of the database gauges found, all of it as of one snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GaugeFigures {
+    /// Active orders per status (`PENDING`, `CLAIMED`, `RETRY_PENDING`); a status without
+    /// orders is absent.
+    pub statuses: BTreeMap<String, i64>,
+    /// Unclaimed orders by why they wait, every reason present (docs/design.md §10).
+    pub waiting: BTreeMap<WaitReason, ReasonCount>,
+    /// Unclaimed orders in the groups past [`MAX_WAITING_GROUPS`], whose reason was not decided.
+    pub unclassified: i64,
+    /// Active orders per tenant, the busiest first, the others summed
+    /// ([`TenantCount`]).
+    pub tenants: Vec<TenantCount>,
+}
+
+/// The last stored [`GaugeFigures`] and how old they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredGauges {
+    pub figures: GaugeFigures,
+    /// Seconds since the snapshot that computed them began, by the database's clock.
+    pub age_seconds: f64,
+}
+
+impl Queue {
+    /// Computes the gauges in one read-only `REPEATABLE READ` snapshot, with `top_tenants`
+    /// tenants named in [`GaugeFigures::tenants`]. Returns them with the snapshot's start time.
+    pub async fn compute_gauges(
+        &self,
+        top_tenants: i64,
+    ) -> Result<(GaugeFigures, DateTime<Utc>), QueueError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let (as_of,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *tx).await?;
+        let statuses: Vec<(String, i64)> = sqlx::query_as(sql::COUNT_BY_STATUS)
+            .fetch_all(&mut *tx)
+            .await?;
+        let (waiting, unclassified) = waiting_by_reason(&mut tx, MAX_WAITING_GROUPS).await?;
+        let tenants = sqlx::query_as(sql::TENANT_COUNTS)
+            .bind(top_tenants)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let figures = GaugeFigures {
+            statuses: statuses.into_iter().collect(),
+            waiting,
+            unclassified,
+            tenants,
+        };
+        Ok((figures, as_of))
+    }
+
+    /// Computes and stores the gauges if this replica takes the turn of the current `period`
+    /// (`sql/take_gauge_turn.sql`); `Ok(false)` when another replica has it.
+    pub async fn refresh_gauges(
+        &self,
+        period: Duration,
+        top_tenants: i64,
+    ) -> Result<bool, QueueError> {
+        let taken: Option<(bool,)> = sqlx::query_as(sql::TAKE_GAUGE_TURN)
+            .bind(period.as_secs_f64())
+            .fetch_optional(&self.pool)
+            .await?;
+        if taken.is_none() {
+            return Ok(false);
+        }
+        let (figures, as_of) = self.compute_gauges(top_tenants).await?;
+        sqlx::query(sql::STORE_GAUGES)
+            .bind(Json(&figures))
+            .bind(as_of)
+            .execute(&self.pool)
+            .await?;
+        Ok(true)
+    }
+
+    /// The last stored gauges, for a scrape: one primary-key read, whatever the queue holds.
+    /// `None` until a replica has computed them once.
+    pub async fn stored_gauges(&self) -> Result<Option<StoredGauges>, QueueError> {
+        let row: Option<(Json<GaugeFigures>, f64)> = sqlx::query_as(sql::READ_GAUGES)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|(Json(figures), age_seconds)| StoredGauges {
+            figures,
+            age_seconds: age_seconds.max(0.0),
+        }))
+    }
+}
+
+/// Refreshes the stored gauges until `shutdown`: every quarter `period` (at least 250 ms) this
+/// replica asks for the turn, so the figures are at most about 1.25 × `period` old while any
+/// replica runs. A failed computation is logged and tried again at the next turn.
+pub async fn run_gauge_refresh(
+    queue: Queue,
+    period: Duration,
+    top_tenants: i64,
+    shutdown: CancellationToken,
+) {
+    let tick = (period / 4).max(Duration::from_millis(250));
+    loop {
+        match queue.refresh_gauges(period, top_tenants).await {
+            Ok(true) => tracing::debug!("database gauges computed"),
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(%error, "could not compute the database gauges; trying again")
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(tick) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{create_order, fresh_pool, register_agent};
+    use serde_json::json;
+
+    use crate::testing::configmap_order as order;
+
+    /// Sets when the current turn was taken, and whether its figures were stored after it.
+    async fn turn_taken(queue: &Queue, seconds_ago: f64, computed: bool) {
+        sqlx::query(
+            "UPDATE gauge_snapshot SET taken_at = now() - make_interval(secs => $1), \
+             computed_at = CASE WHEN $2 THEN now() ELSE now() - make_interval(secs => $1 + 1) END",
+        )
+        .bind(seconds_ago)
+        .bind(computed)
+        .execute(&queue.pool)
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn one_caller_per_period_computes_and_a_read_returns_what_it_stored() {
+        let queue = Queue::new(fresh_pool(16).await);
+        assert_eq!(queue.stored_gauges().await.unwrap(), None);
+        create_order(&queue, order("gpu")).await;
+        register_agent(&queue, json!({"name": "a", "labels": ["gpu"]})).await;
+        create_order(&queue, order("tpu")).await;
+        create_order(&queue, order("tpu")).await;
+
+        let period = Duration::from_secs(60);
+        let calls = (0..8).map(|_| {
+            let queue = queue.clone();
+            tokio::spawn(async move { queue.refresh_gauges(period, 20).await.unwrap() })
+        });
+        let took = futures::future::join_all(calls).await;
+        let took = took.into_iter().filter(|t| *t.as_ref().unwrap()).count();
+        assert_eq!(took, 1, "one of 8 concurrent callers computes in a period");
+
+        let stored = queue
+            .stored_gauges()
+            .await
+            .unwrap()
+            .expect("stored figures");
+        assert!(stored.age_seconds < 30.0, "{stored:?}");
+        let f = &stored.figures;
+        assert_eq!(f.statuses.get("PENDING"), Some(&3), "{f:?}");
+        assert_eq!(f.waiting[&WaitReason::NoMatchingAgent].orders, 2, "{f:?}");
+        assert_eq!(f.waiting[&WaitReason::NoAgentConnected].orders, 1, "{f:?}");
+        assert_eq!(f.waiting.len(), WaitReason::ALL.len());
+        assert_eq!(f.unclassified, 0);
+        assert_eq!(f.tenants.len(), 1, "{f:?}");
+        assert_eq!(f.tenants[0].waiting, 3);
+
+        // Until the next turn a read returns the stored figures, not the queue as it is now.
+        create_order(&queue, order("tpu")).await;
+        assert!(!queue.refresh_gauges(period, 20).await.unwrap());
+        let again = queue.stored_gauges().await.unwrap().unwrap();
+        assert_eq!(&again.figures, f);
+        // The next period's turn sees the new order.
+        turn_taken(&queue, 61.0, true).await;
+        assert!(queue.refresh_gauges(period, 20).await.unwrap());
+        let next = queue.stored_gauges().await.unwrap().unwrap();
+        assert_eq!(next.figures.statuses.get("PENDING"), Some(&4));
+    }
+
+    #[tokio::test]
+    async fn a_turn_taken_and_never_computed_passes_on_after_four_periods() {
+        let queue = Queue::new(fresh_pool(4).await);
+        let period = Duration::from_secs(60);
+        assert!(queue.refresh_gauges(period, 20).await.unwrap());
+        for (ago, computed, free) in [
+            (30.0, true, false),
+            (61.0, true, true),
+            (61.0, false, false),
+            (200.0, false, false),
+            (241.0, false, true),
+        ] {
+            turn_taken(&queue, ago, computed).await;
+            assert_eq!(
+                queue.refresh_gauges(period, 20).await.unwrap(),
+                free,
+                "a turn taken {ago} s ago, computed: {computed}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn groups_past_the_cut_are_counted_unclassified() {
+        let queue = Queue::new(fresh_pool(4).await);
+        for (label, n) in [("a", 3), ("b", 2), ("c", 1)] {
+            for _ in 0..n {
+                create_order(&queue, order(label)).await;
+            }
+        }
+        let mut conn = queue.pool.acquire().await.unwrap();
+        for (cut, classified, unclassified) in [(3, 6, 0), (2, 5, 1), (1, 3, 3)] {
+            let (by_reason, rest) = waiting_by_reason(&mut conn, cut).await.unwrap();
+            let counted: i64 = by_reason.values().map(|c| c.orders).sum();
+            assert_eq!((counted, rest), (classified, unclassified), "cut at {cut}");
+        }
+    }
+}

@@ -1,0 +1,5 @@
+-- store_gauges: the figures of a gauge turn (take_gauge_turn.sql), as of the snapshot that
+-- computed them.
+-- $1 the figures (jsonb, queue::gauges::GaugeFigures)
+-- $2 when their snapshot began (timestamptz)
+UPDATE gauge_snapshot SET figures = $1, computed_at = $2
