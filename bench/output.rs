@@ -1,5 +1,7 @@
-//! Output of running orders (docs/design.md §9, issue #24): how fast a line reaches a follower, what
-//! output costs claims, the server's memory under 1 GiB of output, and 100 followers.
+//! Output of running orders (docs/design.md §9, issues #24 and #35): how fast a line reaches a
+//! follower, what output costs claims, the server's memory under 1 GiB of output, what is stored
+//! of one-byte lines against the cap, 100 followers of one order, and what 1,000 idle followers
+//! cost the database and claims.
 //!
 //!   cargo bench --bench output                # all four, default sizes
 //!   cargo bench --bench output -- --quick     # smaller sizes, for a smoke run
@@ -242,6 +244,50 @@ enum Senders {
     None,
     Worker,
     TenChunksASecond,
+    /// No sender: [`IDLE_FOLLOWERS`] followers of as many orders that print nothing.
+    IdleFollowers,
+}
+
+/// Followers in (e): the default per-replica limit (`serve --max-output-followers`).
+const IDLE_FOLLOWERS: usize = 1000;
+
+/// Transactions the database has committed so far (every connection, every statement outside
+/// an explicit transaction counts one).
+async fn commits(s: &TestServer) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(&s.pool)
+    .await
+    .unwrap();
+    n
+}
+
+/// Starts [`IDLE_FOLLOWERS`] followers, each of its own order that no agent may take, and
+/// prints the transactions a second the database committed over `secs` once they are all
+/// connected (nothing else runs then: this is what idle followers cost).
+async fn idle_followers(
+    s: &Arc<TestServer>,
+    secs: u64,
+) -> Vec<tokio::task::JoinHandle<Vec<String>>> {
+    let epoch = Instant::now();
+    let mut followers = Vec::new();
+    for _ in 0..IDLE_FOLLOWERS {
+        let order = s.order(configmap_order("nobody-takes-these")).await;
+        followers.push(tokio::spawn(follower(s.base.clone(), order, epoch, None)));
+    }
+    while s.metrics.output_followers.get() < IDLE_FOLLOWERS as i64 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Statistics reach pg_stat_database when a backend's transaction ends or it idles 10 s.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let (before, t0) = (commits(s).await, Instant::now());
+    tokio::time::sleep(Duration::from_secs(secs.max(10))).await;
+    let rate = (commits(s).await - before - 1) as f64 / t0.elapsed().as_secs_f64();
+    println!(
+        "| (e) {IDLE_FOLLOWERS} idle followers, database transactions a second (all of them; nothing else runs) | {rate:.1}/s | goal < 50/s |"
+    );
+    followers
 }
 
 async fn throughput(secs: u64, lines: usize, senders_kind: Senders) -> f64 {
@@ -265,8 +311,13 @@ async fn throughput(secs: u64, lines: usize, senders_kind: Senders) -> f64 {
                     task.await;
                 }));
             }
+            Senders::IdleFollowers => {}
         }
     }
+    let followers = match senders_kind {
+        Senders::IdleFollowers => idle_followers(&s, secs).await,
+        _ => Vec::new(),
+    };
     let done = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for i in 0..SENDERS {
@@ -310,6 +361,9 @@ async fn throughput(secs: u64, lines: usize, senders_kind: Senders) -> f64 {
     for h in senders {
         let _ = h.await;
     }
+    for f in followers {
+        f.abort();
+    }
     rate
 }
 
@@ -350,6 +404,38 @@ async fn one_gib(total: u64) {
         growth as f64 / (32.0 * 1024.0),
         stored,
         stored as f64 / OutputSettings::default().cap_bytes as f64
+    );
+}
+
+/// (c') One order sends one-byte lines, `times` × as many as the cap counts (each line counts its
+/// text, its stream name and a fixed overhead, docs/design.md §9), so the oldest are dropped all
+/// along: the bytes its rows take in the database against the cap.
+async fn one_byte_lines(times: usize) {
+    let s = TestServer::start_with_output(OutputSettings::default()).await;
+    let (agent, token, order, claim) = claimed(&s, "tiny").await;
+    let url = s.url(&format!("/api/v1/work-orders/{order}/output"));
+    let cap = OutputSettings::default().cap_bytes as usize;
+    // The least a line can count: one byte of text and "stdout".
+    let per_line = 1 + "stdout".len() + pullman::queue::output::STORED_LINE_OVERHEAD_BYTES as usize;
+    let total = times * cap / per_line;
+    let t0 = Instant::now();
+    for (seq, start) in (0..total).step_by(5000).enumerate() {
+        let lines: Vec<Value> = (start..total.min(start + 5000))
+            .map(|_| json!({"stream": "stdout", "text": "y", "at": "2026-12-02T10:00:00Z"}))
+            .collect();
+        let body = json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": lines});
+        post(&s.http, &url, &token, &body).await;
+    }
+    let (stored,): (i64,) = sqlx::query_as(
+        "SELECT coalesce(sum(pg_column_size(o.*)), 0)::bigint FROM work_order_output o",
+    )
+    .fetch_one(&s.pool)
+    .await
+    .unwrap();
+    println!(
+        "| (c') one order sent {total} one-byte lines ({times} × the cap's worth) in {:.0} s | its rows take {stored} bytes: {:.3} × the cap | goal ≤ 1.1 × the cap |",
+        t0.elapsed().as_secs_f64(),
+        stored as f64 / cap as f64
     );
 }
 
@@ -415,6 +501,7 @@ async fn main() {
             Senders::None => without += rate / 2.0,
             Senders::Worker => with += rate / 2.0,
             Senders::TenChunksASecond => synthetic += rate / 2.0,
+            Senders::IdleFollowers => unreachable!(),
         }
     }
     println!(
@@ -426,5 +513,23 @@ async fn main() {
         synthetic / without.max(0.001)
     );
     one_gib(if quick { 64 << 20 } else { 1 << 30 }).await;
+    one_byte_lines(if quick { 1 } else { 4 }).await;
     hundred_followers(if quick { 500 } else { 2000 }).await;
+    let (mut without, mut with) = (0.0, 0.0);
+    for kind in [
+        Senders::None,
+        Senders::IdleFollowers,
+        Senders::IdleFollowers,
+        Senders::None,
+    ] {
+        let rate = throughput(secs, 0, kind).await;
+        match kind {
+            Senders::None => without += rate / 2.0,
+            _ => with += rate / 2.0,
+        }
+    }
+    println!(
+        "| (e) claim+complete of 16 agents beside {IDLE_FOLLOWERS} idle followers vs without (mean of two windows each) | {with:.0}/s vs {without:.0}/s: ratio {:.2} | goal ≥ 0.95 |",
+        with / without.max(0.001)
+    );
 }

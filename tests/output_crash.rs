@@ -1,5 +1,6 @@
-//! `kill -9` of `pullman serve` while 16 agents stream output (docs/design.md §9, issue #24): after a
-//! restart every agent resends from its first chunk and no line is stored twice.
+//! `kill -9` of `pullman serve` while output streams in (docs/design.md §9): 16 agents that resend
+//! from their first chunk after the restart (issue #24), and a real `pullman worker` whose chunks
+//! in flight when the server died are sent again (issue #35). No line is stored twice or lost.
 
 mod support;
 
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::serve::Restartable;
+use support::worker::{all_output, run_worker_once};
 
 const SENDERS: usize = 16;
 const CHUNKS: i64 = 600;
@@ -120,4 +122,70 @@ async fn kill_9_while_agents_stream_then_resend_stores_no_line_twice() {
             .collect();
         assert_eq!(got, want, "order {n}: every line once, in order");
     }
+}
+
+/// The real worker, a command printing 60,000 numbered lines in 60 paced batches (about 3 s, a
+/// chunk a second or more), and `kill -9` of the server once the first lines are stored. The
+/// worker holds what it could not send (5 MB, under its 8 MiB buffer), resends the chunk the dead
+/// server may or may not have stored, and goes on after the restart: every line once, in order,
+/// no gap, one attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_a_real_worker_loses_and_doubles_no_line() {
+    const BATCHES: usize = 60;
+    let mut serve = Restartable::start(&["--maintenance-interval-seconds", "1"]).await;
+    let (api, base) = (serve.api.clone(), serve.base.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_, token) = api.agent(json!({"name": "killed", "labels": ["k9"]})).await;
+    let id = api.order(support::configmap_order("k9")).await;
+    let exec = format!(
+        r#"b=0; while [ $b -lt {BATCHES} ]; do seq $((b*1000+1)) $((b*1000+1000)); b=$((b+1)); sleep 0.05; done
+        touch {d}/printed; while [ ! -f {d}/go ]; do sleep 0.05; done; echo done"#,
+        d = d.display()
+    );
+    let worker = tokio::spawn({
+        let (base, token) = (base.clone(), token.clone());
+        async move { run_worker_once(&base, &token, &["--exec", &exec], &[], 120).await }
+    });
+    support::eventually(30, "the first lines stored", || {
+        let (api, id) = (api.clone(), id.clone());
+        async move {
+            let (st, page) = api
+                .admin_get(&format!("/api/v1/work-orders/{id}/output?limit=1"))
+                .await;
+            (st == 200 && !page["lines"].as_array()?.is_empty()).then_some(())
+        }
+    })
+    .await;
+    serve.kill();
+    assert!(
+        !d.join("printed").exists(),
+        "the server was killed while the command still printed"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    serve.start_again().await;
+    support::eventually(60, "the command to print its last batch", || async {
+        d.join("printed").exists().then_some(())
+    })
+    .await;
+    std::fs::write(d.join("go"), "").unwrap();
+    let run = worker.await.unwrap();
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+
+    let lines = all_output(&base, &id).await;
+    let markers: Vec<&Value> = lines.iter().filter(|l| !l["marker"].is_null()).collect();
+    assert!(markers.is_empty(), "no gap: {markers:?}");
+    let got: Vec<&str> = lines.iter().map(|l| l["text"].as_str().unwrap()).collect();
+    let want: Vec<String> = (1..=BATCHES * 1000)
+        .map(|i| i.to_string())
+        .chain(["done".to_string()])
+        .collect();
+    assert_eq!(got.len(), want.len(), "every line once");
+    assert!(got.iter().zip(&want).all(|(g, w)| g == w), "in order");
+    let mut seqs: Vec<i64> = lines.iter().map(|l| l["seq"].as_i64().unwrap()).collect();
+    seqs.dedup();
+    assert_eq!(seqs.first(), Some(&0), "one attempt, from its first chunk");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert_eq!(api.log_entry(&id, 30).await["outcome"], "succeeded");
+    serve.stop();
 }

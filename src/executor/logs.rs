@@ -91,10 +91,22 @@ pub fn read_resume_points(client: ApiClient, order: &WorkOrder) -> ResumeAt {
             .boxed()
             .shared();
     }
-    let (order_id, claimed_at) = (order.id, order.claimed_at.unwrap_or_else(Utc::now));
+    let claimed_at = order.claimed_at.unwrap_or_else(Utc::now);
+    read_within(client, order.id, claimed_at, RESUME_READ_LIMIT)
+}
+
+/// [`read_resume_points`] for an order claimed at `claimed_at`, trying for at most `limit`. A
+/// read that fails part-way starts again from the first page: a partial read is never used,
+/// since it would start a stream before lines the server already has.
+fn read_within(
+    client: ApiClient,
+    order_id: Uuid,
+    claimed_at: DateTime<Utc>,
+    limit: Duration,
+) -> ResumeAt {
     async move {
         let mut backoff = Backoff::default();
-        let read = tokio::time::timeout(RESUME_READ_LIMIT, async {
+        let read = tokio::time::timeout(limit, async {
             loop {
                 match resume_points(&client, order_id).await {
                     Ok(known) => return known,
@@ -295,3 +307,7 @@ impl Runs {
         });
     }
 }
+
+#[cfg(test)]
+#[path = "logs_tests.rs"]
+mod tests;
