@@ -3,8 +3,9 @@
 //! of one-byte lines against the cap, 100 followers of one order, and what 1,000 idle followers
 //! cost the database and claims.
 //!
-//!   cargo bench --bench output                # all four, default sizes
+//!   cargo bench --bench output                # all of them, default sizes
 //!   cargo bench --bench output -- --quick     # smaller sizes, for a smoke run
+//!   cargo bench --bench output -- c e         # only the scenarios named
 //!
 //! The server runs in-process over the shared throwaway PostgreSQL (`pullman::testing`). In (a)
 //! and (b) the lines go through the worker's own sender (`pull::output::OutputSender`, in this
@@ -246,6 +247,8 @@ enum Senders {
     TenChunksASecond,
     /// No sender: [`IDLE_FOLLOWERS`] followers of as many orders that print nothing.
     IdleFollowers,
+    /// No sender: the orders of `IdleFollowers` without their followers (its baseline).
+    IdleOrders,
 }
 
 /// Followers in (e): the default per-replica limit (`serve --max-output-followers`).
@@ -263,18 +266,24 @@ async fn commits(s: &TestServer) -> i64 {
     n
 }
 
-/// Starts [`IDLE_FOLLOWERS`] followers, each of its own order that no agent may take, and
-/// prints the transactions a second the database committed over `secs` once they are all
-/// connected (nothing else runs then: this is what idle followers cost).
+/// Creates [`IDLE_FOLLOWERS`] orders that no agent may take and, when `follow`, starts a follower
+/// of each; then prints the transactions a second the database committed over `secs` (nothing
+/// else runs then: this is what idle followers cost it).
 async fn idle_followers(
     s: &Arc<TestServer>,
     secs: u64,
+    follow: bool,
 ) -> Vec<tokio::task::JoinHandle<Vec<String>>> {
     let epoch = Instant::now();
     let mut followers = Vec::new();
     for _ in 0..IDLE_FOLLOWERS {
         let order = s.order(configmap_order("nobody-takes-these")).await;
-        followers.push(tokio::spawn(follower(s.base.clone(), order, epoch, None)));
+        if follow {
+            followers.push(tokio::spawn(follower(s.base.clone(), order, epoch, None)));
+        }
+    }
+    if !follow {
+        return followers;
     }
     while s.metrics.output_followers.get() < IDLE_FOLLOWERS as i64 {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -311,11 +320,12 @@ async fn throughput(secs: u64, lines: usize, senders_kind: Senders) -> f64 {
                     task.await;
                 }));
             }
-            Senders::IdleFollowers => {}
+            Senders::IdleFollowers | Senders::IdleOrders => {}
         }
     }
     let followers = match senders_kind {
-        Senders::IdleFollowers => idle_followers(&s, secs).await,
+        Senders::IdleFollowers => idle_followers(&s, secs, true).await,
+        Senders::IdleOrders => idle_followers(&s, secs, false).await,
         _ => Vec::new(),
     };
     let done = Arc::new(AtomicU64::new(0));
@@ -418,24 +428,29 @@ async fn one_byte_lines(times: usize) {
     // The least a line can count: one byte of text and "stdout".
     let per_line = 1 + "stdout".len() + pullman::queue::output::STORED_LINE_OVERHEAD_BYTES as usize;
     let total = times * cap / per_line;
+    // Printable characters in an order that repeats only every 94² lines, so the database's
+    // compression of the stored arrays does not hide what they hold.
+    let text = |i: usize| char::from(b'!' + ((i * 7 + i / 94) % 94) as u8).to_string();
     let t0 = Instant::now();
     for (seq, start) in (0..total).step_by(5000).enumerate() {
         let lines: Vec<Value> = (start..total.min(start + 5000))
-            .map(|_| json!({"stream": "stdout", "text": "y", "at": "2026-12-02T10:00:00Z"}))
+            .map(|i| json!({"stream": "stdout", "text": text(i), "at": "2026-12-02T10:00:00Z"}))
             .collect();
         let body = json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": lines});
         post(&s.http, &url, &token, &body).await;
     }
-    let (stored,): (i64,) = sqlx::query_as(
-        "SELECT coalesce(sum(pg_column_size(o.*)), 0)::bigint FROM work_order_output o",
+    let (counted, physical): (i64, i64) = sqlx::query_as(
+        "SELECT coalesce(sum(bytes), 0)::bigint, coalesce(sum(pg_column_size(o.*)), 0)::bigint \
+         FROM work_order_output o",
     )
     .fetch_one(&s.pool)
     .await
     .unwrap();
     println!(
-        "| (c') one order sent {total} one-byte lines ({times} × the cap's worth) in {:.0} s | its rows take {stored} bytes: {:.3} × the cap | goal ≤ 1.1 × the cap |",
+        "| (c') one order sent {total} one-byte lines ({times} × the cap's worth) in {:.0} s | counted {counted} bytes ({:.3} × the cap); its rows take {physical} bytes in the table ({:.3} × the cap) | goal ≤ 1.1 × the cap |",
         t0.elapsed().as_secs_f64(),
-        stored as f64 / cap as f64
+        counted as f64 / cap as f64,
+        physical as f64 / cap as f64
     );
 }
 
@@ -482,9 +497,34 @@ async fn hundred_followers(lines: usize) {
 #[tokio::main]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // Scenarios named after the flags (`a b c d e`) run alone; none named runs them all.
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let run = |s: &str| named.is_empty() || named.iter().any(|n| n == s);
     let secs = if quick { 3 } else { 10 };
     println!("| scenario | figure | goal |\n|---|---|---|");
-    latency(secs).await;
+    if run("a") {
+        latency(secs).await;
+    }
+    if run("b") {
+        senders_vs_claims(secs).await;
+    }
+    if run("c") {
+        one_gib(if quick { 64 << 20 } else { 1 << 30 }).await;
+        one_byte_lines(if quick { 1 } else { 4 }).await;
+    }
+    if run("d") {
+        hundred_followers(if quick { 500 } else { 2000 }).await;
+    }
+    if run("e") {
+        idle_followers_vs_claims(secs).await;
+    }
+}
+
+/// (b) and (b'): claims beside output senders.
+async fn senders_vs_claims(secs: u64) {
     // Each kind twice, in mirrored order (none, worker, synthetic, synthetic, worker, none), so
     // a drift over the run (the shared database filling up, other load) weighs on each alike.
     let (mut without, mut with, mut synthetic) = (0.0, 0.0, 0.0);
@@ -501,7 +541,7 @@ async fn main() {
             Senders::None => without += rate / 2.0,
             Senders::Worker => with += rate / 2.0,
             Senders::TenChunksASecond => synthetic += rate / 2.0,
-            Senders::IdleFollowers => unreachable!(),
+            Senders::IdleFollowers | Senders::IdleOrders => unreachable!(),
         }
     }
     println!(
@@ -512,24 +552,33 @@ async fn main() {
         "| (b') the same lines posted as 10 chunks a second per sender (10× the worker's requests) | {synthetic:.0}/s vs {without:.0}/s: ratio {:.2} | (harsher than the goal's case) |",
         synthetic / without.max(0.001)
     );
-    one_gib(if quick { 64 << 20 } else { 1 << 30 }).await;
-    one_byte_lines(if quick { 1 } else { 4 }).await;
-    hundred_followers(if quick { 500 } else { 2000 }).await;
-    let (mut without, mut with) = (0.0, 0.0);
+}
+
+/// (e): claims beside idle followers.
+async fn idle_followers_vs_claims(secs: u64) {
+    // The followers' orders wait in the queue in both windows, so the ratio is the followers'.
+    let (mut without, mut with, mut empty) = (0.0, 0.0, 0.0);
     for kind in [
         Senders::None,
+        Senders::IdleOrders,
         Senders::IdleFollowers,
         Senders::IdleFollowers,
+        Senders::IdleOrders,
         Senders::None,
     ] {
         let rate = throughput(secs, 0, kind).await;
         match kind {
-            Senders::None => without += rate / 2.0,
-            _ => with += rate / 2.0,
+            Senders::IdleOrders => without += rate / 2.0,
+            Senders::IdleFollowers => with += rate / 2.0,
+            _ => empty += rate / 2.0,
         }
     }
     println!(
-        "| (e) claim+complete of 16 agents beside {IDLE_FOLLOWERS} idle followers vs without (mean of two windows each) | {with:.0}/s vs {without:.0}/s: ratio {:.2} | goal ≥ 0.95 |",
+        "| (e) claim+complete of 16 agents beside {IDLE_FOLLOWERS} idle followers vs their orders alone (mean of two windows each) | {with:.0}/s vs {without:.0}/s: ratio {:.2} | goal ≥ 0.95 |",
         with / without.max(0.001)
+    );
+    println!(
+        "| (e) the same, their {IDLE_FOLLOWERS} orders (no agent may take them) vs an empty queue | {without:.0}/s vs {empty:.0}/s: ratio {:.2} | |",
+        without / empty.max(0.001)
     );
 }

@@ -15,6 +15,8 @@
 #   SCENARIO_POD_CHECK   command run with "<namespace> <pod>" for every Pullman pod: the runtime
 #                        proof of its security context, where the caller can see the node (optional)
 #   SCENARIO_FIGURES     file the figures are appended to, as Markdown rows (optional)
+#   SCENARIO_RESTART_APISERVER  command that restarts the cluster's API server, where the caller
+#                        runs it (optional; without it, that fault step is skipped)
 #   SCENARIO_NS, SCENARIO_DEMO_NS   release and executor namespaces (pullman-system, demo)
 #   HELM                 helm binary (default helm); PULLMAN_BIN: pullman for the host steps
 # Prints one line per check; on a failure, the pods' states and the last log lines of Pullman's pods,
@@ -529,5 +531,8 @@ schedulable_now() { [[ "$(schedulable gpu-job)" == True/* ]]; }
 until_true 90 "gpu-job schedulable once Executor gpu runs" schedulable_now
 until_true 120 "WorkOrder gpu-job Succeeded" has_phase gpu-job Succeeded
 ok "Executor gpu declared: gpu-job schedulable, then Succeeded $(since "$t_exec") s later"
+
+# shellcheck source=e2e/scenario/faults.sh
+source "$ROOT/e2e/scenario/faults.sh"
 
 finish
