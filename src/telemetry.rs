@@ -218,8 +218,11 @@ pub struct Metrics {
     /// in the groups past `queue::gauges::MAX_WAITING_GROUPS` (0 unless targeting is that varied).
     pub waiting_unclassified: Gauge,
     /// `pullman_database_gauges_age_seconds`: how old the figures of `pullman_work_orders`, the
-    /// waiting gauges and the tenant gauges are, in seconds; -1 until they are first computed.
+    /// waiting gauges and the tenant gauges are, in seconds, at each scrape (so it grows while
+    /// the database cannot be read); -1 until this process has read them once.
     pub database_gauges_age: Gauge<f64, AtomicU64>,
+    /// When the figures last read were computed, by this process's clock.
+    figures_as_of: std::sync::Mutex<Option<std::time::Instant>>,
     /// `pullman_long_polls`: claim-next requests waiting now.
     pub long_polls: Gauge<i64, AtomicI64>,
     /// `pullman_output_bytes_received_total`: bytes of output line text stored (docs/design.md §9;
@@ -428,6 +431,7 @@ impl Metrics {
             waiting_oldest,
             waiting_unclassified,
             database_gauges_age,
+            figures_as_of: Default::default(),
             long_polls,
             output_bytes,
             output_lines,
@@ -452,7 +456,7 @@ impl Metrics {
         }
         for (reason, c) in &figures.waiting {
             let label = ReasonLabel {
-                reason: reason.as_str().to_string(),
+                reason: reason.clone(),
             };
             self.waiting.get_or_create(&label).set(c.orders);
             self.waiting_oldest
@@ -461,7 +465,9 @@ impl Metrics {
         }
         self.waiting_unclassified.set(figures.unclassified);
         self.tenants.set_counts(&figures.tenants);
-        self.database_gauges_age.set(stored.age_seconds);
+        let age = Duration::try_from_secs_f64(stored.age_seconds).unwrap_or_default();
+        let as_of = std::time::Instant::now().checked_sub(age);
+        *self.figures_as_of.lock().unwrap() = as_of.or(Some(std::time::Instant::now()));
     }
 
     /// Counts one completion by outcome label.
@@ -486,6 +492,9 @@ impl Metrics {
 
     /// Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
+        if let Some(as_of) = *self.figures_as_of.lock().unwrap() {
+            self.database_gauges_age.set(as_of.elapsed().as_secs_f64());
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

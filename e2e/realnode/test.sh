@@ -117,7 +117,7 @@ YAML
 
 SCENARIO_VALUES="$WORK/values.yaml" SCENARIO_PLACEMENT="$PLACEMENT" SCENARIO_IMAGE=localhost/busybox:dev \
 SCENARIO_SERVE_URL=service SCENARIO_POD_CHECK="$HERE/pod-check.sh" SCENARIO_NS="$NS" \
-SCENARIO_RESTART_APISERVER="env PULLMAN_TESTENV_STATE=$STATE $ROOT/e2e/testenv/restart.sh kube-apiserver 2 KILL" \
+SCENARIO_RESTART_APISERVER="$(printf 'PULLMAN_TESTENV_STATE=%q %q kube-apiserver 2 KILL' "$STATE" "$ROOT/e2e/testenv/restart.sh")" \
 SCENARIO_DEMO_NS=scenario-demo SCENARIO_FIGURES="${PULLMAN_FIGURES:-}" HELM="$HELM_BIN/helm" \
 PULLMAN_BIN="$PULLMAN" STATE="$STATE" \
   e2e/scenario/run.sh

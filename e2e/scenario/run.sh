@@ -15,8 +15,8 @@
 #   SCENARIO_POD_CHECK   command run with "<namespace> <pod>" for every Pullman pod: the runtime
 #                        proof of its security context, where the caller can see the node (optional)
 #   SCENARIO_FIGURES     file the figures are appended to, as Markdown rows (optional)
-#   SCENARIO_RESTART_APISERVER  command that restarts the cluster's API server, where the caller
-#                        runs it (optional; without it, that fault step is skipped)
+#   SCENARIO_RESTART_APISERVER  shell command (run with bash -c) that restarts the cluster's API
+#                        server, where the caller can (optional; without it, that step is skipped)
 #   SCENARIO_NS, SCENARIO_DEMO_NS   release and executor namespaces (pullman-system, demo)
 #   HELM                 helm binary (default helm); PULLMAN_BIN: pullman for the host steps
 # Prints one line per check; on a failure, the pods' states and the last log lines of Pullman's pods,

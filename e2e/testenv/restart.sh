@@ -23,7 +23,7 @@ mapfile -d '' envs < "/proc/$pid/environ"
 (( ${#cmd[@]} > 0 )) || die "cannot read the command line of $comp (pid $pid)"
 kill -"$signal" "$pid"
 for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$pid" 2>/dev/null && { kill -KILL "$pid"; sleep 0.5; }
+if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; sleep 0.5; fi
 sleep "$down"
 setsid env -i "${envs[@]}" "${cmd[@]}" >>"$STATE/logs/$comp.log" 2>&1 </dev/null &
 echo $! > "$pidf"

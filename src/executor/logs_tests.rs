@@ -23,9 +23,9 @@ fn line(cursor: i64, second: u32) -> serde_json::Value {
 
 /// Serves an order's stored output in two pages (lines at :01 and :02, then :03). The second
 /// page answers `500` as long as `failures` says (`usize::MAX`: always). Returns the server's
-/// URL and how many times the second page was asked for.
-async fn two_pages(failures: usize) -> (String, Arc<AtomicUsize>) {
-    let asked = Arc::new(AtomicUsize::new(0));
+/// URL and how many times each page was asked for.
+async fn two_pages(failures: usize) -> (String, Arc<[AtomicUsize; 2]>) {
+    let asked: Arc<[AtomicUsize; 2]> = Arc::default();
     let count = asked.clone();
     let app = axum::Router::new().route(
         "/api/v1/work-orders/{id}/output",
@@ -33,10 +33,13 @@ async fn two_pages(failures: usize) -> (String, Arc<AtomicUsize>) {
             let count = count.clone();
             async move {
                 let page = match q.get("after").map(String::as_str) {
-                    None => serde_json::json!({"lines": [line(1, 1), line(2, 2)],
-                        "next_cursor": 2, "more": true, "finished": false}),
+                    None => {
+                        count[0].fetch_add(1, Ordering::SeqCst);
+                        serde_json::json!({"lines": [line(1, 1), line(2, 2)],
+                            "next_cursor": 2, "more": true, "finished": false})
+                    }
                     Some("2") => {
-                        if count.fetch_add(1, Ordering::SeqCst) < failures {
+                        if count[1].fetch_add(1, Ordering::SeqCst) < failures {
                             let e = r#"{"error":{"code":"internal","message":"try again"}}"#;
                             return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
                         }
@@ -60,11 +63,8 @@ async fn a_read_that_fails_part_way_is_read_again_from_the_start() {
     let (url, asked) = two_pages(2).await;
     let client = ApiClient::new(&url, "token").unwrap();
     let resumes = read_within(client, Uuid::nil(), at(30), Duration::from_secs(20)).await;
-    assert_eq!(
-        asked.load(Ordering::SeqCst),
-        3,
-        "the second page, failed twice, then read"
-    );
+    let asked = asked.each_ref().map(|n| n.load(Ordering::SeqCst));
+    assert_eq!(asked, [3, 3], "each attempt reads from the first page");
     let (start, notice) = resumes.start(STREAM);
     assert_eq!(
         start,
@@ -82,7 +82,10 @@ async fn a_read_that_never_ends_starts_every_stream_at_the_claim_and_says_so() {
     let (url, asked) = two_pages(usize::MAX).await;
     let client = ApiClient::new(&url, "token").unwrap();
     let resumes = read_within(client, Uuid::nil(), at(30), Duration::from_secs(1)).await;
-    assert!(asked.load(Ordering::SeqCst) >= 1);
+    assert!(
+        asked[1].load(Ordering::SeqCst) >= 1,
+        "the second page was asked for"
+    );
     let (start, notice) = resumes.start(STREAM);
     // Not :02, where the partial read stopped: starting there would send :03 again.
     assert_eq!(

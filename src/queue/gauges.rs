@@ -6,7 +6,8 @@
 //! replica reads that one row ([`Queue::stored_gauges`]) and says how old it is.
 //!
 //! - [`run_gauge_refresh`]: the loop every `pullman serve` runs; at most one replica computes
-//!   per period, and another takes over within four periods if that one dies mid-computation.
+//!   per period. A replica whose computation fails gives the turn back at once; another takes
+//!   over after four periods (at least a minute) if one dies mid-computation.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::backlog::TenantCount;
 use super::explain::waiting_by_reason;
 use super::waiting::ReasonCount;
-use super::{Queue, QueueError, WaitReason, sql};
+use super::{Queue, QueueError, sql};
 
 /// The most groups of waiting orders (orders sharing work type, tenant, targeting, status and
 /// due-ness) whose reason one computation decides. Each group is compared with every live agent,
@@ -27,14 +28,18 @@ use super::{Queue, QueueError, WaitReason, sql};
 /// as [`GaugeFigures::unclassified`].
 pub const MAX_WAITING_GROUPS: i64 = 10_000;
 
-/// What one computation of the database gauges found, all of it as of one snapshot.
+/// What one computation of the database gauges found, all of it as of one snapshot. Stored as
+/// JSON and read by every replica, so a field or a reason one version adds is ignored, and one
+/// it lacks read as empty, by the others during a rolling upgrade.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct GaugeFigures {
     /// Active orders per status (`PENDING`, `CLAIMED`, `RETRY_PENDING`); a status without
     /// orders is absent.
     pub statuses: BTreeMap<String, i64>,
-    /// Unclaimed orders by why they wait, every reason present (docs/design.md §10).
-    pub waiting: BTreeMap<WaitReason, ReasonCount>,
+    /// Unclaimed orders by why they wait (`WaitReason::as_str`), every reason present
+    /// (docs/design.md §10).
+    pub waiting: BTreeMap<String, ReasonCount>,
     /// Unclaimed orders in the groups past [`MAX_WAITING_GROUPS`], whose reason was not decided.
     pub unclassified: i64,
     /// Active orders per tenant, the busiest first, the others summed
@@ -73,7 +78,10 @@ impl Queue {
         tx.commit().await?;
         let figures = GaugeFigures {
             statuses: statuses.into_iter().collect(),
-            waiting,
+            waiting: waiting
+                .into_iter()
+                .map(|(reason, count)| (reason.as_str().to_string(), count))
+                .collect(),
             unclassified,
             tenants,
         };
@@ -81,25 +89,36 @@ impl Queue {
     }
 
     /// Computes and stores the gauges if this replica takes the turn of the current `period`
-    /// (`sql/take_gauge_turn.sql`); `Ok(false)` when another replica has it.
+    /// (`sql/take_gauge_turn.sql`); `Ok(false)` when another replica has it. A computation or a
+    /// store that fails gives the turn back (best effort) before the error is returned.
     pub async fn refresh_gauges(
         &self,
         period: Duration,
         top_tenants: i64,
     ) -> Result<bool, QueueError> {
-        let taken: Option<(bool,)> = sqlx::query_as(sql::TAKE_GAUGE_TURN)
+        let taken: Option<(DateTime<Utc>,)> = sqlx::query_as(sql::TAKE_GAUGE_TURN)
             .bind(period.as_secs_f64())
             .fetch_optional(&self.pool)
             .await?;
-        if taken.is_none() {
+        let Some((taken_at,)) = taken else {
             return Ok(false);
+        };
+        let done = async {
+            let (figures, as_of) = self.compute_gauges(top_tenants).await?;
+            sqlx::query(sql::STORE_GAUGES)
+                .bind(Json(&figures))
+                .bind(as_of)
+                .execute(&self.pool)
+                .await?;
+            Ok::<_, QueueError>(())
+        };
+        if let Err(error) = done.await {
+            let _ = sqlx::query(sql::RELEASE_GAUGE_TURN)
+                .bind(taken_at)
+                .execute(&self.pool)
+                .await;
+            return Err(error);
         }
-        let (figures, as_of) = self.compute_gauges(top_tenants).await?;
-        sqlx::query(sql::STORE_GAUGES)
-            .bind(Json(&figures))
-            .bind(as_of)
-            .execute(&self.pool)
-            .await?;
         Ok(true)
     }
 
@@ -118,7 +137,9 @@ impl Queue {
 
 /// Refreshes the stored gauges until `shutdown`: every quarter `period` (at least 250 ms) this
 /// replica asks for the turn, so the figures are at most about 1.25 × `period` old while any
-/// replica runs. A failed computation is logged and tried again at the next turn.
+/// replica runs. A failed computation is logged and gives the turn back, so the next ask (here or
+/// on another replica) computes again. A computation under way when `shutdown` comes is dropped:
+/// the process does not wait for it.
 pub async fn run_gauge_refresh(
     queue: Queue,
     period: Duration,
@@ -127,10 +148,17 @@ pub async fn run_gauge_refresh(
 ) {
     let tick = (period / 4).max(Duration::from_millis(250));
     loop {
-        match queue.refresh_gauges(period, top_tenants).await {
+        let refreshed = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = queue.refresh_gauges(period, top_tenants) => r,
+        };
+        match refreshed {
             Ok(true) => tracing::debug!("database gauges computed"),
             Ok(false) => {}
             Err(error) => {
+                if matches!(error, QueueError::Unavailable(_)) {
+                    queue.note_database_unavailable();
+                }
                 tracing::warn!(%error, "could not compute the database gauges; trying again")
             }
         }
@@ -144,6 +172,7 @@ pub async fn run_gauge_refresh(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::WaitReason;
     use crate::testing::{create_order, fresh_pool, register_agent};
     use serde_json::json;
 
@@ -188,8 +217,8 @@ mod tests {
         assert!(stored.age_seconds < 30.0, "{stored:?}");
         let f = &stored.figures;
         assert_eq!(f.statuses.get("PENDING"), Some(&3), "{f:?}");
-        assert_eq!(f.waiting[&WaitReason::NoMatchingAgent].orders, 2, "{f:?}");
-        assert_eq!(f.waiting[&WaitReason::NoAgentConnected].orders, 1, "{f:?}");
+        assert_eq!(f.waiting["no_matching_agent"].orders, 2, "{f:?}");
+        assert_eq!(f.waiting["no_agent_connected"].orders, 1, "{f:?}");
         assert_eq!(f.waiting.len(), WaitReason::ALL.len());
         assert_eq!(f.unclassified, 0);
         assert_eq!(f.tenants.len(), 1, "{f:?}");
@@ -226,6 +255,74 @@ mod tests {
                 "a turn taken {ago} s ago, computed: {computed}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_short_period_is_never_taken_over_before_a_minute_and_a_failed_turn_is_given_back() {
+        let queue = Queue::new(fresh_pool(4).await);
+        let period = Duration::from_secs(1);
+        for (ago, free) in [(30.0, false), (59.0, false), (61.0, true)] {
+            turn_taken(&queue, ago, false).await;
+            assert_eq!(
+                queue.refresh_gauges(period, 20).await.unwrap(),
+                free,
+                "a 1 s turn taken {ago} s ago, never computed"
+            );
+        }
+        // A computation that fails (here: the statement it stores with is refused) gives the
+        // turn back, so the next ask computes without waiting out four periods.
+        let period = Duration::from_secs(60);
+        turn_taken(&queue, 61.0, true).await;
+        sqlx::query(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refused'; END $$",
+        )
+        .execute(&queue.pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "CREATE TRIGGER refuse BEFORE UPDATE ON gauge_snapshot FOR EACH ROW \
+             WHEN (NEW.computed_at IS DISTINCT FROM OLD.computed_at) EXECUTE FUNCTION refuse()",
+        )
+        .execute(&queue.pool)
+        .await
+        .unwrap();
+        assert!(queue.refresh_gauges(period, 20).await.is_err());
+        sqlx::query("DROP TRIGGER refuse ON gauge_snapshot")
+            .execute(&queue.pool)
+            .await
+            .unwrap();
+        assert!(
+            queue.refresh_gauges(period, 20).await.unwrap(),
+            "the failed turn was given back"
+        );
+    }
+
+    #[tokio::test]
+    async fn figures_are_never_stored_over_those_of_a_later_snapshot() {
+        let queue = Queue::new(fresh_pool(4).await);
+        let later = GaugeFigures {
+            unclassified: 2,
+            ..GaugeFigures::default()
+        };
+        let earlier = GaugeFigures {
+            unclassified: 1,
+            ..GaugeFigures::default()
+        };
+        let now = Utc::now();
+        for (figures, as_of) in [
+            (&later, now),
+            (&earlier, now - chrono::Duration::seconds(5)),
+        ] {
+            sqlx::query(sql::STORE_GAUGES)
+                .bind(Json(figures))
+                .bind(as_of)
+                .execute(&queue.pool)
+                .await
+                .unwrap();
+        }
+        let stored = queue.stored_gauges().await.unwrap().unwrap();
+        assert_eq!(stored.figures, later);
     }
 
     #[tokio::test]

@@ -285,13 +285,6 @@ impl Queue {
         }
         Ok(())
     }
-
-    /// Count of active orders per status, for the `pullman_work_orders` gauge.
-    pub async fn count_by_status(&self) -> Result<Vec<(String, i64)>, QueueError> {
-        Ok(sqlx::query_as(sql::COUNT_BY_STATUS)
-            .fetch_all(&self.pool)
-            .await?)
-    }
 }
 
 /// An active order joined with its live claim, as every statement returning orders selects it

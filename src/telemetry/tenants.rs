@@ -15,8 +15,8 @@ use prometheus_client::registry::Registry;
 
 use crate::queue::backlog::TenantCount;
 
-/// How many tenants get their own series, at most (the busiest by active orders, refreshed at
-/// scrape time). The wait histograms keep a series once made (a histogram is cumulative), up to
+/// How many tenants get their own series, at most (the busiest by active orders, as last
+/// computed off the scrape path: `queue::gauges`). The wait histograms keep a series once made (a histogram is cumulative), up to
 /// twice this many.
 pub const TOP_TENANTS: i64 = 20;
 

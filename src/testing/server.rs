@@ -133,10 +133,15 @@ impl TestServer {
     /// `serve` does in the background every `--gauge-refresh-seconds`), so the scrape reports the
     /// queue as the test left it.
     pub async fn scrape(&self) -> String {
-        self.queue
+        let computed = self
+            .queue
             .refresh_gauges(Duration::ZERO, crate::telemetry::tenants::TOP_TENANTS)
             .await
             .expect("computing the database gauges");
+        assert!(
+            computed,
+            "the gauges' turn was free: nothing else computes them here"
+        );
         let r = self.http.get(self.url("/metrics")).send().await;
         r.expect("GET /metrics").text().await.expect("its text")
     }

@@ -165,7 +165,9 @@ statements! {
     WAITING_ORDERS = "waiting_orders";
 
     // The database gauges of /metrics, off the scrape path (docs/design.md §10; `queue::gauges`).
+    COUNT_BY_STATUS = "count_by_status";
     TAKE_GAUGE_TURN = "take_gauge_turn";
+    RELEASE_GAUGE_TURN = "release_gauge_turn";
     STORE_GAUGES = "store_gauges";
     READ_GAUGES = "read_gauges";
 
@@ -183,7 +185,6 @@ statements! {
     EXPIRE_FOLLOWERS = "expire_followers";
 
     // Health and readiness (`queue`).
-    COUNT_BY_STATUS = "count_by_status";
     APPLIED_MIGRATIONS = "applied_migrations";
 }
 
