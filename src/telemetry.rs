@@ -501,3 +501,34 @@ impl Metrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::gauges::GaugeFigures;
+
+    fn age(m: &Metrics) -> f64 {
+        let text = m.encode();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("pullman_database_gauges_age_seconds "))
+            .unwrap_or_else(|| panic!("no age in\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn the_gauges_age_is_minus_one_before_the_first_figures_then_grows_at_each_scrape() {
+        let m = Metrics::new();
+        assert_eq!(age(&m), -1.0);
+        m.set_database_figures(&StoredGauges {
+            figures: GaugeFigures::default(),
+            age_seconds: 5.0,
+        });
+        let first = age(&m);
+        assert!((5.0..6.0).contains(&first), "{first}");
+        // No new figures (the database cannot be read): the next scrape says they are older.
+        std::thread::sleep(Duration::from_millis(200));
+        let later = age(&m);
+        assert!(later >= first + 0.2, "{first} then {later}");
+    }
+}
