@@ -12,7 +12,7 @@
 //! Scenarios: sql (ceiling), http (end to end), unbatched and batched (end to end without any
 //! batching, and with multi-claim and group commit), pull (the agents' own pull loop,
 //! `pullman::pull`, one agent of 16 slots: bench/pull.rs), wake (long-poll wake-up), backlog (claim cost vs
-//! backlog size, reaper sweep), soak (the end-to-end run held at a fixed offered load for 10
+//! backlog size, reaper sweep), ineligible (claim cost behind older orders no agent may take), soak (the end-to-end run held at a fixed offered load for 10
 //! minutes), footprint (server RSS idle and with 1,000 long-polls; executor RSS idle when
 //! KUBECONFIG names a reachable cluster), depth (the backlog routes at 1M pending, and what the
 //! targeting indexes they use cost each insert), river (River, Go, works the same backlog with 16
@@ -53,6 +53,59 @@ fn ms(d: Duration) -> String {
 }
 
 impl Bench {
+    /// Sorted latencies of `samples` single claims (each then completed) by one agent labelled
+    /// `bench`, after 50 unmeasured ones (a connection's first claims plan their statements).
+    async fn claim_latencies(queue: &Queue, samples: usize) -> Vec<Duration> {
+        let agent = testing::register_agent(queue, json!({"name": "b", "labels": ["bench"]})).await;
+        let req = queue::ClaimRequest {
+            agent_id: agent,
+            lease_seconds: None,
+        };
+        let mut lat = Vec::new();
+        let warmup = 50;
+        for i in 0..warmup + samples {
+            let t0 = Instant::now();
+            let o = queue.claim_next(&req, &[]).await.unwrap().unwrap();
+            if i >= warmup {
+                lat.push(t0.elapsed());
+            }
+            let done = queue::Completion {
+                success: true,
+                message: None,
+                retryable: true,
+            };
+            queue
+                .complete(o.id, agent, o.claim_id, &done)
+                .await
+                .unwrap();
+        }
+        lat.sort();
+        lat
+    }
+
+    /// (4') Claim p50 and p99 as in (4), the agent's 1,000 orders behind `ahead` older orders
+    /// that no agent may take (targeted at a label none has): the hand-out walk tests each of
+    /// them against the agent before it reaches one it may take (bench/README.md, issue #35).
+    async fn ineligible_ahead(&self, ahead: usize, samples: usize) -> (Duration, Duration) {
+        let pool = self.fresh_pool(4).await;
+        let queue = Queue::new(pool.clone());
+        sqlx::query(
+            "INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds, \
+             claim_timeout_seconds, max_reclaims, target_labels, status, created_at) \
+             SELECT gen_random_uuid(), 'custom', 'x', 3, 60, 3600, 5, ARRAY['elsewhere'], \
+               'PENDING', now() - interval '1 day' + make_interval(secs => g / 1000.0) \
+             FROM generate_series(1, $1) g",
+        )
+        .bind(ahead as i64)
+        .execute(&pool)
+        .await
+        .unwrap();
+        Self::fill(&pool, 1_000 + samples + 50, 0).await;
+        let lat = Self::claim_latencies(&queue, samples).await;
+        pool.close().await;
+        (percentile(&lat, 0.5), percentile(&lat, 0.99))
+    }
+
     /// A fresh migrated database on the benchmark's PostgreSQL (`pullman::testing`).
     async fn fresh_pool(&self, max: u32) -> PgPool {
         testing::fresh_pool(max).await
@@ -252,36 +305,7 @@ impl Bench {
         let pool = self.fresh_pool(4).await;
         let queue = Queue::new(pool.clone());
         Self::fill(&pool, pending, log).await;
-        let agent =
-            testing::register_agent(&queue, json!({"name": "b", "labels": ["bench"]})).await;
-        let req = queue::ClaimRequest {
-            agent_id: agent,
-            lease_seconds: None,
-        };
-        let mut lat = Vec::new();
-        // The first claims of a connection plan their statements; leave them out.
-        let warmup = 50;
-        for i in 0..warmup + samples {
-            let t0 = Instant::now();
-            let o = queue.claim_next(&req, &[]).await.unwrap().unwrap();
-            if i >= warmup {
-                lat.push(t0.elapsed());
-            }
-            queue
-                .complete(
-                    o.id,
-                    agent,
-                    o.claim_id,
-                    &queue::Completion {
-                        success: true,
-                        message: None,
-                        retryable: true,
-                    },
-                )
-                .await
-                .unwrap();
-        }
-        lat.sort();
+        let lat = Self::claim_latencies(&queue, samples).await;
         let mut sweeps = Vec::new();
         for _ in 0..20 {
             let t0 = Instant::now();
@@ -489,6 +513,23 @@ async fn main() {
                 ms(p50),
                 ms(p99),
                 ms(sweep)
+            );
+        }
+    }
+    if run("ineligible") {
+        let sizes: &[usize] = if b.quick {
+            &[0, 1_000, 10_000]
+        } else {
+            &[0, 1_000, 10_000, 100_000]
+        };
+        let mut base = None;
+        for &n in sizes {
+            let (p50, p99) = b.ineligible_ahead(n, 300).await;
+            let ratio = p99.as_secs_f64() / base.get_or_insert(p99).as_secs_f64();
+            println!(
+                "| 4'. Claim behind {n} older orders no agent may take | claim p50 {} p99 {} | p99 {ratio:.2} × none ahead |",
+                ms(p50),
+                ms(p99)
             );
         }
     }

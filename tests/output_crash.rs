@@ -124,7 +124,7 @@ async fn kill_9_while_agents_stream_then_resend_stores_no_line_twice() {
     }
 }
 
-/// The real worker, a command printing 60,000 numbered lines in 60 paced batches (about 3 s, a
+/// The real worker, a command printing 60,000 numbered lines in 60 paced batches (about 6 s, a
 /// chunk a second or more), and `kill -9` of the server once the first lines are stored. The
 /// worker holds what it could not send (5 MB, under its 8 MiB buffer), resends the chunk the dead
 /// server may or may not have stored, and goes on after the restart: every line once, in order,
@@ -139,7 +139,7 @@ async fn kill_9_under_a_real_worker_loses_and_doubles_no_line() {
     let (_, token) = api.agent(json!({"name": "killed", "labels": ["k9"]})).await;
     let id = api.order(support::configmap_order("k9")).await;
     let exec = format!(
-        r#"b=0; while [ $b -lt {BATCHES} ]; do seq $((b*1000+1)) $((b*1000+1000)); b=$((b+1)); sleep 0.05; done
+        r#"b=0; while [ $b -lt {BATCHES} ]; do seq $((b*1000+1)) $((b*1000+1000)); b=$((b+1)); sleep 0.1; done
         touch {d}/printed; while [ ! -f {d}/go ]; do sleep 0.05; done; echo done"#,
         d = d.display()
     );
