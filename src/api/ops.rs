@@ -389,7 +389,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 
 /// Reads the gauges that come from the database: queue lag and agents by health (each a small
 /// indexed read), and the figures one replica computed off the scrape path for orders by status,
-/// waiting orders by reason and orders per tenant (`queue::gauges`, docs/design.md §10), so a
+/// waiting orders by reason and orders per tenant (`queue::gauges`, docs/design.md §5), so a
 /// scrape costs the same at a million pending orders as at none.
 async fn refresh_database_gauges(state: &AppState) {
     match state.queue.stored_gauges().await {

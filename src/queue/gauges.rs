@@ -1,4 +1,4 @@
-//! The database gauges of `/metrics`, computed off the scrape path (docs/design.md §10, issue
+//! The database gauges of `/metrics`, computed off the scrape path (docs/design.md §5, issue
 //! #35). Orders by status, waiting orders by reason and orders per tenant each read every active
 //! order: seconds of database time at a million pending, while Prometheus scrapes every replica
 //! every few seconds. So one replica per period takes the turn (`sql/take_gauge_turn.sql`),
