@@ -523,27 +523,21 @@ async fn main() {
     }
 }
 
+/// Claim rates beside each of three kinds of load: each kind twice, in mirrored order (a, b, c,
+/// c, b, a), so a drift over the run (the shared database filling up, other load) weighs on each
+/// alike. Returns the mean of each kind's two windows.
+async fn mirrored(secs: u64, lines: usize, kinds: [Senders; 3]) -> [f64; 3] {
+    let mut rates = [0.0; 3];
+    for i in [0, 1, 2, 2, 1, 0] {
+        rates[i] += throughput(secs, lines, kinds[i]).await / 2.0;
+    }
+    rates
+}
+
 /// (b) and (b'): claims beside output senders.
 async fn senders_vs_claims(secs: u64) {
-    // Each kind twice, in mirrored order (none, worker, synthetic, synthetic, worker, none), so
-    // a drift over the run (the shared database filling up, other load) weighs on each alike.
-    let (mut without, mut with, mut synthetic) = (0.0, 0.0, 0.0);
-    for kind in [
-        Senders::None,
-        Senders::Worker,
-        Senders::TenChunksASecond,
-        Senders::TenChunksASecond,
-        Senders::Worker,
-        Senders::None,
-    ] {
-        let rate = throughput(secs, 1000, kind).await;
-        match kind {
-            Senders::None => without += rate / 2.0,
-            Senders::Worker => with += rate / 2.0,
-            Senders::TenChunksASecond => synthetic += rate / 2.0,
-            Senders::IdleFollowers | Senders::IdleOrders => unreachable!(),
-        }
-    }
+    let kinds = [Senders::None, Senders::Worker, Senders::TenChunksASecond];
+    let [without, with, synthetic] = mirrored(secs, 1000, kinds).await;
     println!(
         "| (b) claim+complete of 16 other agents, with 16 workers' senders × 1000 lines/s vs without (mean of two windows each) | {with:.0}/s vs {without:.0}/s: ratio {:.2} | goal ≥ 0.9 |",
         with / without.max(0.001)
@@ -557,22 +551,8 @@ async fn senders_vs_claims(secs: u64) {
 /// (e): claims beside idle followers.
 async fn idle_followers_vs_claims(secs: u64) {
     // The followers' orders wait in the queue in both windows, so the ratio is the followers'.
-    let (mut without, mut with, mut empty) = (0.0, 0.0, 0.0);
-    for kind in [
-        Senders::None,
-        Senders::IdleOrders,
-        Senders::IdleFollowers,
-        Senders::IdleFollowers,
-        Senders::IdleOrders,
-        Senders::None,
-    ] {
-        let rate = throughput(secs, 0, kind).await;
-        match kind {
-            Senders::IdleOrders => without += rate / 2.0,
-            Senders::IdleFollowers => with += rate / 2.0,
-            _ => empty += rate / 2.0,
-        }
-    }
+    let kinds = [Senders::None, Senders::IdleOrders, Senders::IdleFollowers];
+    let [empty, without, with] = mirrored(secs, 0, kinds).await;
     println!(
         "| (e) claim+complete of 16 agents beside {IDLE_FOLLOWERS} idle followers vs their orders alone (mean of two windows each) | {with:.0}/s vs {without:.0}/s: ratio {:.2} | goal ≥ 0.95 |",
         with / without.max(0.001)

@@ -197,8 +197,11 @@ impl RecentAgents {
     }
 }
 
-/// A read-only transaction on one snapshot, so the order, the agents and the position agree.
-async fn snapshot(queue: &Queue) -> Result<Transaction<'static, Postgres>, QueueError> {
+/// A read-only `REPEATABLE READ` transaction on one snapshot, so what it reads agrees (the order,
+/// the agents and the position here; every figure of `queue::gauges`).
+pub(in crate::queue) async fn snapshot(
+    queue: &Queue,
+) -> Result<Transaction<'static, Postgres>, QueueError> {
     let mut tx = queue.pool.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)

@@ -18,7 +18,7 @@ use sqlx::types::Json;
 use tokio_util::sync::CancellationToken;
 
 use super::backlog::TenantCount;
-use super::explain::waiting_by_reason;
+use super::explain::{snapshot, waiting_by_reason};
 use super::waiting::ReasonCount;
 use super::{Queue, QueueError, sql};
 
@@ -62,10 +62,7 @@ impl Queue {
         &self,
         top_tenants: i64,
     ) -> Result<(GaugeFigures, DateTime<Utc>), QueueError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await?;
+        let mut tx = snapshot(self).await?;
         let (as_of,): (DateTime<Utc>,) = sqlx::query_as("SELECT now()").fetch_one(&mut *tx).await?;
         let statuses: Vec<(String, i64)> = sqlx::query_as(sql::COUNT_BY_STATUS)
             .fetch_all(&mut *tx)
