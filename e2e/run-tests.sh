@@ -30,10 +30,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The KEDA operator (e2e/keda: ~300 MB of modules, a long cold build) builds in the background,
+# The KEDA operator and adapter (e2e/keda: ~300 MB of modules, a long cold build) builds in the background,
 # at a lower priority, overlapping everything up to its test at the end.
 keda_log="$(mktemp /tmp/pullman-keda-build.XXXXXX)"
-stage "building the KEDA operator in the background (cached after the first time; log: $keda_log)"
+stage "building the KEDA operator and adapter in the background (cached after the first time; log: $keda_log)"
 setsid nice -n 10 e2e/keda/build.sh >"$keda_log" 2>&1 &
 keda_build=$!
 
@@ -65,7 +65,7 @@ fi
 
 stage "KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"
 t0=$SECONDS
-wait "$keda_build" || { cat "$keda_log"; echo "the KEDA operator did not build" >&2; exit 1; }
+wait "$keda_build" || { cat "$keda_log"; echo "KEDA did not build" >&2; exit 1; }
 keda_build=""
 echo "    (waited $((SECONDS - t0)) s for the KEDA build)"
 rm -f "$keda_log"

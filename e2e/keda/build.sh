@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the KEDA operator (github.com/kedacore/keda/v2/cmd/operator) from its Go module, once, into
+# Build the KEDA operator and its metrics adapter (github.com/kedacore/keda/v2/cmd/operator, cmd/adapter)
+# from their Go module, once, into
 # ${PULLMAN_TESTENV_CACHE:-~/.cache/pullman-testenv}/keda-<version>/bin. The version and every
 # checksum are pinned by e2e/testenv/tools/keda/go.mod and go.sum. Prints the bin directory as the
 # last line on stdout; its `crds` file names KEDA's CRD directory in the Go module cache.
@@ -22,15 +23,19 @@ if command -v flock >/dev/null; then flock 9; fi
 
 export CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
   GOFLAGS="-mod=readonly -p=${PULLMAN_TESTENV_JOBS:-2} -buildvcs=false"
-if [[ ! -x "$BIN/keda-operator" || ! -f "$BIN/.keda-operator-$VERSION" ]]; then
-  log "building the KEDA operator $VERSION (cold: see e2e/keda/README.md)"
+# Both binaries in one `go build`: the adapter shares most of its packages with the operator, so
+# building them together compiles each package once.
+if [[ ! -x "$BIN/keda-operator" || ! -x "$BIN/keda-adapter" || ! -f "$BIN/.keda-$VERSION" ]]; then
+  log "building the KEDA operator and metrics adapter $VERSION (cold: see e2e/keda/README.md)"
   t0=$SECONDS
+  rm -rf "$BIN/.tmp" && mkdir "$BIN/.tmp"
   (cd "$MOD" && go build -trimpath -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=$VERSION" \
-    -o "$BIN/.keda-operator.tmp" github.com/kedacore/keda/v2/cmd/operator)
-  mv "$BIN/.keda-operator.tmp" "$BIN/keda-operator"
-  rm -f "$BIN/.keda-operator-"*
-  touch "$BIN/.keda-operator-$VERSION"
-  log "built keda-operator $VERSION in $((SECONDS - t0))s"
+    -o "$BIN/.tmp/" github.com/kedacore/keda/v2/cmd/operator github.com/kedacore/keda/v2/cmd/adapter)
+  mv "$BIN/.tmp/operator" "$BIN/keda-operator"
+  mv "$BIN/.tmp/adapter" "$BIN/keda-adapter"
+  rm -rf "$BIN/.tmp" "$BIN/.keda-operator-"* "$BIN/.keda-"*
+  touch "$BIN/.keda-$VERSION"
+  log "built keda-operator and keda-adapter $VERSION in $((SECONDS - t0))s"
 fi
 # KEDA's CRDs come from the module itself (config/crd/bases), never from a copy in this repository.
 dir="$(cd "$MOD" && go mod download -json github.com/kedacore/keda/v2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"

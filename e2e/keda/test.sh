@@ -8,13 +8,15 @@
 #   2. backlog 0: KEDA scales the Deployment to 0;
 #   3. 5 orders: KEDA's metrics-api scaler reads GET /api/v1/agents/me/backlog with the Executor's
 #      token from the Secret, and scales the Deployment up; the orders run and succeed;
-#   4. backlog 0 again: after the cooldown KEDA scales it back to 0.
+#   4. backlog 0 again: after the cooldown KEDA scales it back to 0;
+#   5. 1 -> N (hpa.sh): 20 orders of 5-17 s Jobs; KEDA's HPA, reading the backlog through KEDA's
+#      metrics API server (adapter.sh: cmd/adapter behind the API server's aggregation layer),
+#      scales the Deployment to ceil(20 / 4) = 5 and back down while orders run; each order
+#      succeeds in exactly one attempt.
 # kwok nodes start no containers, so a stand-in kubelet here runs one `pullman executor` process
 # per replica the Deployment asks for, with the Deployment's own arguments and the token from the
-# Secret (its --token-file path mapped to a local file): the orders run in those processes.
-# KEDA's metrics API server (cmd/adapter) is not run (the test control plane has no aggregation
-# layer), so the HPA that KEDA creates cannot act: KEDA itself scales 0 -> 1 and back to 0 (its
-# activation), which is what this test checks; 1 -> maxReplicas is the HPA's.
+# Secret (its --token-file path mapped to a local file): the orders run in those processes. A
+# replica removed gets SIGTERM, as from a kubelet, and drains.
 #
 # Needs: KUBECONFIG of the test control plane (e2e/testenv/up.sh), PULLMAN_BIN (default
 # target/debug/pullman), Go, helm (e2e/testenv/build.sh with PULLMAN_TESTENV_HELM=1), PostgreSQL
@@ -40,6 +42,8 @@ chmod 0755 "$WORK"   # as root, serve's embedded PostgreSQL runs as `postgres` a
 NS="keda-e2e-$(python3 -c 'import secrets; print(secrets.token_hex(3))')"
 PIDS=()
 declare -A EXECUTORS=()   # stand-in pod index -> pid
+DRAINING=()               # stand-in pods sent SIGTERM, draining their orders
+STARTED=0                 # stand-in pods started so far
 GROUPS_=()                # process groups of the stand-in Job pods
 cleanup() {
   local rc=$?
@@ -48,11 +52,13 @@ cleanup() {
   fi
   # Finalizers: KEDA's on its objects, the controller's on the Executor. Deleted while both run,
   # they remove their own; whatever is left once they are gone (one died early) is released here.
+  # First the APIService: one that does not answer makes every later namespace deletion fail.
+  k delete apiservice v1beta1.external.metrics.k8s.io --ignore-not-found --wait=true --timeout=30s >/dev/null 2>&1 || true
   local kinds=scaledobjects.keda.sh,scaledjobs.keda.sh,triggerauthentications.keda.sh,executors.pullman.dev r
   k -n "$NS" delete "$kinds" --all --wait=true --timeout=30s >/dev/null 2>&1 || true
   for p in "${GROUPS_[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
-  for p in "${EXECUTORS[@]}" "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${EXECUTORS[@]}" "${PIDS[@]}"; do
+  for p in "${EXECUTORS[@]}" "${DRAINING[@]}" "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${EXECUTORS[@]}" "${DRAINING[@]}" "${PIDS[@]}"; do
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
     kill -KILL "$p" 2>/dev/null || true
   done
@@ -105,8 +111,11 @@ executors:
     namespace: $NS
     labels: [keda-burst]
     workTypes: [custom]
-    keda: {enabled: true, minReplicas: 0, maxReplicas: 3, targetValue: 2, pollingInterval: 1, cooldownPeriod: 5}
-    rules: [{apiGroups: [""], resources: [configmaps], verbs: [get, create, patch]}]
+    keda: {enabled: true, minReplicas: 0, maxReplicas: 8, targetValue: 4, pollingInterval: 1, cooldownPeriod: 5,
+           scaleDownStabilizationSeconds: 0}
+    rules:
+      - {apiGroups: [""], resources: [configmaps], verbs: [get, create, patch]}
+      - {apiGroups: [batch], resources: [jobs], verbs: [get, list, watch, create, patch, delete]}
 YAML
 "$HELM" template pullman "$ROOT/charts/pullman" -n "$NS" -f "$WORK/values.yaml" \
   --show-only templates/executors.yaml > "$WORK/executors.yaml"
@@ -118,17 +127,23 @@ k -n "$NS" get secret burst-agent-token -o jsonpath='{.data.token}' | base64 -d 
 chmod 600 "$WORK/token"
 
 step "the KEDA operator ($KEDA_BIN/keda-operator), watching $NS"
-mkdir -p "$WORK/certs"   # its gRPC metrics service (for the adapter, not run here) serves TLS from it
+mkdir -p "$WORK/certs"   # its gRPC metrics service (for the adapter) serves mutual TLS from it
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=keda-operator \
+  -addext "subjectAltName=DNS:keda-operator,DNS:localhost,IP:127.0.0.1" \
   -keyout "$WORK/certs/tls.key" -out "$WORK/certs/tls.crt" >/dev/null 2>&1
 cp "$WORK/certs/tls.crt" "$WORK/certs/ca.crt"
+GRPC_PORT="$(free_port)"
 WATCH_NAMESPACE="$NS" KEDA_CLUSTER_OBJECT_NAMESPACE="$NS" POD_NAMESPACE="$NS" \
   "$KEDA_BIN/keda-operator" --leader-elect=false --cert-dir "$WORK/certs" \
   --metrics-bind-address "127.0.0.1:$(free_port)" --health-probe-bind-address "127.0.0.1:$(free_port)" \
-  --metrics-service-bind-address "127.0.0.1:$(free_port)" --enable-webhook-patching=false \
+  --metrics-service-bind-address "127.0.0.1:$GRPC_PORT" --enable-webhook-patching=false \
   --enable-apiservice-patching=false --zap-log-level=info > "$WORK/keda.log" 2>&1 &
 PIDS+=("$!")
 KEDA_PID=$!
+
+step "KEDA's metrics API server ($KEDA_BIN/keda-adapter) behind the aggregation layer"
+# shellcheck source=e2e/keda/adapter.sh
+source "$HERE/adapter.sh"
 
 # The stand-in kubelet: one local `pullman executor` per replica the Deployment asks for, with the
 # Deployment's arguments; each second it records the replicas KEDA set.
@@ -142,11 +157,13 @@ supervise() {
   echo "$(date +%s) $want" >> "$WORK/replicas.txt"
   have=${#EXECUTORS[@]}
   for (( i = have; i < want; i++ )); do
-    RUST_LOG=info "$PULLMAN" "${RUN[@]}" >> "$WORK/executor-$i.log" 2>&1 &
+    STARTED=$((STARTED + 1))   # a log per process: hpa.sh reads what each did after its SIGTERM
+    RUST_LOG=info "$PULLMAN" "${RUN[@]}" > "$WORK/executor-$i.$STARTED.log" 2>&1 &
     EXECUTORS[$i]=$!
   done
   for (( i = have - 1; i >= want; i-- )); do
     kill -TERM "${EXECUTORS[$i]}" 2>/dev/null || true
+    DRAINING+=("${EXECUTORS[$i]}")
     unset "EXECUTORS[$i]"
   done
 }
@@ -199,6 +216,9 @@ ok "their ConfigMaps exist; each was claimed by the Executor's agent (a stand-in
 watch_until 120 "backlog $(backlog): KEDA scales burst-executor back to 0" is_zero
 sleep 3; supervise
 is_zero || fail "burst-executor did not stay at 0"
+
+# shellcheck source=e2e/keda/hpa.sh
+source "$HERE/hpa.sh"
 
 # --- docs/keda.md's ScaledJob recipe, as written there (namespace, server URL and token path
 # adapted): one Job per waiting order, each running `pullman worker --once`. kwok completes Job pods
