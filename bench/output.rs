@@ -6,7 +6,7 @@
 //!   cargo bench --bench output                # all of them, default sizes
 //!   cargo bench --bench output -- --quick     # smaller sizes, for a smoke run
 //!   cargo bench --bench output -- c e         # only the scenarios named
-//!   cargo bench --bench output -- e --secs=30 # longer measuring windows (default 10, quick 3)
+//!   cargo bench --bench output -- e --secs=90 # longer measuring windows (default 10, quick 3; (e) 61+)
 //!
 //! The server runs in-process over the shared throwaway PostgreSQL (`pullman::testing`). In (a)
 //! and (b) the lines go through the worker's own sender (`pull::output::OutputSender`, in this
@@ -250,6 +250,9 @@ enum Senders {
     IdleFollowers,
     /// No sender: the orders of `IdleFollowers` without their followers (its baseline).
     IdleOrders,
+    /// No sender, no order, but the same wait as `IdleFollowers` before the claims (the
+    /// baseline of the orders' own cost).
+    IdleEmpty,
 }
 
 /// Followers in (e): the default per-replica limit (`serve --max-output-followers`).
@@ -267,19 +270,25 @@ async fn commits(s: &TestServer) -> i64 {
     n
 }
 
-/// Creates [`IDLE_FOLLOWERS`] orders that no agent may take and, when `follow`, starts a follower
-/// of each; then prints the transactions a second the database committed over `secs` (nothing
-/// else runs then: this is what idle followers cost it, or, without them, the baseline).
-/// Both kinds wait alike, so the claims measured next start as long after the orders were
-/// created (autovacuum and the gauges' refresh see the same table in both windows).
+/// Creates [`IDLE_FOLLOWERS`] orders that no agent may take (none for `IdleEmpty`) and, for
+/// `IdleFollowers`, starts a follower of each; then prints the transactions a second the database
+/// committed over `secs` (nothing else runs then: this is what idle followers cost it, or the
+/// baselines'). The three kinds wait alike, so the claims measured next start as long after the
+/// orders were created (autovacuum and the gauges' refresh see the same table in each window).
 async fn idle_followers(
     s: &Arc<TestServer>,
     secs: u64,
-    follow: bool,
+    kind: Senders,
 ) -> Vec<tokio::task::JoinHandle<Vec<String>>> {
+    let follow = matches!(kind, Senders::IdleFollowers);
+    let orders = if matches!(kind, Senders::IdleEmpty) {
+        0
+    } else {
+        IDLE_FOLLOWERS
+    };
     let epoch = Instant::now();
     let mut followers = Vec::new();
-    for _ in 0..IDLE_FOLLOWERS {
+    for _ in 0..orders {
         let order = s.order(configmap_order("nobody-takes-these")).await;
         if follow {
             followers.push(tokio::spawn(follower(s.base.clone(), order, epoch, None)));
@@ -293,10 +302,10 @@ async fn idle_followers(
     let (before, t0) = (commits(s).await, Instant::now());
     tokio::time::sleep(Duration::from_secs(secs.max(10))).await;
     let rate = (commits(s).await - before - 1) as f64 / t0.elapsed().as_secs_f64();
-    let what = if follow {
-        format!("{IDLE_FOLLOWERS} idle followers")
-    } else {
-        format!("their {IDLE_FOLLOWERS} orders alone (baseline)")
+    let what = match kind {
+        Senders::IdleFollowers => format!("{IDLE_FOLLOWERS} idle followers"),
+        Senders::IdleOrders => format!("their {IDLE_FOLLOWERS} orders alone (baseline)"),
+        _ => "an empty queue (baseline)".to_string(),
     };
     println!(
         "| (e) {what}, database transactions a second (all of them; nothing else runs) | {rate:.1}/s | goal < 50/s with followers |"
@@ -325,12 +334,13 @@ async fn throughput(secs: u64, lines: usize, senders_kind: Senders) -> f64 {
                     task.await;
                 }));
             }
-            Senders::IdleFollowers | Senders::IdleOrders => {}
+            Senders::IdleFollowers | Senders::IdleOrders | Senders::IdleEmpty => {}
         }
     }
     let followers = match senders_kind {
-        Senders::IdleFollowers => idle_followers(&s, secs, true).await,
-        Senders::IdleOrders => idle_followers(&s, secs, false).await,
+        Senders::IdleFollowers | Senders::IdleOrders | Senders::IdleEmpty => {
+            idle_followers(&s, secs, senders_kind).await
+        }
         _ => Vec::new(),
     };
     let done = Arc::new(AtomicU64::new(0));
@@ -509,6 +519,9 @@ async fn main() {
         .collect();
     let run = |s: &str| named.is_empty() || named.iter().any(|n| n == s);
     // Longer windows shrink the noise of a ratio of two rates (each window is measured twice).
+    if std::env::args().any(|a| a == "--secs") {
+        panic!("--secs takes its value after '=': --secs=30");
+    }
     let secs = std::env::args()
         .find_map(|a| a.strip_prefix("--secs=").map(str::to_owned))
         .map(|v| {
@@ -533,7 +546,9 @@ async fn main() {
         hundred_followers(if quick { 500 } else { 2000 }).await;
     }
     if run("e") {
-        idle_followers_vs_claims(secs).await;
+        // At least one whole safety re-read period of the followers (api::output's FOLLOW_POLL,
+        // 60 s) in each window: what they cost includes it.
+        idle_followers_vs_claims(if quick { secs } else { secs.max(61) }).await;
     }
 }
 
@@ -565,7 +580,11 @@ async fn senders_vs_claims(secs: u64) {
 /// (e): claims beside idle followers.
 async fn idle_followers_vs_claims(secs: u64) {
     // The followers' orders wait in the queue in both windows, so the ratio is the followers'.
-    let kinds = [Senders::None, Senders::IdleOrders, Senders::IdleFollowers];
+    let kinds = [
+        Senders::IdleEmpty,
+        Senders::IdleOrders,
+        Senders::IdleFollowers,
+    ];
     let [empty, without, with] = mirrored(secs, 0, kinds).await;
     println!(
         "| (e) claim+complete of 16 agents beside {IDLE_FOLLOWERS} idle followers vs their orders alone (mean of two windows each) | {with:.0}/s vs {without:.0}/s: ratio {:.2} | goal ≥ 0.95 |",

@@ -54,6 +54,11 @@ cleanup() {
   # they remove their own; whatever is left once they are gone (one died early) is released here.
   # First the APIService: one that does not answer makes every later namespace deletion fail.
   k delete apiservice v1beta1.external.metrics.k8s.io --ignore-not-found --wait=true --timeout=30s >/dev/null 2>&1 || true
+  if k get apiservice v1beta1.external.metrics.k8s.io >/dev/null 2>&1; then
+    echo "keda/test.sh: WARNING: APIService v1beta1.external.metrics.k8s.io is still registered;" \
+      "namespace deletions will fail until it is deleted" >&2
+    if [[ $rc == 0 ]]; then rc=1; fi
+  fi
   local kinds=scaledobjects.keda.sh,scaledjobs.keda.sh,triggerauthentications.keda.sh,executors.pullman.dev r
   k -n "$NS" delete "$kinds" --all --wait=true --timeout=30s >/dev/null 2>&1 || true
   for p in "${GROUPS_[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
