@@ -9,7 +9,7 @@
 #   3. 5 orders: KEDA's metrics-api scaler reads GET /api/v1/agents/me/backlog with the Executor's
 #      token from the Secret, and scales the Deployment up; the orders run and succeed;
 #   4. backlog 0 again: after the cooldown KEDA scales it back to 0;
-#   5. 1 -> N (hpa.sh): 20 orders of 5-17 s Jobs; KEDA's HPA, reading the backlog through KEDA's
+#   5. 1 -> N (hpa.sh): 20 orders of 5-14 s Jobs; KEDA's HPA, reading the backlog through KEDA's
 #      metrics API server (adapter.sh: cmd/adapter behind the API server's aggregation layer),
 #      scales the Deployment to ceil(20 / 4) = 5 and back down while orders run; each order
 #      succeeds in exactly one attempt.
@@ -50,8 +50,6 @@ cleanup() {
   if [[ $rc != 0 ]]; then
     for f in "$WORK"/*.log; do [[ -f "$f" ]] && { echo "--- tail of $f" >&2; tail -n 25 "$f" >&2; }; done
   fi
-  # Finalizers: KEDA's on its objects, the controller's on the Executor. Deleted while both run,
-  # they remove their own; whatever is left once they are gone (one died early) is released here.
   # First the APIService: one that does not answer makes every later namespace deletion fail.
   k delete apiservice v1beta1.external.metrics.k8s.io --ignore-not-found --wait=true --timeout=30s >/dev/null 2>&1 || true
   if k get apiservice v1beta1.external.metrics.k8s.io >/dev/null 2>&1; then
@@ -59,6 +57,8 @@ cleanup() {
       "namespace deletions will fail until it is deleted" >&2
     if [[ $rc == 0 ]]; then rc=1; fi
   fi
+  # Finalizers: KEDA's on its objects, the controller's on the Executor. Deleted while both run,
+  # they remove their own; whatever is left once they are gone (one died early) is released here.
   local kinds=scaledobjects.keda.sh,scaledjobs.keda.sh,triggerauthentications.keda.sh,executors.pullman.dev r
   k -n "$NS" delete "$kinds" --all --wait=true --timeout=30s >/dev/null 2>&1 || true
   for p in "${GROUPS_[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
