@@ -121,17 +121,21 @@ EOF
 C="$STATE/certs"
 ossl() { openssl "$@" >/dev/null 2>&1 || { openssl "$@"; die "openssl $1 failed"; }; }
 newkey() { ossl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
-newkey "$C/ca.key"
-ossl req -x509 -new -key "$C/ca.key" -subj "/CN=pullman-testenv-ca" -days 3650 \
-  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
-  -out "$C/ca.crt"
-sign() { # sign <name> <subject> <extfile-content>
+newca() { # newca <name> <CN>: a self-signed CA, <name>.key and <name>.crt
+  newkey "$C/$1.key"
+  ossl req -x509 -new -key "$C/$1.key" -subj "/CN=$2" -days 3650 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out "$C/$1.crt"
+}
+sign() { # sign <name> <subject> <extfile-content> [<ca name>, default ca]
+  local ca="${4:-ca}"
   newkey "$C/$1.key"
   ossl req -new -key "$C/$1.key" -subj "$2" -out "$C/$1.csr"
   printf '%s\n' "$3" > "$C/$1.ext"
-  ossl x509 -req -in "$C/$1.csr" -CA "$C/ca.crt" -CAkey "$C/ca.key" -CAcreateserial \
+  ossl x509 -req -in "$C/$1.csr" -CA "$C/$ca.crt" -CAkey "$C/$ca.key" -CAcreateserial \
     -days 3650 -extfile "$C/$1.ext" -out "$C/$1.crt"
 }
+newca ca pullman-testenv-ca
 sign apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
@@ -144,16 +148,10 @@ extendedKeyUsage=clientAuth"
 # the X-Remote-* headers of requests signed by this CA (published in kube-system's ConfigMap
 # extension-apiserver-authentication). A CA of its own, as Kubernetes asks: the client CA must not
 # trust it.
-newkey "$C/front-proxy-ca.key"
-ossl req -x509 -new -key "$C/front-proxy-ca.key" -subj "/CN=pullman-testenv-front-proxy-ca" -days 3650 \
-  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
-  -out "$C/front-proxy-ca.crt"
-newkey "$C/front-proxy-client.key"
-ossl req -new -key "$C/front-proxy-client.key" -subj "/CN=front-proxy-client" -out "$C/front-proxy-client.csr"
-printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
-  "extendedKeyUsage=clientAuth" > "$C/front-proxy-client.ext"
-ossl x509 -req -in "$C/front-proxy-client.csr" -CA "$C/front-proxy-ca.crt" -CAkey "$C/front-proxy-ca.key" \
-  -CAcreateserial -days 3650 -extfile "$C/front-proxy-client.ext" -out "$C/front-proxy-client.crt"
+newca front-proxy-ca pullman-testenv-front-proxy-ca
+sign front-proxy-client "/CN=front-proxy-client" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth" front-proxy-ca
 newkey "$C/sa.key"
 ossl pkey -in "$C/sa.key" -pubout -out "$C/sa.pub"
 
