@@ -511,6 +511,13 @@ async fn hundred_followers(lines: usize) {
 
 #[tokio::main]
 async fn main() {
+    // `cargo test --all-targets` runs this binary too, without `--bench` and unoptimized: its full
+    // run (1 GiB of output, six windows of 61 s or more) took minutes of every CI run and its
+    // figures from such a build mean nothing, so it only says how to run it.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("a benchmark: cargo bench --bench output [-- --quick] [a b c d e]");
+        return;
+    }
     let quick = std::env::args().any(|a| a == "--quick");
     // Scenarios named after the flags (`a b c d e`) run alone; none named runs them all.
     let named: Vec<String> = std::env::args()

@@ -22,10 +22,13 @@ cd "$(dirname "$0")/.."
 export PULLMAN_TESTENV_STATE="${PULLMAN_TESTENV_STATE:-$(mktemp -d /tmp/pullman-testenv.XXXXXX)}"
 # up.sh refuses a non-empty directory it did not create; a fresh mktemp dir is empty.
 keda_build=""
+tools_build=""
 cleanup() {
-  # The KEDA build runs in its own process group (setsid): stop all of it, go build included.
+  # The background builds run in their own sessions (in_background): stop all of each, go build
+  # included.
   [[ -n "$keda_build" ]] && kill -- "-$keda_build" 2>/dev/null
-  rm -f "${keda_log:-}"
+  [[ -n "$tools_build" ]] && kill -- "-$tools_build" 2>/dev/null
+  rm -f "${keda_log:-}" "${tools_log:-}"
   e2e/testenv/down.sh >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -34,18 +37,23 @@ trap cleanup EXIT
 # at a lower priority, overlapping everything up to its test at the end.
 keda_log="$(mktemp /tmp/pullman-keda-build.XXXXXX)"
 stage "building the KEDA operator and adapter in the background (cached after the first time; log: $keda_log)"
-setsid nice -n 10 e2e/keda/build.sh >"$keda_log" 2>&1 &
-keda_build=$!
+in_background 10 "$keda_log" e2e/keda/build.sh
+keda_build=$bg_pid
 
 stage "building the test control plane (cached after the first time)"
 e2e/testenv/build.sh >/dev/null
+# The chart tests' tools are needed only after cargo test: they build in the background too. Not
+# before the control plane is built: their build takes the control plane's build lock (for helm),
+# and a low-priority holder would keep the foreground waiting.
+if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
+  tools_log="$(mktemp /tmp/pullman-chart-tools.XXXXXX)"
+  stage "building the chart tests' tools in the background: helm, actionlint, promrules, kube-score (cached after the first time; log: $tools_log)"
+  in_background 5 "$tools_log" e2e/chart/tools.sh
+  tools_build=$bg_pid
+fi
 stage "building the health helper (kstatus and Argo CD Lua verdicts; cached)"
 PULLMAN_HEALTH_TOOL="$(e2e/testenv/tools/health/build.sh | tail -n1)"
 export PULLMAN_HEALTH_TOOL
-if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
-  stage "building the chart tests' tools: helm, actionlint, promrules, kube-score (cached after the first time)"
-  e2e/chart/tools.sh >/dev/null
-fi
 stage "starting the test control plane in $PULLMAN_TESTENV_STATE"
 eval "$(e2e/testenv/up.sh)"
 echo "    KUBECONFIG=$KUBECONFIG"
@@ -54,7 +62,12 @@ stage "cargo test (all targets, Kubernetes tests included)"
 cargo test --locked --all-targets --features k8s-tests "$@"
 
 if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
-  stage "Helm chart tests (e2e/chart/test.sh)"
+  stage "Helm chart tests (e2e/chart/test.sh; waiting for their tools' build)"
+  t0=$SECONDS
+  wait "$tools_build" || { cat "$tools_log"; echo "the chart tests' tools did not build" >&2; exit 1; }
+  tools_build=""
+  echo "    (waited $((SECONDS - t0)) s for the chart tests' tools)"
+  rm -f "$tools_log"
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/chart/test.sh
 fi
 
