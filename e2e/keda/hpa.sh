@@ -8,7 +8,8 @@
 # Job's own start-up on a loaded machine: a longer order on a replica removed would be handed on
 # to another one (a second attempt), which docs/keda.md describes and this test counts as a failure.
 #
-# Uses from test.sh: k, step, ok, fail, supervise, replicas, API, ADMIN, NS, WORK, KEDA_PID.
+# Uses from test.sh: k, step, ok, fail, supervise, replicas, orders_state, API, ADMIN, NS, WORK,
+# KEDA_PID.
 
 # job_orders: creates the 20 orders from one process, in well under a second (the HPA's first
 # read then sees them all), and prints their ids. Order i's Job's pod runs 5 + (i % 4) * 3 s.
@@ -35,29 +36,6 @@ spec:
                                  headers={"Authorization": f"Bearer {token}",
                                           "Content-Type": "application/json"})
     print(json.load(urllib.request.urlopen(req, timeout=30))["id"])
-PY
-}
-# orders_state <id...>: "<finished> <bad>", bad naming each finished order that did not succeed in
-# exactly one attempt.
-orders_state() {
-  python3 - "$API" "$ADMIN" "$@" <<'PY'
-import json, sys, urllib.request, urllib.error
-api, token, ids = sys.argv[1], sys.argv[2], sys.argv[3:]
-done, bad = 0, []
-for i in ids:
-    req = urllib.request.Request(f"{api}/api/v1/work-order-log/{i}",
-                                 headers={"Authorization": f"Bearer {token}"})
-    try:
-        e = json.load(urllib.request.urlopen(req, timeout=10))
-    except urllib.error.HTTPError as err:
-        if err.code == 404:
-            continue
-        raise
-    done += 1
-    results = [a["result"] for a in e.get("attempts") or []]
-    if not e["success"] or results != ["succeeded"]:
-        bad.append(f"{i}: success={e['success']} attempts={results} {e.get('message')!r}")
-print(done, "; ".join(bad))
 PY
 }
 

@@ -193,6 +193,30 @@ stays_zero() { local i; for i in 1 2 3 4 5; do supervise; is_zero || return 1; s
 stays_zero || fail "burst-executor left 0 with an empty backlog: replicas $(replicas)"
 ok "burst-executor stays at 0 while the backlog is empty (5s)"
 
+# orders_state <id...>: "<finished> <bad>", bad naming each finished order that did not succeed in
+# exactly one attempt.
+orders_state() {
+  python3 - "$API" "$ADMIN" "$@" <<'PY'
+import json, sys, urllib.request, urllib.error
+api, token, ids = sys.argv[1], sys.argv[2], sys.argv[3:]
+done, bad = 0, []
+for i in ids:
+    req = urllib.request.Request(f"{api}/api/v1/work-order-log/{i}",
+                                 headers={"Authorization": f"Bearer {token}"})
+    try:
+        e = json.load(urllib.request.urlopen(req, timeout=10))
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            continue
+        raise
+    done += 1
+    results = [a["result"] for a in e.get("attempts") or []]
+    if not e["success"] or results != ["succeeded"]:
+        bad.append(f"{i}: success={e['success']} attempts={results} {e.get('message')!r}")
+print(done, "; ".join(bad))
+PY
+}
+
 step "5 orders for label keda-burst"
 IDS=()
 for i in 1 2 3 4 5; do
@@ -203,14 +227,15 @@ for i in 1 2 3 4 5; do
 done
 step "backlog as KEDA reads it: $(backlog)"
 watch_until 60 "KEDA scales burst-executor up from 0" is_up
-finished() {
-  local id
-  for id in "${IDS[@]}"; do
-    [[ "$(curl -fsS -H "Authorization: Bearer $ADMIN" "$API/api/v1/work-order-log/$id" 2>/dev/null \
-      | python3 -c 'import json,sys; print(json.load(sys.stdin).get("success"))' 2>/dev/null)" == True ]] || return 1
-  done
+# All of IDS finished, each a success in one attempt; one that finished otherwise fails the suite.
+all_succeeded() {
+  local state done bad
+  state="$(orders_state "${IDS[@]}")" || return 1
+  read -r done bad <<<"$state"
+  [[ -z "$bad" ]] || fail "orders that did not succeed in one attempt: $bad"
+  (( done == ${#IDS[@]} ))
 }
-watch_until 120 "the 5 orders succeeded" finished
+watch_until 120 "the 5 orders succeeded" all_succeeded
 for i in 1 2 3 4 5; do k -n "$NS" get configmap "keda-order-$i" >/dev/null || fail "ConfigMap keda-order-$i missing"; done
 UID_="$(k -n "$NS" get executor burst -o jsonpath='{.metadata.uid}')"
 for id in "${IDS[@]}"; do

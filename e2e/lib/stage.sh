@@ -33,8 +33,11 @@ stage_end() {
 # as on the CI machines), each session competes with the others as one group, whatever the nice
 # of its processes. A plain `setsid nice -n 10` build took as much CPU as all of the foreground
 # (two such spinners here got twice the foreground's share; niced through /proc/self/autogroup,
-# 3 % of it), so "background" Go builds slowed the Rust build and the tests they were meant to
-# give way to. Where autogroups are off, the write fails and nice alone does the job.
+# 3 % of it), so "background" Go builds slowed the Rust build they were meant to give way to.
+# Where autogroups are off, the write fails and nice alone does the job. Beside tests that wait
+# on round trips and fsyncs rather than on the CPU, even the lowest priority still slows them
+# 1.2-3 x (.ci/run, at the throughput guard): a background build pays off only where it would
+# otherwise run alone on the critical path, as a cold Go build would.
 in_background() {
   local nice="$1" log="$2"
   shift 2
