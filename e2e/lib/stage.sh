@@ -32,7 +32,7 @@ stage_end() {
 # The session's autogroup is niced too: with the kernel's autogroups (sched_autogroup_enabled=1,
 # as on the CI machines), each session competes with the others as one group, whatever the nice
 # of its processes. A plain `setsid nice -n 10` build took as much CPU as all of the foreground
-# (two such spinners here got twice the foreground's share; niced through /proc/self/autogroup,
+# (two such spinners here got twice the foreground's share; with /proc/self/autogroup at nice 19,
 # 3 % of it), so "background" Go builds slowed the Rust build they were meant to give way to.
 # Where autogroups are off, the write fails and nice alone does the job. Beside tests that wait
 # on round trips and fsyncs rather than on the CPU, even the lowest priority still slows them
