@@ -63,11 +63,8 @@ cargo test --locked --all-targets --features k8s-tests "$@"
 
 if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
   stage "Helm chart tests (e2e/chart/test.sh; waiting for their tools' build)"
-  t0=$SECONDS
-  wait "$tools_build" || { cat "$tools_log"; echo "the chart tests' tools did not build" >&2; exit 1; }
+  await_background "the chart tests' tools" "$tools_build" "$tools_log"
   tools_build=""
-  echo "    (waited $((SECONDS - t0)) s for the chart tests' tools)"
-  rm -f "$tools_log"
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/chart/test.sh
 fi
 
@@ -77,11 +74,8 @@ if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
 fi
 
 stage "KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"
-t0=$SECONDS
-wait "$keda_build" || { cat "$keda_log"; echo "KEDA did not build" >&2; exit 1; }
+await_background "KEDA's operator and adapter" "$keda_build" "$keda_log"
 keda_build=""
-echo "    (waited $((SECONDS - t0)) s for the KEDA build)"
-rm -f "$keda_log"
 PULLMAN_BIN="$PWD/target/debug/pullman" e2e/keda/test.sh
 
 stage "schemathesis against the served OpenAPI (uses target/debug/pullman, built by cargo test)"

@@ -6,6 +6,9 @@
 #   in_background NICE LOG CMD [ARGS...]
 #                             starts CMD in a session of its own (so `kill -- -$bg_pid` stops all
 #                             of it, children included) at nice NICE, output to LOG; sets bg_pid
+#   await_background WHAT PID LOG
+#                             waits for PID (started by in_background); on failure prints LOG and
+#                             exits 1 naming WHAT, else says how long it waited and removes LOG
 # so a slow stage is seen in every CI log before it sinks a submission. Times are whole seconds
 # of wall clock (bash's SECONDS). PULLMAN_CI_T0 carries the start across an exec, so the total of
 # e2e/run-tests.sh under .ci/run counts from .ci/run's start.
@@ -45,4 +48,11 @@ in_background() {
   setsid bash -c 'echo "$0" >/proc/self/autogroup 2>/dev/null || true; exec nice -n "$0" "$@"' \
     "$nice" "$@" >"$log" 2>&1 </dev/null &
   bg_pid=$!
+}
+
+await_background() {
+  local what="$1" pid="$2" log="$3" t0=$SECONDS
+  wait "$pid" || { cat "$log"; echo "$what did not build (log: $log)" >&2; exit 1; }
+  echo "    (waited $((SECONDS - t0)) s for $what)"
+  rm -f "$log"
 }
