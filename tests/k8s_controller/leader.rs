@@ -99,6 +99,9 @@ async fn only_the_leader_reconciles_and_another_takes_over() {
 
 /// Replicas that start together (a Deployment rolled out, both pods up in the same 20 ms) never
 /// lead at once: each takes the Lease under its own field manager, so the second apply conflicts.
+/// Each round watches until 2 s after the first replica leads: how soon that is depends on the
+/// API server's latency (a CI host running other suites took over 2 s once), which is not what
+/// this test is about, so it waits up to 30 s for a first leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_starting_together_never_lead_at_once() {
     let k = client().await;
@@ -114,19 +117,36 @@ async fn replicas_starting_together_never_lead_at_once() {
         .await;
         // (when, replica, leads) as each replica's own channel said it.
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        // When any replica first said it leads: every watcher stops 2 s after that.
+        let (first_lead, _) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
+        let first_lead = Arc::new(first_lead);
         let mut watching = Vec::new();
         for (i, m) in managers.into_iter().enumerate() {
             let m = m.unwrap_or_else(|e| panic!("round {round}: manager {i}: {e}"));
             let seen = seen.clone();
+            let first_lead = first_lead.clone();
             watching.push(tokio::spawn(async move {
                 let (mut leading, task) = m.watch().await;
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+                let mut led = first_lead.subscribe();
+                let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
                 loop {
                     let leads = *leading.borrow_and_update();
                     seen.lock().unwrap().push((started.elapsed(), i, leads));
+                    if leads {
+                        first_lead.send_if_modified(|at| {
+                            let first = at.is_none();
+                            at.get_or_insert_with(tokio::time::Instant::now);
+                            first
+                        });
+                    }
+                    let deadline = match *led.borrow_and_update() {
+                        Some(at) => at + Duration::from_secs(2),
+                        None => give_up,
+                    };
                     tokio::select! {
                         _ = tokio::time::sleep_until(deadline) => break,
                         c = leading.changed() => if c.is_err() { break },
+                        _ = led.changed() => {}
                     }
                 }
                 drop(leading);
