@@ -37,7 +37,13 @@ impl Carrier for Noop {
         Ok(())
     }
 
-    async fn finish(&self, _order: &WorkOrder, _: (), _stop: &CancellationToken) -> Verdict {
+    async fn finish(
+        &self,
+        _order: &WorkOrder,
+        _: (),
+        _stop: &CancellationToken,
+        _: &pull::Progress,
+    ) -> Verdict {
         Verdict::Success {
             message: String::new(),
         }

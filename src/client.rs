@@ -13,8 +13,8 @@ use crate::wire::{
     Agent, AgentWithToken, Explanation, Heartbeat, LogEntry, NewAgent, Page, WorkOrder,
 };
 use crate::wire::{
-    ClaimNextBody, ClaimedOrders, CompleteBody, ErrorBody, HeartbeatBody, OutputAccepted,
-    OutputChunk, OutputPage, OutputQuery, RetryScheduled, WhoAmI,
+    ClaimNextBody, ClaimWaiting, ClaimedOrders, CompleteBody, ErrorBody, HeartbeatBody,
+    OutputAccepted, OutputChunk, OutputPage, OutputQuery, RetryScheduled, WhoAmI,
 };
 
 /// Reads a bearer token from a file (surrounding whitespace ignored), naming the file in errors.
@@ -115,6 +115,13 @@ impl ClientError {
     pub fn is_unauthorized(&self) -> bool {
         matches!(self, ClientError::Api { status, .. }
             if *status == StatusCode::UNAUTHORIZED || *status == StatusCode::FORBIDDEN)
+    }
+
+    /// `400`/`422`: the server refused the body (a field it does not know, a value out of
+    /// bounds); retrying the same cannot help.
+    pub fn is_refused_body(&self) -> bool {
+        matches!(self, ClientError::Api { status, .. }
+            if *status == StatusCode::BAD_REQUEST || *status == StatusCode::UNPROCESSABLE_ENTITY)
     }
 
     /// `429 Too Many Requests`: the server is behind; send later ([`ClientError::retry_after`]).
@@ -400,14 +407,20 @@ impl Client {
         parsed.map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
-    /// `POST /work-orders/{id}/heartbeat`.
+    /// `POST /work-orders/{id}/heartbeat`, saying what holds the order up now (`waiting`,
+    /// docs/design.md §12; `None`: nothing).
     pub async fn heartbeat(
         &self,
         order_id: Uuid,
         agent_id: Uuid,
         claim_id: Option<Uuid>,
+        waiting: Option<&ClaimWaiting>,
     ) -> Result<Heartbeat, ClientError> {
-        let body = HeartbeatBody { agent_id, claim_id };
+        let body = HeartbeatBody {
+            agent_id,
+            claim_id,
+            waiting: waiting.cloned(),
+        };
         self.json(
             Method::POST,
             &format!("/work-orders/{order_id}/heartbeat"),

@@ -12,9 +12,9 @@ use uuid::Uuid;
 pub use crate::queue::Heartbeat;
 pub use crate::queue::backlog::Backlog;
 pub use crate::queue::model::{
-    Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, Explanation, LogEntry, NewAgent,
-    NewWorkOrder, OrderStatus, Outcome, Page, RequestedWorkType, Targeting, WaitReason, WorkOrder,
-    WorkType,
+    Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, ClaimWaiting, Explanation,
+    LogEntry, NewAgent, NewWorkOrder, NodeWait, OrderStatus, Outcome, Page, RequestedWorkType,
+    Targeting, WaitReason, WorkOrder, WorkType,
 };
 pub use crate::queue::output::{
     DroppedReason, OutputAccepted, OutputChunk, OutputEntry, OutputLine, OutputPage, OutputQuery,
@@ -70,6 +70,10 @@ pub struct HeartbeatBody {
     /// The claim's fencing token; when given, only that claim is extended.
     #[serde(default)]
     pub claim_id: Option<Uuid>,
+    /// What holds the order up now (docs/design.md §12); absent or null when nothing does, which
+    /// clears what an earlier heartbeat said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<ClaimWaiting>,
 }
 
 /// Body of `POST /work-orders/{id}/complete`.

@@ -360,6 +360,7 @@ impl Carrier for ExecCarrier {
         _order: &WorkOrder,
         running: Running,
         stop: &CancellationToken,
+        _progress: &pull::Progress,
     ) -> Verdict {
         match wait_command(running, stop).await {
             Ok(v) => v,

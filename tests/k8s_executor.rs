@@ -5,6 +5,8 @@ mod support;
 
 #[path = "k8s_executor/builds.rs"]
 mod builds;
+#[path = "k8s_executor/disruption.rs"]
+mod disruption;
 #[path = "k8s_executor/harness.rs"]
 mod harness;
 #[path = "k8s_executor/output.rs"]

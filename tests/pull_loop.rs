@@ -35,7 +35,13 @@ impl Carrier for HoldsFirstReport {
         Ok(())
     }
 
-    async fn finish(&self, order: &WorkOrder, _: (), _stop: &CancellationToken) -> Verdict {
+    async fn finish(
+        &self,
+        order: &WorkOrder,
+        _: (),
+        _stop: &CancellationToken,
+        _: &pull::Progress,
+    ) -> Verdict {
         if !self
             .locked_once
             .swap(true, std::sync::atomic::Ordering::SeqCst)

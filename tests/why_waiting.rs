@@ -437,3 +437,95 @@ async fn a_position_past_the_bound_says_so_not_the_number() {
         "{e}"
     );
 }
+
+/// docs/design.md §12: a claimed order waits only as its agent says with its heartbeats
+/// (`node_unreachable`, with the node); the next heartbeat that says nothing clears it, another
+/// agent cannot say it, and anything but `node_unreachable` is refused (400) naming the field.
+#[tokio::test]
+async fn a_claimed_order_waits_as_its_agent_says_a_node_is_lost() {
+    let s = TestServer::start().await;
+    let (a, token) = s.agent(json!({"name": "ex", "labels": ["lost"]})).await;
+    let (b, other) = s.agent(json!({"name": "ex-2", "labels": ["lost"]})).await;
+    let o = s.order(configmap_order("lost")).await;
+    let (st, c) = s.claim(&o, &a, &token).await;
+    assert_eq!(st, 200, "{c}");
+    let explain = format!("/api/v1/work-orders/{o}/explain");
+    let (st, e) = get(&s, &explain).await;
+    assert_eq!(
+        (st, &e["error"]["code"]),
+        (409, &json!("not_waiting")),
+        "{e}"
+    );
+
+    let lost = json!({"reason": "node_unreachable", "message": "pod p may still run on node n1",
+                      "node": {"name": "n1", "since": "2026-01-01T00:00:00Z"}});
+    let beat =
+        |waiting: Value| json!({"agent_id": a, "claim_id": c["claim_id"], "waiting": waiting});
+    let (st, v) = s.heartbeat(&o, &token, beat(lost.clone())).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, e) = get(&s, &explain).await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(e["reason"], "node_unreachable", "{e}");
+    assert_eq!(e["message"], "pod p may still run on node n1");
+    assert_eq!(
+        e["node"],
+        json!({"name": "n1", "since": "2026-01-01T00:00:00Z"})
+    );
+    assert!(
+        e["waiting_seconds"].as_i64().unwrap() > 86_400,
+        "since the node stopped: {e}"
+    );
+    let (_, order) = get(&s, &format!("/api/v1/work-orders/{o}")).await;
+    assert_eq!(order["status"], "CLAIMED");
+    assert_eq!(order["waiting"]["reason"], "node_unreachable", "{order}");
+
+    // Refused, naming the field; what was said stays.
+    for (bad, field) in [
+        (
+            json!({"reason": "queued", "message": "m", "node": {"name": "n1"}}),
+            "waiting.reason",
+        ),
+        (
+            json!({"reason": "node_unreachable", "message": "m", "node": {"name": " "}}),
+            "waiting.node.name",
+        ),
+        (
+            json!({"reason": "node_unreachable", "message": "x".repeat(4097), "node": {"name": "n1"}}),
+            "waiting.message",
+        ),
+    ] {
+        let (st, v) = s.heartbeat(&o, &token, beat(bad)).await;
+        assert_eq!(st, 400, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(field),
+            "{field}: {v}"
+        );
+    }
+    let (st, v) = s
+        .heartbeat(&o, &other, json!({"agent_id": b, "waiting": lost}))
+        .await;
+    assert_eq!(
+        (st, &v["error"]["code"]),
+        (409, &json!("not_claim_holder")),
+        "{v}"
+    );
+    assert_eq!(get(&s, &explain).await.1["reason"], "node_unreachable");
+
+    // A heartbeat that says nothing: nothing holds the order up.
+    let (st, v) = s
+        .heartbeat(
+            &o,
+            &token,
+            json!({"agent_id": a, "claim_id": c["claim_id"]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, e) = get(&s, &explain).await;
+    assert_eq!(
+        (st, &e["error"]["code"]),
+        (409, &json!("not_waiting")),
+        "{e}"
+    );
+    let (_, order) = get(&s, &format!("/api/v1/work-orders/{o}")).await;
+    assert!(order.get("waiting").is_none_or(Value::is_null), "{order}");
+}

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::error::{ApiJson, ApiPath, parse_optional_json};
 use super::{ApiError, AppState, Caller, ErrorBody};
 use crate::queue::limits::{self, MAX_WAIT_SECONDS};
-use crate::queue::validate::{parse_work_type, validate_lease};
+use crate::queue::validate::{parse_work_type, validate_claim_waiting, validate_lease};
 use crate::queue::{
     ClaimRequest, Completion, CompletionResult, Heartbeat, LogEntry, WorkOrder, WorkType,
 };
@@ -201,10 +201,11 @@ pub async fn heartbeat(
     ApiJson(body): ApiJson<HeartbeatBody>,
 ) -> Result<Json<Heartbeat>, ApiError> {
     caller.require_agent(body.agent_id)?;
+    let waiting = validate_claim_waiting(body.waiting)?;
     Ok(Json(
         state
             .queue
-            .heartbeat(id, body.agent_id, body.claim_id)
+            .heartbeat(id, body.agent_id, body.claim_id, waiting.as_ref())
             .await?,
     ))
 }

@@ -183,7 +183,7 @@ pub async fn list(
 /// One active work order with `yaml_content`; `404` with code `finished` when it is in the log.
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}", tag = "work orders", operation_id = "get_work_order",
     params(("id" = Uuid, Path, description = "Work order id")),
-    responses((status = 200, description = "The order in full, with its attempts and, while unclaimed, why it waits (without `position`: `GET …/explain` counts it)", body = WorkOrder),
+    responses((status = 200, description = "The order in full, with its attempts and, while unclaimed, why it waits (without `position`: `GET …/explain` counts it); while claimed, `node_unreachable` when its agent says a pod of it may still run on a node that does not report", body = WorkOrder),
         (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_one(
@@ -199,14 +199,15 @@ pub async fn get_one(
 
 /// Why a work order waits (docs/design.md §10): `no_matching_agent`, `no_agent_connected`,
 /// `agents_busy`, `backing_off` (until when) or `queued` (with its position), the matching
-/// agents (at most 10 names) and how long it has waited. `404` names an unknown id
-/// (`not_found`) or a finished one (`finished`); a claimed order does not wait (`409
-/// not_waiting`).
+/// agents (at most 10 names) and how long it has waited. A claimed order waits only when its agent
+/// says a pod of it may still run on a node that does not report (`node_unreachable` with the
+/// node, §12). `404` names an unknown id (`not_found`) or a finished one (`finished`); any other
+/// claimed order does not wait (`409 not_waiting`).
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}/explain", tag = "work orders",
     params(("id" = Uuid, Path, description = "Work order id")),
     responses((status = 200, description = "Why the order waits", body = Explanation),
         (status = 404, description = "Unknown (`not_found`) or already in the log (`finished`)", body = ErrorBody),
-        (status = 409, description = "Claimed, so not waiting (`not_waiting`)", body = ErrorBody)),
+        (status = 409, description = "Claimed and not held up by a lost node, so not waiting (`not_waiting`)", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn explain(
     State(state): State<AppState>,

@@ -146,6 +146,7 @@ pub fn parts(wait: &Wait, scale_ups: &ScaleUps) -> (bool, &'static str, String) 
         WaitReason::BackingOff => (true, "BackingOff"),
         WaitReason::ConcurrencyLimited => (true, "ConcurrencyLimited"),
         WaitReason::AgentsBusy | WaitReason::Queued => (true, "Matched"),
+        WaitReason::NodeUnreachable => (true, "NodeUnreachable"),
     };
     (status, reason, wait.message.clone())
 }

@@ -9,14 +9,19 @@
 //!   then waits on; `watch`: one shared watch per kind and namespace that every order waits on;
 //!   `podwatch`: one shared watch of pods per namespace and pod label that every order's log
 //!   follower subscribes to;
-//!   `verdict`: what a watched object says; `pods`: which containers of a failed Job exited with
-//!   what code; `cleanup`: deleting what a cancelled order created; [`logs`]: the logs of the
+//!   `verdict`: what a watched object says; [`disruption`]: whether a pod may still run on a node
+//!   that does not report, so its Job's verdict must wait (docs/design.md §12), with `nodewatch`,
+//!   the one watch of Nodes, and `held`, a Job's wait that holds such verdicts; `pods`: which
+//!   containers of a failed Job exited with what code; `cleanup`: deleting what a cancelled order created; [`logs`]: the logs of the
 //!   order's pods sent as its output (docs/design.md §9).
 
 mod apply;
 mod cleanup;
 pub mod container_log;
+pub mod disruption;
+mod held;
 pub mod logs;
+mod nodewatch;
 mod plan;
 mod pods;
 mod podwatch;
@@ -33,13 +38,14 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 pub use apply::{Applied, Applier, EXECUTOR_FIELD_MANAGER, WORK_ORDER_LABEL, apply_rank};
+pub use nodewatch::NodeWatch;
 pub use plan::{BUILD_WINDOW, Plan, buildrun_name};
-pub use podwatch::{PodSubscription, PodWatches, keep_log_fields};
+pub use podwatch::{PodSubscription, PodWatches, keep_pod_fields};
 pub use verdict::{ObjectVerdict, buildrun_verdict, job_verdict, keep_verdict_fields};
 pub use watch::{WatchEnd, Watches};
 
 use crate::pull::output::{FLUSH_TIMEOUT, OutputConfig, OutputSender, Redactor};
-use crate::pull::{self, Carrier, ConnectError, LoopConfig, Shutdown, Verdict};
+use crate::pull::{self, Carrier, ConnectError, LoopConfig, Progress, Shutdown, Verdict};
 use crate::queue::limits;
 use crate::wire::WorkOrder;
 
@@ -157,6 +163,7 @@ pub struct KubeCarrier {
     applier: Applier,
     watches: Watches,
     pod_watches: PodWatches,
+    nodes: NodeWatch,
     /// Where the pods' logs go; `None`: nowhere.
     output: Option<OutputConfig>,
 }
@@ -166,6 +173,7 @@ impl KubeCarrier {
         KubeCarrier {
             watches: Watches::new(client.clone()),
             pod_watches: PodWatches::new(client.clone()),
+            nodes: NodeWatch::new(client.clone()),
             applier: Applier::new(client, target_namespace),
             output: None,
         }
@@ -222,6 +230,11 @@ impl KubeCarrier {
     pub fn pod_watches(&self) -> &PodWatches {
         &self.pod_watches
     }
+
+    /// The one watch of Nodes (opened by the first Job waited on).
+    pub fn node_watch(&self) -> &NodeWatch {
+        &self.nodes
+    }
 }
 
 impl Carrier for KubeCarrier {
@@ -231,9 +244,25 @@ impl Carrier for KubeCarrier {
         Plan::apply(&self.applier, order, stop).await
     }
 
-    async fn finish(&self, order: &WorkOrder, plan: Plan, stop: &CancellationToken) -> Verdict {
+    async fn finish(
+        &self,
+        order: &WorkOrder,
+        plan: Plan,
+        stop: &CancellationToken,
+        progress: &Progress,
+    ) -> Verdict {
         let following = self.follow_logs(order, &plan);
-        let verdict = plan.watch(&self.watches, stop).await;
+        let watching = held::JobWatching {
+            watches: &self.watches,
+            pods: &self.pod_watches,
+            nodes: &self.nodes,
+        };
+        let verdict = plan
+            .watch(&watching, stop, |hold| {
+                say_hold(hold);
+                progress.set(hold.and_then(disruption::Hold::waiting));
+            })
+            .await;
         if let Some((sender, followers)) = following {
             // Finished: the last lines are in before the order completes (docs/design.md §9), within
             // bounds. Stopped (abandoned at the drain limit, or cancelled): the Job may still be
@@ -252,6 +281,16 @@ impl Carrier for KubeCarrier {
 
     async fn cancelled(&self, order: &WorkOrder) {
         cleanup::delete_created(&self.applier, order).await;
+    }
+}
+
+/// Says in the executor's log when a pod that may still run where no kubelet reports starts,
+/// changes or stops holding an order's verdict up (docs/design.md §12).
+fn say_hold(hold: Option<&disruption::Hold>) {
+    match hold {
+        Some(h) => tracing::warn!(pod = %h.pod, node = %h.node, unreachable = h.unreachable,
+            "{}", h.describe()),
+        None => tracing::info!("no pod of the order is on a node that does not report any more"),
     }
 }
 

@@ -8,9 +8,11 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::apply::{Applied, Applier, ApplyError, apply_rank};
+use super::disruption::Hold;
+use super::held::{JobEnd, JobWatching};
 use super::pods;
-use super::verdict::{ObjectVerdict, buildrun_verdict, job_verdict};
-use super::watch::{WatchEnd, Watches};
+use super::verdict::{ObjectVerdict, buildrun_verdict};
+use super::watch::WatchEnd;
 use crate::manifest;
 use crate::pull::Verdict;
 use crate::queue::rules::watch_budget;
@@ -78,15 +80,31 @@ impl Plan {
         }
     }
 
-    /// Waits on the shared watches for the verdict.
-    pub async fn watch(self, watches: &Watches, stop: &CancellationToken) -> Verdict {
+    /// Waits on the shared watches for the verdict. `on_hold` is told whenever a pod that may
+    /// still run where no kubelet reports holds a Job's verdict up, and `None` once none does
+    /// (docs/design.md §12).
+    pub async fn watch(
+        self,
+        watching: &JobWatching<'_>,
+        stop: &CancellationToken,
+        on_hold: impl FnMut(Option<&Hold>),
+    ) -> Verdict {
+        let watches = watching.watches;
         match self {
             Plan::Jobs {
                 jobs,
                 unmonitored,
                 deadline,
                 budget,
-            } => watch_jobs(watches, jobs, unmonitored, deadline, budget, stop).await,
+            } => {
+                let jobs = JobsToWatch {
+                    jobs,
+                    unmonitored,
+                    deadline,
+                    budget,
+                };
+                watch_jobs(watching, jobs, stop, on_hold).await
+            }
             Plan::BuildRun {
                 run,
                 window_end,
@@ -177,21 +195,44 @@ async fn apply_custom(
     })
 }
 
-async fn watch_jobs(
-    watches: &Watches,
+/// A `custom` order's Jobs and what it applied besides, as [`Plan::Jobs`] holds them.
+struct JobsToWatch {
     jobs: Vec<Applied>,
     unmonitored: Vec<Applied>,
     deadline: Instant,
     budget: Duration,
+}
+
+async fn watch_jobs(
+    watching: &JobWatching<'_>,
+    to_watch: JobsToWatch,
     stop: &CancellationToken,
+    mut on_hold: impl FnMut(Option<&Hold>),
 ) -> Verdict {
+    let JobsToWatch {
+        jobs,
+        unmonitored,
+        deadline,
+        budget,
+    } = to_watch;
     let mut finished = Vec::new();
     for job in &jobs {
-        match watches.wait_for(job, deadline, stop, job_verdict).await {
+        let end = match watching.job_end(job, deadline, stop, &mut on_hold).await {
+            JobEnd::Watched(end) => end,
+            JobEnd::HeldAtDeadline(hold) => {
+                return terminal(format!(
+                    "{}: {}, when the watch budget of {} s ran out; the Job is left as it is",
+                    job.display(),
+                    hold.describe(),
+                    budget.as_secs()
+                ));
+            }
+        };
+        match end {
             WatchEnd::Verdict(ObjectVerdict::Succeeded(_)) => finished.push(job.name.clone()),
             WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => {
                 let mut text = format!("{} failed: {reason}: {message}", job.display());
-                if let Some(pods) = pods::failed_containers(watches.client(), job).await {
+                if let Some(pods) = pods::failed_containers(watching.watches.client(), job).await {
                     text.push_str(&format!(": {pods}"));
                 }
                 return terminal(text);

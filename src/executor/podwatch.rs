@@ -8,15 +8,15 @@
 //!
 //! A subscription sees every state the watch reports of its pods after it subscribed, and
 //! [`PodSubscription::current`] gives the pods as the store holds them now: a subscriber that reads
-//! both misses no pod. Pods in the store keep only what log following reads
-//! ([`keep_log_fields`]).
+//! both misses no pod. The Jobs' verdicts read the same store for pods on lost nodes
+//! (`super::disruption`). Pods in the store keep only what those two read ([`keep_pod_fields`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodSpec};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
@@ -113,7 +113,7 @@ impl PodWatch {
         // subscription's `current()` and its events together complete.
         let events = watcher::watcher(api, watcher::Config::default().labels(label))
             .default_backoff()
-            .modify(keep_log_fields)
+            .modify(keep_pod_fields)
             .reflect(writer);
         let task = tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
@@ -214,16 +214,22 @@ impl Drop for PodSubscription {
     }
 }
 
-/// Keeps of a pod only what log following reads: its name, namespace and labels, and per
-/// container its name, restart count and state; everything else (spec, annotations, managed
-/// fields, conditions, images) is dropped, so memory is a few hundred bytes per pod.
-pub fn keep_log_fields(pod: &mut Pod) {
+/// Keeps of a pod only what log following and the disruption rules (`super::disruption`) read:
+/// its name, namespace, labels, creation and deletion times, node, phase, `DisruptionTarget`
+/// condition, and per container its name, restart count and state; everything else (the rest of
+/// the spec, annotations, managed fields, other conditions, images) is dropped, so memory is a few
+/// hundred bytes per pod.
+pub fn keep_pod_fields(pod: &mut Pod) {
     let meta = &mut pod.metadata;
     meta.annotations = None;
     meta.managed_fields = None;
     meta.owner_references = None;
     meta.finalizers = None;
-    pod.spec = None;
+    let node_name = pod.spec.take().and_then(|s| s.node_name);
+    pod.spec = node_name.map(|node_name| PodSpec {
+        node_name: Some(node_name),
+        ..PodSpec::default()
+    });
     let Some(status) = pod.status.take() else {
         return;
     };
@@ -239,7 +245,16 @@ pub fn keep_log_fields(pod: &mut Pod) {
                 .collect()
         })
     };
+    let disruption = status.conditions.and_then(|c| {
+        let kept: Vec<_> = c
+            .into_iter()
+            .filter(|c| c.type_ == "DisruptionTarget")
+            .collect();
+        (!kept.is_empty()).then_some(kept)
+    });
     pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        phase: status.phase,
+        conditions: disruption,
         init_container_statuses: slim(status.init_container_statuses),
         container_statuses: slim(status.container_statuses),
         ..Default::default()
@@ -252,25 +267,29 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn a_stored_pod_keeps_its_labels_and_container_states_only() {
+    fn a_stored_pod_keeps_what_logs_and_disruption_rules_read() {
         let mut pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "ns", "labels": {"batch.kubernetes.io/job-name": "j"},
                          "annotations": {"a": "b"}, "managedFields": [{"manager": "m"}]},
-            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+            "spec": {"containers": [{"name": "main", "image": "busybox"}], "nodeName": "n1"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
+                                                          {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}],
                        "containerStatuses": [{"name": "main", "image": "busybox", "imageID": "x",
                                               "ready": true, "restartCount": 2,
                                               "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]},
         }))
         .unwrap();
-        keep_log_fields(&mut pod);
+        keep_pod_fields(&mut pod);
         assert_eq!(
             serde_json::to_value(&pod).unwrap(),
             json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "p", "namespace": "ns",
                              "labels": {"batch.kubernetes.io/job-name": "j"}},
-                "status": {"containerStatuses": [{"name": "main", "image": "", "imageID": "",
+                "spec": {"containers": [], "nodeName": "n1"},
+                "status": {"phase": "Running",
+                           "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}],
+                           "containerStatuses": [{"name": "main", "image": "", "imageID": "",
                                                   "ready": false, "restartCount": 2,
                                                   "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]},
             })

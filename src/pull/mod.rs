@@ -33,7 +33,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 pub use connect::{Backoff, ConnectError, connect_as_agent};
-pub use heartbeat::lease_third;
+pub use heartbeat::{Progress, lease_third};
 pub use order::{Carrier, Ended, Reported, Stage, Verdict};
 
 use crate::client::{Client, ClientError};

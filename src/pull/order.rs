@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::Abandon;
-use super::heartbeat::Heartbeats;
+use super::heartbeat::{Heartbeats, Progress};
 use crate::client::{Client, ClientError, Completed};
 use crate::wire::CompleteBody;
 use crate::wire::WorkOrder;
@@ -120,13 +120,15 @@ pub trait Carrier: Send + Sync + 'static {
         stop: &CancellationToken,
     ) -> impl Future<Output = Result<Self::Started, Verdict>> + Send;
 
-    /// `Watching`: waits for the verdict of what `start` began. Must return promptly once `stop`
-    /// fires (the verdict is then discarded).
+    /// `Watching`: waits for the verdict of what `start` began, saying through `progress` what
+    /// holds the order up meanwhile, if anything does (docs/design.md §12; its heartbeats carry
+    /// it). Must return promptly once `stop` fires (the verdict is then discarded).
     fn finish(
         &self,
         order: &WorkOrder,
         started: Self::Started,
         stop: &CancellationToken,
+        progress: &Progress,
     ) -> impl Future<Output = Verdict> + Send;
 
     /// Called when the order was cancelled while carried out (docs/design.md §4: the executor
@@ -272,6 +274,7 @@ pub async fn carry_one<C: Carrier>(
     carrier: &C,
     order: WorkOrder,
 ) -> Ended {
+    let progress = Progress::default();
     let mut guard = Guard {
         heartbeats: Heartbeats::start(
             ctx.client.clone(),
@@ -280,6 +283,7 @@ pub async fn carry_one<C: Carrier>(
             order.claim_id,
             ctx.heartbeat_every
                 .unwrap_or_else(|| super::lease_third(ctx.lease_seconds)),
+            &progress,
         ),
         stop: ctx.abandon.child_token(),
         abandon: ctx.abandon,
@@ -302,7 +306,10 @@ pub async fn carry_one<C: Carrier>(
             }
             Stage::Watching(started) => {
                 let stop = guard.stop.clone();
-                match guard.run(carrier.finish(&order, started, &stop)).await {
+                match guard
+                    .run(carrier.finish(&order, started, &stop, &progress))
+                    .await
+                {
                     Ok(verdict) => Stage::Reporting(verdict),
                     Err(why) => Stage::Abandoned(why),
                 }

@@ -12,6 +12,7 @@ use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use super::eligibility::OrderProfile;
+use super::model::ClaimWaiting;
 use super::registry::AgentProfileRow;
 use super::rules::agent_health;
 use super::waiting::{self, AgentState, MATCHING_AGENTS_SHOWN, OrderFacts, ReasonCount, Wait};
@@ -209,10 +210,46 @@ pub(in crate::queue) async fn snapshot(
     Ok(tx)
 }
 
+/// What the holder of the order's live claim says holds it up (`sql/claim_waiting.sql`).
+async fn claim_waiting(
+    tx: &mut Transaction<'static, Postgres>,
+    id: Uuid,
+) -> Result<Option<ClaimWaiting>, QueueError> {
+    let row: Option<(Json<ClaimWaiting>,)> = sqlx::query_as(sql::CLAIM_WAITING)
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    Ok(row.map(|(w,)| w.0))
+}
+
+/// The explanation of a claimed order held up as its agent says (docs/design.md §12): the
+/// agent's message, the node, and the seconds since the node stopped reporting (`0` when that
+/// is not known).
+fn held_explanation(w: ClaimWaiting) -> Explanation {
+    let waiting_seconds = w
+        .node
+        .since
+        .map(|t| (Utc::now() - t).num_seconds().max(0))
+        .unwrap_or(0);
+    Explanation {
+        reason: w.reason,
+        message: w.message,
+        matching_agents: Vec::new(),
+        matching_agent_count: 0,
+        position: None,
+        position_past: None,
+        backing_off_until: None,
+        concurrency: None,
+        node: Some(w.node),
+        waiting_seconds,
+    }
+}
+
 impl Queue {
-    /// Why work order `id` waits (docs/design.md §10 `GET /work-orders/{id}/explain`). Errors:
-    /// `NotFound` for an unknown id, `Finished` for one in the log, `Conflict`
-    /// (`not_waiting`) for a claimed one.
+    /// Why work order `id` waits (docs/design.md §10 `GET /work-orders/{id}/explain`): for a
+    /// claimed one, what its agent says holds it up (§12). Errors: `NotFound` for an unknown id,
+    /// `Finished` for one in the log, `Conflict` (`not_waiting`) for a claimed one its agent says
+    /// nothing of.
     pub async fn explain(&self, id: Uuid) -> Result<Explanation, QueueError> {
         if let Some(explanation) = self.waiting(id).await? {
             return Ok(explanation);
@@ -264,7 +301,10 @@ impl Queue {
             .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {
-            return Ok(None);
+            // Claimed (or not active): only its agent may say it waits (§12).
+            return claim_waiting(&mut tx, id)
+                .await
+                .map(|w| w.map(held_explanation));
         };
         let agents = live_agents(&mut *tx).await?;
         let Some(verdict) = row.columns.verdict(&agents) else {

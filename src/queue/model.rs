@@ -286,8 +286,9 @@ pub struct WorkOrder {
     pub updated_at: DateTime<Utc>,
 }
 
-/// Why an unclaimed order waits (docs/design.md §10). The rule that picks one, and
-/// when each applies, is `queue::waiting`.
+/// Why an order waits (docs/design.md §10). For an unclaimed order the rule that picks one, and
+/// when each applies, is `queue::waiting`; a claimed order waits only as its agent says
+/// (`node_unreachable`, §12, sent with its heartbeats: [`ClaimWaiting`]).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
 )]
@@ -299,10 +300,13 @@ pub enum WaitReason {
     BackingOff,
     ConcurrencyLimited,
     Queued,
+    /// Claimed, and a pod of it may still run on a node that does not report: its verdict waits
+    /// for the kubelet (docs/design.md §12).
+    NodeUnreachable,
 }
 
 impl WaitReason {
-    /// Every reason, for metrics registered at zero.
+    /// Every reason of an unclaimed order, for metrics registered at zero.
     pub const ALL: [WaitReason; 6] = [
         WaitReason::NoMatchingAgent,
         WaitReason::NoAgentConnected,
@@ -321,6 +325,7 @@ impl WaitReason {
             WaitReason::BackingOff => "backing_off",
             WaitReason::ConcurrencyLimited => "concurrency_limited",
             WaitReason::Queued => "queued",
+            WaitReason::NodeUnreachable => "node_unreachable",
         }
     }
 }
@@ -356,9 +361,36 @@ pub struct Explanation {
     /// For `concurrency_limited`: the key whose slots are all held, and by which orders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<KeyWait>,
+    /// For `node_unreachable`: the node that does not report, and since when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeWait>,
     /// Seconds since the order last became unclaimed (created, released by the reaper or a
-    /// retirement, its retry scheduled or come due), by the database's clock.
+    /// retirement, its retry scheduled or come due), by the database's clock; for
+    /// `node_unreachable`, since the node stopped reporting (else since the agent said so).
     pub waiting_seconds: i64,
+}
+
+/// The node a claimed order's pod may still run on (docs/design.md §12 `node_unreachable`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct NodeWait {
+    pub name: String,
+    /// When it stopped reporting, as its `Ready` condition says (absent when not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// What holds a claimed order up, as its agent says with each heartbeat (docs/design.md §12);
+/// absent from a heartbeat when nothing does. Stored with the claim, it is what `GET
+/// /work-orders/{id}` and `explain` answer for the order while the claim lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimWaiting {
+    /// Only `node_unreachable`: a pod of the order may still run on a node that does not report.
+    pub reason: WaitReason,
+    /// For people: the pod, the node, since when (at most 1024 bytes).
+    pub message: String,
+    /// The node, for `node_unreachable`.
+    pub node: NodeWait,
 }
 
 /// The concurrency key an order waits for (docs/design.md §10 `concurrency_limited`).

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use super::QueueError;
 use super::keys::{self, Concurrency};
-use super::model::{NewAgent, NewWorkOrder, RequestedWorkType, Targeting, WorkType};
+use super::model::{
+    ClaimWaiting, NewAgent, NewWorkOrder, RequestedWorkType, Targeting, WaitReason, WorkType,
+};
 use super::rules::{MIN_WATCH_BUDGET, watch_budget};
 use super::text::{strip_nul, strip_nul_all, strip_nul_map};
 use crate::manifest;
@@ -326,6 +328,37 @@ pub fn validate_agent(mut body: NewAgent) -> Result<AgentSpec, QueueError> {
 /// Validates the `lease_seconds` of a claim request ([`LEASE_SECONDS`]).
 pub fn validate_lease(lease_seconds: Option<i64>) -> Result<Option<i32>, QueueError> {
     LEASE_SECONDS.check_optional(lease_seconds)
+}
+
+/// Validates what a heartbeat says holds its order up (docs/design.md §12): only
+/// `node_unreachable`, a `message` of at most [`MAX_STRING_CHARS`] characters and a node name of
+/// at most [`MAX_AGENT_NAME_CHARS`] (Kubernetes' 253). U+0000 is removed, as from every text.
+pub fn validate_claim_waiting(
+    waiting: Option<ClaimWaiting>,
+) -> Result<Option<ClaimWaiting>, QueueError> {
+    let Some(mut w) = waiting else {
+        return Ok(None);
+    };
+    if w.reason != WaitReason::NodeUnreachable {
+        return Err(invalid(
+            "waiting.reason",
+            format!(
+                "waiting.reason: an agent may say only node_unreachable of a claimed order, not {}",
+                w.reason
+            ),
+        ));
+    }
+    within_as_sent("waiting.message", &w.message, MAX_STRING_CHARS)?;
+    within_as_sent("waiting.node.name", &w.node.name, MAX_AGENT_NAME_CHARS)?;
+    strip_nul(&mut w.message);
+    strip_nul(&mut w.node.name);
+    if w.node.name.trim().is_empty() {
+        return Err(invalid(
+            "waiting.node.name",
+            "waiting.node.name must name the node",
+        ));
+    }
+    Ok(Some(w))
 }
 
 #[cfg(test)]

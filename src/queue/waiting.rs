@@ -214,6 +214,11 @@ pub fn explanation(
             };
             format!("{line}{}", takers_running(verdict))
         }
+        // Not from `classify`: a claimed order's agent says it (`queue::explain`).
+        WaitReason::NodeUnreachable => format!(
+            "Work order {id} is claimed, and a pod of it may still run on a node that does not \
+             report; its verdict waits for the node's kubelet."
+        ),
     };
     Explanation {
         reason: verdict.reason,
@@ -238,6 +243,7 @@ pub fn explanation(
         } else {
             None
         },
+        node: None,
         waiting_seconds: order.waiting_seconds.max(0),
     }
 }
@@ -293,7 +299,9 @@ pub fn wait(order: &OrderFacts, verdict: &Verdict<'_>) -> Wait {
     // No agent names or counts: registering, retiring or reaching an agent must not rewrite the
     // status of every waiting WorkOrder. `explain` names them.
     let message = match verdict.reason {
-        WaitReason::NoMatchingAgent => explanation(order, verdict, None).message,
+        WaitReason::NoMatchingAgent | WaitReason::NodeUnreachable => {
+            explanation(order, verdict, None).message
+        }
         WaitReason::BackingOff => match order.next_retry_after {
             Some(t) => format!(
                 "Work order {id} failed attempt {} and is backing off until {}; then a matching \

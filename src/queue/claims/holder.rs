@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::Heartbeat;
+use crate::queue::model::ClaimWaiting;
 use crate::queue::orders::{EndedBy, FinalClaim, finish};
 use crate::queue::rules::{self, FailureDecision};
 use crate::queue::sql;
@@ -25,13 +26,15 @@ use crate::queue::{
 
 impl Queue {
     /// Extends the lease of the agent's live claim (docs/design.md §2, §5). A lease never extends past
-    /// `claimed_at + claim_timeout_seconds`. `409` (`cancelled`, `reclaimed`,
+    /// `claimed_at + claim_timeout_seconds`. `waiting` is what holds the order up now, as the
+    /// agent says (§12; `None`: nothing), kept with the claim. `409` (`cancelled`, `reclaimed`,
     /// `not_claim_holder`) when the agent does not hold a live claim; `404` unknown order.
     pub async fn heartbeat(
         &self,
         order_id: Uuid,
         agent_id: Uuid,
         claim_id: Option<Uuid>,
+        waiting: Option<&ClaimWaiting>,
     ) -> Result<Heartbeat, QueueError> {
         // One transaction, so one WAL flush; the agent row first, as everywhere (lock order).
         let mut tx = self.pool.begin().await?;
@@ -40,6 +43,7 @@ impl Queue {
             .bind(order_id)
             .bind(agent_id)
             .bind(claim_id)
+            .bind(waiting.map(sqlx::types::Json))
             .fetch_optional(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -155,8 +155,9 @@ statements! {
     PARK_TURNS = "park_turns";
     UNPARK_STRANDED_TURNS = "unpark_stranded_turns";
 
-    // Why an order waits, and backlogs (docs/design.md §10; `queue::explain`, `queue::backlog`).
+    // Why an order waits (docs/design.md §10, §12), and backlogs (`queue::explain`, `queue::backlog`).
     WAITING_ORDER = "waiting_order";
+    CLAIM_WAITING = "claim_waiting";
     WAITING_AGENTS = "waiting_agents";
     QUEUE_POSITION = "queue_position";
     BACKLOG = "backlog";

@@ -1,0 +1,110 @@
+//! A Job's verdict under docs/design.md §12: what the Job's conditions say is taken only once no
+//! pod of the Job may still run where no kubelet reports (`super::disruption`). While one may,
+//! the verdict waits: until the kubelet reports, the pod is gone, its node is deleted or marked
+//! out-of-service, or the budget ends (then the order fails naming the node).
+//!
+//! The pods come from the shared pod watch (`super::podwatch`) and the nodes from the one node
+//! watch (`super::nodewatch`), so holding costs no connection per Job.
+
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use super::apply::Applied;
+use super::disruption::{Hold, first_hold};
+use super::logs::JOB_NAME_LABEL;
+use super::nodewatch::NodeWatch;
+use super::podwatch::{PodSubscription, PodWatches};
+use super::verdict::job_verdict;
+use super::watch::{WatchEnd, Watches};
+
+/// What a Job's verdict is read through.
+pub struct JobWatching<'a> {
+    pub watches: &'a Watches,
+    pub pods: &'a PodWatches,
+    pub nodes: &'a NodeWatch,
+}
+
+/// How the wait for one Job ended.
+#[derive(Debug)]
+pub enum JobEnd {
+    /// As [`Watches::wait_for`] ended, with no pod left that may run where no kubelet reports.
+    Watched(WatchEnd),
+    /// The deadline passed while a pod may still run on a node that does not report.
+    HeldAtDeadline(Hold),
+}
+
+impl JobWatching<'_> {
+    /// Waits for `job`'s verdict until `deadline` or `stop`, holding a terminal one while a pod
+    /// of the Job may still run where no kubelet reports. `on_hold` is told the pod that holds
+    /// it up whenever that changes (`None` once nothing does), for the order to say so.
+    pub async fn job_end(
+        &self,
+        job: &Applied,
+        deadline: Instant,
+        stop: &CancellationToken,
+        mut on_hold: impl FnMut(Option<&Hold>),
+    ) -> JobEnd {
+        let Some(ns) = job.namespace.as_deref() else {
+            return JobEnd::Watched(
+                self.watches
+                    .wait_for(job, deadline, stop, job_verdict)
+                    .await,
+            );
+        };
+        let mut pods = self.pods.subscribe(ns, JOB_NAME_LABEL, &job.name);
+        let mut nodes = self.nodes.changes();
+        let until = tokio::time::Instant::from_std(deadline);
+        let mut said: Option<Hold> = None;
+        loop {
+            let hold = self.hold(&pods);
+            if hold != said {
+                on_hold(hold.as_ref());
+                said = hold.clone();
+            }
+            let end = tokio::select! {
+                end = self.watches.wait_for(job, deadline, stop, job_verdict) => end,
+                // A pod or a node changed: whether one holds the verdict may have too.
+                Some(_) = pods.next() => continue,
+                Ok(()) = nodes.changed() => continue,
+            };
+            let WatchEnd::Verdict(verdict) = end else {
+                if end == WatchEnd::DeadlineReached
+                    && let Some(hold) = hold.filter(|h| h.unreachable)
+                {
+                    return JobEnd::HeldAtDeadline(hold);
+                }
+                return JobEnd::Watched(end);
+            };
+            // The verdict is there: before it is taken, the pods and nodes are listed, so a pod
+            // on a lost node is not missed for want of a first list.
+            pods.listed().await;
+            self.nodes.listed().await;
+            let Some(hold) = self.hold(&pods) else {
+                if said.is_some() {
+                    on_hold(None);
+                }
+                return JobEnd::Watched(WatchEnd::Verdict(verdict));
+            };
+            if said.as_ref() != Some(&hold) {
+                on_hold(Some(&hold));
+                said = Some(hold.clone());
+            }
+            tracing::info!(job = %job.display(), pod = %hold.pod, node = %hold.node,
+                "the Job has a verdict, but its pod may still run where no kubelet reports; holding it (docs/design.md §12)");
+            tokio::select! {
+                _ = pods.next() => {}
+                _ = nodes.changed() => {}
+                _ = stop.cancelled() => return JobEnd::Watched(WatchEnd::Stopped),
+                _ = tokio::time::sleep_until(until) => return JobEnd::HeldAtDeadline(hold),
+            }
+        }
+    }
+
+    fn hold(&self, pods: &PodSubscription) -> Option<Hold> {
+        let current = pods.current();
+        first_hold(current.iter().map(|p| p.as_ref()), |node| {
+            self.nodes.state(node)
+        })
+    }
+}

@@ -1,0 +1,159 @@
+//! The executor's one watch of Nodes (docs/design.md §12): whether the node under a Job's pod
+//! reports, for every order at once, so API connections do not grow with running Jobs. Opened on
+//! first use; nodes in its store keep only their name, taints and `Ready` condition.
+//!
+//! Reading nodes needs `list` and `watch` on them cluster-wide (the chart's per-executor
+//! ClusterRole). Without them the watch keeps failing (said once in the log) and every node is
+//! [`NodeState::Unknown`]: verdicts then wait only on what the pods themselves say
+//! (`super::disruption`).
+
+use std::sync::{Arc, OnceLock};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
+
+use super::disruption::{NodeState, node_state};
+
+/// The executor's watch of Nodes, opened by the first [`NodeWatch::state`] or
+/// [`NodeWatch::changes`].
+pub struct NodeWatch {
+    client: Client,
+    open: OnceLock<Arc<Open>>,
+}
+
+struct Open {
+    store: Store<Node>,
+    /// Bumped after every event the store took in.
+    changes: watch::Receiver<u64>,
+    listing: watch::Receiver<Listing>,
+    _task: AbortOnDropHandle<()>,
+}
+
+/// How far the watch is with its first list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Listing {
+    Pending,
+    /// Listed at least once: a node missing from the store was deleted.
+    Listed,
+    /// Failing before it could list (no right to, API server away); retried with backoff.
+    Failing,
+}
+
+impl NodeWatch {
+    pub fn new(client: Client) -> Self {
+        NodeWatch {
+            client,
+            open: OnceLock::new(),
+        }
+    }
+
+    /// Whether the watch was opened (by a Job whose pods' nodes were asked for).
+    pub fn is_open(&self) -> bool {
+        self.open.get().is_some()
+    }
+
+    fn open(&self) -> &Arc<Open> {
+        self.open
+            .get_or_init(|| Arc::new(Open::start(self.client.clone())))
+    }
+
+    /// The state of the node `name` as the store holds it now.
+    pub fn state(&self, name: &str) -> NodeState {
+        let open = self.open();
+        let listed = *open.listing.borrow() == Listing::Listed;
+        let node = open.store.get(&ObjectRef::new(name));
+        node_state(node.as_deref(), listed)
+    }
+
+    /// A receiver that changes whenever a node does (or the nodes are listed again).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.open().changes.clone()
+    }
+
+    /// Waits until the nodes are listed, or the watch failed before it could (then every node
+    /// stays [`NodeState::Unknown`] and nothing is gained by waiting).
+    pub async fn listed(&self) {
+        let mut listing = self.open().listing.clone();
+        let _ = listing.wait_for(|l| *l != Listing::Pending).await;
+    }
+}
+
+impl Open {
+    fn start(client: Client) -> Self {
+        let api: Api<Node> = Api::all(client);
+        let writer = Writer::default();
+        let store = writer.as_reader();
+        let (tx, changes) = watch::channel(0u64);
+        let (listing_tx, listing) = watch::channel(Listing::Pending);
+        tracing::info!("opening the watch of nodes (docs/design.md §12)");
+        let events = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(keep_state_fields)
+            .reflect(writer);
+        let task = tokio::spawn(async move {
+            let mut events = std::pin::pin!(events);
+            let mut failing = false;
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(Event::Apply(_) | Event::Delete(_)) => tx.send_modify(|n| *n += 1),
+                    Ok(Event::InitDone) => {
+                        failing = false;
+                        listing_tx.send_replace(Listing::Listed);
+                        tx.send_modify(|n| *n += 1);
+                    }
+                    Ok(Event::Init | Event::InitApply(_)) => {}
+                    Err(error) if !failing => {
+                        failing = true;
+                        listing_tx.send_if_modified(|l| {
+                            let first = *l == Listing::Pending;
+                            if first {
+                                *l = Listing::Failing;
+                            }
+                            first
+                        });
+                        tracing::warn!(%error, "cannot watch nodes; a pod's verdict waits only on \
+                            what the pod says of a lost node (grant list and watch on nodes, \
+                            docs/design.md §12); retrying");
+                    }
+                    Err(error) => tracing::debug!(%error, "node watch error; it resumes"),
+                }
+            }
+        });
+        Open {
+            store,
+            changes,
+            listing,
+            _task: AbortOnDropHandle::new(task),
+        }
+    }
+}
+
+/// Keeps of a node what [`node_state`] reads: name, taints and the `Ready` condition.
+pub fn keep_state_fields(node: &mut Node) {
+    let meta = &mut node.metadata;
+    meta.annotations = None;
+    meta.labels = None;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    let taints: Option<Vec<Taint>> = node.spec.take().and_then(|s| s.taints);
+    node.spec = Some(NodeSpec {
+        taints,
+        ..NodeSpec::default()
+    });
+    let ready: Option<Vec<NodeCondition>> = node.status.take().and_then(|s| {
+        s.conditions
+            .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect())
+    });
+    node.status = Some(NodeStatus {
+        conditions: ready,
+        ..NodeStatus::default()
+    });
+}
