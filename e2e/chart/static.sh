@@ -177,6 +177,17 @@ ok "a NetworkPolicy with a bad CIDR is refused by the API server (the dry runs a
 [[ "$(grep -c '^kind: Executor$' "$WORK/pullman-cw.rendered.yaml")" == 2 ]] \
   || fail "helm template did not render both Executors of cw.yaml"
 ok "both Executors rendered by a plain helm template"
+# Both executors read Nodes (docs/design.md §12), through one ClusterRole that grants nothing else.
+python3 - "$WORK" <<'PY' || fail "the executors' Node reading is not one read-only ClusterRole bound to both"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(f"{sys.argv[1]}/pullman-cw.rendered.yaml")) if d]
+role = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-executor-nodes")]
+assert len(role) == 1 and role[0]["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}], role
+binding = [d for d in docs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == role[0]["metadata"]["name"]]
+execs = sorted((d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"].endswith("-executor"))
+assert len(binding) == 1 and sorted((s["namespace"], s["name"]) for s in binding[0]["subjects"]) == execs and len(execs) == 2, (binding, execs)
+PY
+ok "the executors read Nodes through one read-only ClusterRole bound to each of them"
 python3 - "$WORK" <<'PY' || fail "rendered NetworkPolicies, anti-affinity or resources are not what values.yaml says"
 import sys, yaml
 work = sys.argv[1]
