@@ -35,6 +35,9 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
 /// Reason of the Event recorded when an order becomes unschedulable.
 pub const UNSCHEDULABLE_EVENT: &str = "Unschedulable";
+/// Reason of the `Schedulable` condition, and of the Warning Event, of a claimed order whose pod
+/// may still run on a node that does not report (docs/design.md §12).
+pub const NODE_UNREACHABLE: &str = "NodeUnreachable";
 
 /// Reason of the condition while the order waits for an Executor its autoscaler has scaled to
 /// zero, or is starting (issue #35): normal for KEDA's scale from zero, so `True` and no Warning
@@ -146,7 +149,7 @@ pub fn parts(wait: &Wait, scale_ups: &ScaleUps) -> (bool, &'static str, String) 
         WaitReason::BackingOff => (true, "BackingOff"),
         WaitReason::ConcurrencyLimited => (true, "ConcurrencyLimited"),
         WaitReason::AgentsBusy | WaitReason::Queued => (true, "Matched"),
-        WaitReason::NodeUnreachable => (true, "NodeUnreachable"),
+        WaitReason::NodeUnreachable => (true, NODE_UNREACHABLE),
     };
     (status, reason, wait.message.clone())
 }
@@ -170,6 +173,12 @@ pub fn condition_of(
         condition(prev, SCHEDULABLE, status, reason, message, generation, now)
     };
     match (lookup, wait) {
+        // Its agent says a pod of it may still run on a node that does not report (§12).
+        (Lookup::Active(o), Some(wait))
+            if o.status == OrderStatus::Claimed && wait.reason == WaitReason::NodeUnreachable =>
+        {
+            Some(make(true, NODE_UNREACHABLE, &wait.message))
+        }
         (Lookup::Active(o), _) if o.status == OrderStatus::Claimed => {
             let by = o
                 .claimed_by
@@ -194,6 +203,36 @@ pub fn condition_of(
 /// Whether an order needs the queue's reason for its condition: it is in the queue, unclaimed.
 pub fn waits(lookup: &Lookup) -> bool {
     matches!(lookup, Lookup::Active(o) if o.status != OrderStatus::Claimed)
+}
+
+/// Whether an order is claimed: its condition then asks what its agent says holds it up.
+pub fn claimed(lookup: &Lookup) -> bool {
+    matches!(lookup, Lookup::Active(o) if o.status == OrderStatus::Claimed)
+}
+
+/// The Warning Event to record when `new` says a pod of the claimed order may still run on a
+/// node that does not report and `prev` did not: once each time (docs/design.md §12).
+pub fn node_unreachable_event(
+    prev: Option<&WorkOrderStatus>,
+    new: &WorkOrderStatus,
+) -> Option<KubeEvent> {
+    let find = |s: &WorkOrderStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == SCHEDULABLE && c.reason == NODE_UNREACHABLE)
+            .cloned()
+    };
+    let now = find(new)?;
+    if prev.and_then(find).is_some() {
+        return None;
+    }
+    Some(KubeEvent {
+        type_: EventType::Warning,
+        reason: NODE_UNREACHABLE.into(),
+        note: Some(now.message),
+        action: "Run".into(),
+        secondary: None,
+    })
 }
 
 /// The Warning Event to record when `new` says the order cannot be scheduled and `prev` did not:

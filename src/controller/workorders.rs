@@ -195,7 +195,8 @@ async fn write_status(
     patch_status(wo, new, ctx).await?;
     let events = transition::phase_event(prev, new)
         .into_iter()
-        .chain(schedulable::unschedulable_event(prev, new));
+        .chain(schedulable::unschedulable_event(prev, new))
+        .chain(schedulable::node_unreachable_event(prev, new));
     for event in events {
         ctx.events.record(event, wo.object_ref(&()));
     }
@@ -251,19 +252,25 @@ async fn queue_it(wo: &WorkOrderResource, id: Uuid, r: &Reconciler) -> Result<Qu
     }
 }
 
-/// Why the unclaimed order `row` waits, for its `Schedulable` condition; `None` for a claimed
-/// order, or when the queue cannot say now (the condition then stays as it was until the next
-/// refresh, `schedulable::REFRESH_EVERY`, rather than failing a reconcile that has the rest).
+/// Why the order `row` waits, for its `Schedulable` condition: an unclaimed order's reason, or
+/// what a claimed order's agent says holds it up (`node_unreachable`, docs/design.md §12); `None`
+/// for a claimed order nothing holds up, or when the queue cannot say now (the condition then
+/// stays as it was until the next refresh, `schedulable::REFRESH_EVERY`, rather than failing a
+/// reconcile that has the rest).
 async fn waiting_reason(
     id: Uuid,
     row: &Lookup,
     ctx: &Context,
 ) -> Option<crate::queue::waiting::Wait> {
-    if !schedulable::waits(row) {
+    let read = if schedulable::waits(row) {
+        ctx.queue.waits(&[id]).await.map(|mut w| w.remove(&id))
+    } else if schedulable::claimed(row) {
+        ctx.queue.claim_wait(id).await
+    } else {
         return None;
-    }
-    match ctx.queue.waits(&[id]).await {
-        Ok(mut waits) => waits.remove(&id),
+    };
+    match read {
+        Ok(wait) => wait,
         Err(error) => {
             tracing::debug!(work_order = %id, %error, "could not tell why the order waits");
             None

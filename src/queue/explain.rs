@@ -347,6 +347,21 @@ impl Queue {
         Ok(Some(waiting::explanation(&facts, &verdict, position)))
     }
 
+    /// What the holder of claimed order `id` says holds it up (docs/design.md §12), for the
+    /// WorkOrder `Schedulable` condition: `None` when the order has no live claim or nothing holds
+    /// it up. One read by primary key.
+    pub async fn claim_wait(&self, id: Uuid) -> Result<Option<Wait>, QueueError> {
+        let row: Option<(Json<ClaimWaiting>,)> = sqlx::query_as(sql::CLAIM_WAITING)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|(w,)| Wait {
+            reason: w.0.reason,
+            message: w.0.message,
+            matching: Vec::new(),
+        }))
+    }
+
     /// Why each of `ids` waits, for the WorkOrder `Schedulable` condition (docs/design.md §10): one
     /// statement (`sql/waiting_orders.sql`, by primary key) and a read of the live agents begun
     /// after the call (shared with the calls waiting for it, [`RecentAgents`]), each group of orders

@@ -1,7 +1,8 @@
 //! The WorkOrder `Schedulable` condition (docs/design.md §10) against a real kube-apiserver: why an
 //! order waits, updated within 10 s when an agent is registered or retired (causes outside the
-//! order's row), one Event when it becomes unschedulable, and waiting read as progress by
-//! kstatus, Flux and Argo CD.
+//! order's row), one Event when it becomes unschedulable, a claimed order whose agent says its
+//! node does not report (docs/design.md §12), and waiting read as progress by kstatus, Flux and
+//! Argo CD.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
@@ -117,6 +118,41 @@ async fn a_waiting_order_says_why_and_follows_its_agents() {
     phase_is(&api, "lonely", WorkOrderPhase::Claimed).await;
     let obj = schedulable_is(&ns, "lonely", "Claimed", 10).await;
     assert!(message(&obj, "Schedulable").contains(&agent));
+
+    // Its agent says a pod of it may still run on a node that does not report (§12): the
+    // condition says so within seconds (the heartbeat notifies the controller), with one Warning
+    // Event, and goes back to Claimed when the agent says nothing holds it up any more.
+    let lost = json!({"reason": "node_unreachable", "message": "pod p may still run on node n1",
+                      "node": {"name": "n1"}});
+    let (code, v) = s
+        .heartbeat(&uid, &tok, json!({"agent_id": agent, "waiting": lost}))
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let obj = schedulable_is(&ns, "lonely", "NodeUnreachable", 5).await;
+    assert_eq!(
+        message(&obj, "Schedulable"),
+        "pod p may still run on node n1"
+    );
+    let node_events = || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("NodeUnreachable"))
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum::<i32>()
+    };
+    eventually(10, "the NodeUnreachable Event", || async {
+        (node_events().await == 1).then_some(())
+    })
+    .await;
+    let (code, v) = s
+        .heartbeat(&uid, &tok, json!({"agent_id": agent, "waiting": lost}))
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = s.heartbeat(&uid, &tok, json!({"agent_id": agent})).await;
+    assert_eq!(code, 200, "{v}");
+    schedulable_is(&ns, "lonely", "Claimed", 5).await;
+    assert_eq!(node_events().await, 1, "said once");
     let (code, v) = s
         .complete(&uid, &tok, json!({"agent_id": agent, "success": true}))
         .await;
