@@ -186,10 +186,11 @@ impl Drop for LongPollGauge {
     }
 }
 
-/// Extend the lease of a claim.
+/// Extend the lease of a claim, saying what holds the order up (`waiting`, docs/design.md §12).
 #[utoipa::path(post, path = "/api/v1/work-orders/{id}/heartbeat", tag = "claims",
     params(("id" = Uuid, Path, description = "Work order id")), request_body = HeartbeatBody,
     responses((status = 200, description = "Lease extended: its new end and the claim's hard end", body = Heartbeat),
+        (status = 400, description = "`invalid_field`: `waiting` says something other than `node_unreachable`, or a text past its bound (the field is named)", body = ErrorBody),
         (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`: stop working on it", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)),
