@@ -6,7 +6,7 @@
 //! The pods come from the shared pod watch (`super::podwatch`) and the nodes from the one node
 //! watch (`super::nodewatch`), so holding costs no connection per Job.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +17,9 @@ use super::nodewatch::NodeWatch;
 use super::podwatch::{PodSubscription, PodWatches};
 use super::verdict::job_verdict;
 use super::watch::{WatchEnd, Watches};
+
+/// Longest a verdict waits for the first list of the pods and of the nodes.
+const LISTED_WAIT: Duration = Duration::from_secs(10);
 
 /// What a Job's verdict is read through.
 pub struct JobWatching<'a> {
@@ -37,7 +40,8 @@ pub enum JobEnd {
 impl JobWatching<'_> {
     /// Waits for `job`'s verdict until `deadline` or `stop`, holding a terminal one while a pod
     /// of the Job may still run where no kubelet reports. `on_hold` is told the pod that holds
-    /// it up whenever that changes (`None` once nothing does), for the order to say so.
+    /// it up whenever that changes (`None` once nothing does while the Job runs on; not at the
+    /// verdict, which ends the claim anyway), for the order to say so.
     pub async fn job_end(
         &self,
         job: &Applied,
@@ -77,13 +81,13 @@ impl JobWatching<'_> {
                 return JobEnd::Watched(end);
             };
             // The verdict is there: before it is taken, the pods and nodes are listed, so a pod
-            // on a lost node is not missed for want of a first list.
-            pods.listed().await;
-            self.nodes.listed().await;
+            // on a lost node is not missed for want of a first list (bounded: a list that does
+            // not come leaves the pods' own conditions to go by).
+            let listed = async { tokio::join!(pods.listed(), self.nodes.listed()) };
+            let _ = tokio::time::timeout(LISTED_WAIT, listed).await;
+            // Taken without telling `on_hold` that nothing holds it any more: the claim ends
+            // with the report, and a heartbeat sent now would only race the complete.
             let Some(hold) = self.hold(&pods) else {
-                if said.is_some() {
-                    on_hold(None);
-                }
                 return JobEnd::Watched(WatchEnd::Verdict(verdict));
             };
             if said.as_ref() != Some(&hold) {
