@@ -25,7 +25,10 @@ export PULLMAN_TESTENV_STATE="$STATE"
 PULLMAN="${PULLMAN_BIN:-$PWD/target/debug/pullman}"
 DOWN="${NODE_LOST_DOWN_SECONDS:-100}"
 [[ -x "$PULLMAN" ]] || fail "no pullman binary at $PULLMAN (cargo build --bin pullman)"
-node="$(k get nodes -l pullman.dev/node=real -o jsonpath='{.items[0].metadata.name}')"
+# The node must stay away long enough to be seen NotReady (~50 s) and the order to say so.
+(( DOWN >= 90 )) || fail "NODE_LOST_DOWN_SECONDS=$DOWN: at least 90 (the node goes NotReady after ~50 s)"
+node="$(k get nodes -l pullman.dev/node=real -o jsonpath='{.items[*].metadata.name}')"
+node="${node%% *}"
 [[ -n "$node" ]] || fail "no node labelled pullman.dev/node=real (PULLMAN_TESTENV_REAL_NODE=1)"
 
 now() { date +%s; }
@@ -48,8 +51,12 @@ diagnose() {
 }
 cleanup() {
   set +e
-  # A kubelet stopped by this script is started again before anything else goes.
-  [[ -n "$restart_pid" ]] && wait "$restart_pid"
+  # A kubelet stopped by this script is started again, and its node Ready, before anything else
+  # goes.
+  if [[ -n "$restart_pid" ]]; then
+    wait "$restart_pid"
+    for _ in $(seq 120); do [[ "$(node_ready)" == True ]] && break; sleep 1; done
+  fi
   [[ -n "$exec_pid" ]] && kill -TERM "$exec_pid" 2>/dev/null && wait "$exec_pid"
   serve_stop
   k delete namespace "$NS" --wait=false >/dev/null 2>&1
@@ -58,7 +65,8 @@ cleanup() {
 trap cleanup EXIT
 
 step "a server and an executor on this machine; a Job on the real node"
-export PULLMAN_ADMIN_TOKEN="$(openssl rand -hex 16)"
+PULLMAN_ADMIN_TOKEN="$(openssl rand -hex 16)"
+export PULLMAN_ADMIN_TOKEN
 serve_start "$PULLMAN" "$WORK"
 admin() { curl -sS --fail-with-body -H "Authorization: Bearer $PULLMAN_ADMIN_TOKEN" -H 'content-type: application/json' "$@"; }
 k create namespace "$NS" >/dev/null
@@ -97,11 +105,14 @@ t_stop=$(now)
 not_ready() { [[ "$(node_ready)" != True ]]; }
 until_true 120 "node $node NotReady" not_ready
 # When the node lifecycle controller saw it, as it wrote it.
-not_ready_at="$(date -d "$(k get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastTransitionTime}')" +%s)"
+went="$(k get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastTransitionTime}')"
+[[ -n "$went" ]] || fail "node $node has no Ready transition time"
+not_ready_at="$(date -d "$went" +%s)"
 order() { admin "$base/api/v1/work-orders/$id"; }
 says_unreachable() { [[ "$(order | jsonf 'd.get("waiting", {}).get("reason")' 2>/dev/null)" == node_unreachable ]]; }
 until_true 90 "order $id saying node_unreachable" says_unreachable
 said=$(( $(now) - not_ready_at ))
+not_ready || fail "node $node was Ready again before the order said node_unreachable: too late to tell"
 o="$(order)"
 [[ "$(jsonf 'd["status"]' <<<"$o")" == CLAIMED ]] || fail "order $id is not claimed while its node does not report: $o"
 [[ "$(jsonf 'd["waiting"]["node"]["name"]' <<<"$o")" == "$node" ]] || fail "the order does not name node $node: $o"

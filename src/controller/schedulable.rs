@@ -205,6 +205,17 @@ pub fn waits(lookup: &Lookup) -> bool {
     matches!(lookup, Lookup::Active(o) if o.status != OrderStatus::Claimed)
 }
 
+/// Puts back in `new` the `Schedulable` condition `prev` had, when the queue could not say why
+/// the order waits: a claimed order's `NodeUnreachable` must not turn into `Claimed` (and back,
+/// with a second Event) for a failed read.
+pub fn keep_condition(new: &mut WorkOrderStatus, prev: Option<&WorkOrderStatus>) {
+    let Some(had) = prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == SCHEDULABLE)) else {
+        return;
+    };
+    new.conditions.retain(|c| c.type_ != SCHEDULABLE);
+    new.conditions.push(had.clone());
+}
+
 /// Whether an order is claimed: its condition then asks what its agent says holds it up.
 pub fn claimed(lookup: &Lookup) -> bool {
     matches!(lookup, Lookup::Active(o) if o.status == OrderStatus::Claimed)

@@ -141,15 +141,18 @@ async fn apply(wo: Arc<WorkOrderResource>, r: &Reconciler) -> Result<Action, Err
         },
         found => Ok(found),
     };
-    let wait = match &row {
+    let (wait, unsure) = match &row {
         Ok(row) => waiting_reason(id, row, ctx).await,
-        Err(_) => None,
+        Err(_) => (None, false),
     };
     let scale_ups = match &wait {
         Some(_) => schedulable::ScaleUps::of(&r.executors.state(), &now),
         None => schedulable::ScaleUps::default(),
     };
-    let new_status = status_of(&wo, &row, wait.as_ref(), &scale_ups, prev, &now);
+    let mut new_status = status_of(&wo, &row, wait.as_ref(), &scale_ups, prev, &now);
+    if unsure {
+        schedulable::keep_condition(&mut new_status, prev);
+    }
     if prev != Some(&new_status) {
         write_status(&wo, prev, &new_status, ctx).await?;
         r.burst.wrote(id, new_status.clone());
@@ -254,26 +257,26 @@ async fn queue_it(wo: &WorkOrderResource, id: Uuid, r: &Reconciler) -> Result<Qu
 
 /// Why the order `row` waits, for its `Schedulable` condition: an unclaimed order's reason, or
 /// what a claimed order's agent says holds it up (`node_unreachable`, docs/design.md §12); `None`
-/// for a claimed order nothing holds up, or when the queue cannot say now (the condition then
-/// stays as it was until the next refresh, `schedulable::REFRESH_EVERY`, rather than failing a
-/// reconcile that has the rest).
+/// for a claimed order nothing holds up. `true` beside it when the queue cannot say now: the
+/// condition then stays as it was (until the next refresh, `schedulable::REFRESH_EVERY`, or the
+/// claim's next change) rather than failing a reconcile that has the rest.
 async fn waiting_reason(
     id: Uuid,
     row: &Lookup,
     ctx: &Context,
-) -> Option<crate::queue::waiting::Wait> {
+) -> (Option<crate::queue::waiting::Wait>, bool) {
     let read = if schedulable::waits(row) {
         ctx.queue.waits(&[id]).await.map(|mut w| w.remove(&id))
     } else if schedulable::claimed(row) {
         ctx.queue.claim_wait(id).await
     } else {
-        return None;
+        return (None, false);
     };
     match read {
-        Ok(wait) => wait,
+        Ok(wait) => (wait, false),
         Err(error) => {
             tracing::debug!(work_order = %id, %error, "could not tell why the order waits");
-            None
+            (None, true)
         }
     }
 }

@@ -8,10 +8,11 @@
 //! on lost nodes without stopping anything, and the Job controller counts such a pod as failed at
 //! once (its `FailureTarget` follows), while the process may still run behind a network
 //! partition. A pod is taken as stopped when the kubelet said so (every container terminated,
-//! phase `Succeeded`, or `Failed` not set by those two), when it is gone from the API server (a
-//! graceful deletion ends only when the kubelet confirms it; a forced one is the admin's or
-//! PodGC's, for a node deleted or marked out-of-service), or when its node is deleted or marked
-//! `node.kubernetes.io/out-of-service` (the admin's word that the node is shut down).
+//! phase `Succeeded`, or `Failed` not set by those two), when its node is deleted or marked
+//! `node.kubernetes.io/out-of-service` (the admin's word that the node is shut down), or when it
+//! is gone from the API server and its node reports again (a graceful deletion ends only when the
+//! kubelet confirms it). A pod force-deleted while its node does not report is still taken as
+//! running ([`with_gone`]).
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -188,26 +189,70 @@ pub fn hold(pod: &Pod, node: &NodeState) -> Option<Hold> {
     })
 }
 
-/// The first of `pods` (oldest first) whose verdict must wait, with `node` telling the state of
-/// the node by name; `None` when every pod's word can be taken.
-pub fn first_hold<'a>(
+/// Every one of `pods` whose verdict must wait, oldest first, with `node` telling the state of
+/// the node by name.
+pub fn holds<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
     node: impl Fn(&str) -> NodeState,
-) -> Option<Hold> {
+) -> Vec<Hold> {
     let mut pods: Vec<&Pod> = pods.into_iter().collect();
     pods.sort_by(|a, b| {
         (a.metadata.creation_timestamp.as_ref(), &a.metadata.name)
             .cmp(&(b.metadata.creation_timestamp.as_ref(), &b.metadata.name))
     });
-    pods.into_iter().find_map(|pod| {
-        let state = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .map(&node)
-            .unwrap_or(NodeState::Unknown);
-        hold(pod, &state)
-    })
+    pods.into_iter()
+        .filter_map(|pod| {
+            let state = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .map(&node)
+                .unwrap_or(NodeState::Unknown);
+            hold(pod, &state)
+        })
+        .collect()
+}
+
+/// The hold the order says: the oldest on a node that does not report, else the oldest.
+pub fn pick(holds: Vec<Hold>) -> Option<Hold> {
+    let first_unreachable = holds.iter().position(|h| h.unreachable);
+    holds.into_iter().nth(first_unreachable.unwrap_or(0))
+}
+
+/// The pods that held a verdict, by name, with their node: kept after they are gone from the API
+/// server while their node still does not report, since a pod force-deleted there (`kubectl
+/// delete --force`, the usual way to unstick a Job) may still run (§12 takes a gone pod as
+/// stopped only with its node deleted or out-of-service).
+pub type Gone = std::collections::BTreeMap<String, String>;
+
+/// `held` (this look's holds of the pods present, named in `present`) with a hold for each pod of
+/// `gone` that is no longer present and whose node is still not Ready; and the pods to remember
+/// for the next look: those held now, and those gone on a node still not Ready.
+pub fn with_gone(
+    mut held: Vec<Hold>,
+    present: &std::collections::BTreeSet<String>,
+    gone: &Gone,
+    node: impl Fn(&str) -> NodeState,
+) -> (Vec<Hold>, Gone) {
+    let mut remember: Gone = held
+        .iter()
+        .map(|h| (h.pod.clone(), h.node.clone()))
+        .collect();
+    for (pod, name) in gone {
+        if present.contains(pod) {
+            continue;
+        }
+        if let NodeState::NotReady { since } = node(name) {
+            remember.insert(pod.clone(), name.clone());
+            held.push(Hold {
+                pod: pod.clone(),
+                node: name.clone(),
+                unreachable: true,
+                since,
+            });
+        }
+    }
+    (held, remember)
 }
 
 #[cfg(test)]

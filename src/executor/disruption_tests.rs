@@ -165,11 +165,62 @@ fn the_oldest_held_pod_is_named() {
             NodeState::Ready
         }
     };
-    assert_eq!(first_hold([&newer, &older], lost).unwrap().pod, "older");
-    assert_eq!(first_hold([&newer, &older], |_| NodeState::Ready), None);
-    let h = first_hold([&newer], |_| NodeState::NotReady {
+    let both = holds([&newer, &older], lost);
+    assert_eq!(both.len(), 2);
+    assert_eq!(pick(both).unwrap().pod, "older");
+    assert_eq!(pick(holds([&newer, &older], |_| NodeState::Ready)), None);
+    let h = pick(holds([&newer], |_| NodeState::NotReady {
         since: at("2026-01-01T00:01:00Z"),
-    })
+    }))
     .unwrap();
     assert!(h.describe().contains("node n2") && h.describe().contains("2026-01-01T00:01:00Z"));
+}
+
+#[test]
+fn a_hold_on_a_lost_node_is_said_before_an_older_one_on_a_node_back() {
+    let back = Hold {
+        pod: "old".into(),
+        node: "n1".into(),
+        unreachable: false,
+        since: None,
+    };
+    let lost = Hold {
+        pod: "new".into(),
+        node: "n2".into(),
+        unreachable: true,
+        since: None,
+    };
+    assert_eq!(pick(vec![back.clone(), lost.clone()]), Some(lost));
+    assert_eq!(pick(vec![back.clone()]), Some(back));
+    assert_eq!(pick(vec![]), None);
+}
+
+#[test]
+fn a_pod_force_deleted_on_a_lost_node_holds_until_its_node_reports_or_is_stopped() {
+    let held = Hold {
+        pod: "p".into(),
+        node: "n1".into(),
+        unreachable: true,
+        since: at("2026-01-01T00:01:00Z"),
+    };
+    let present: std::collections::BTreeSet<String> = ["p".to_string()].into();
+    let (now, gone) = with_gone(vec![held.clone()], &present, &Gone::new(), |_| {
+        NodeState::NotReady { since: None }
+    });
+    assert_eq!(now, vec![held.clone()]);
+    assert_eq!(gone, Gone::from([("p".into(), "n1".into())]));
+    // Gone from the API server while its node still does not report: still held.
+    let nobody = std::collections::BTreeSet::new();
+    let since = at("2026-01-01T00:01:00Z");
+    let (now, kept) = with_gone(vec![], &nobody, &gone, |_| NodeState::NotReady { since });
+    assert_eq!(now, vec![held]);
+    assert_eq!(kept, gone);
+    // Its node reports again, or is stopped: the pod stopped.
+    for state in [NodeState::Ready, NodeState::Stopped, NodeState::Unknown] {
+        let (now, kept) = with_gone(vec![], &nobody, &gone, |_| state.clone());
+        assert!(now.is_empty() && kept.is_empty(), "{state:?}");
+    }
+    // A pod present and no longer held (its kubelet reported) is forgotten.
+    let (now, kept) = with_gone(vec![], &present, &gone, |_| NodeState::NotReady { since });
+    assert!(now.is_empty() && kept.is_empty());
 }

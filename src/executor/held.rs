@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::apply::Applied;
-use super::disruption::{Hold, first_hold};
+use super::disruption::{Gone, Hold, holds, pick, with_gone};
 use super::logs::JOB_NAME_LABEL;
 use super::nodewatch::NodeWatch;
 use super::podwatch::{PodSubscription, PodWatches};
@@ -20,6 +20,9 @@ use super::watch::{WatchEnd, Watches};
 
 /// Longest a verdict waits for the first list of the pods and of the nodes.
 const LISTED_WAIT: Duration = Duration::from_secs(10);
+
+/// How often the pods are looked at again without an event: a pod's deletion sends none.
+const RECHECK: Duration = Duration::from_secs(10);
 
 /// What a Job's verdict is read through.
 pub struct JobWatching<'a> {
@@ -60,17 +63,23 @@ impl JobWatching<'_> {
         let mut nodes = self.nodes.changes();
         let until = tokio::time::Instant::from_std(deadline);
         let mut said: Option<Hold> = None;
+        let mut gone = Gone::new();
+        // One wait on the Job for as long as it gives no verdict, so that what it counts (how
+        // long the Job has been out of the store) is not reset by pod or node events.
+        let mut watch = Box::pin(self.watches.wait_for(job, deadline, stop, job_verdict));
         loop {
-            let hold = self.hold(&pods);
+            let hold = self.hold(&pods, &mut gone);
             if hold != said {
                 on_hold(hold.as_ref());
                 said = hold.clone();
             }
             let end = tokio::select! {
-                end = self.watches.wait_for(job, deadline, stop, job_verdict) => end,
-                // A pod or a node changed: whether one holds the verdict may have too.
+                end = &mut watch => end,
+                // A pod or a node changed, or a pod went (the pod watch says nothing of that):
+                // whether one holds the verdict may have changed too.
                 Some(_) = pods.next() => continue,
                 Ok(()) = nodes.changed() => continue,
+                _ = tokio::time::sleep(RECHECK) => continue,
             };
             let WatchEnd::Verdict(verdict) = end else {
                 if end == WatchEnd::DeadlineReached
@@ -83,11 +92,15 @@ impl JobWatching<'_> {
             // The verdict is there: before it is taken, the pods and nodes are listed, so a pod
             // on a lost node is not missed for want of a first list (bounded: a list that does
             // not come leaves the pods' own conditions to go by).
-            let listed = async { tokio::join!(pods.listed(), self.nodes.listed()) };
-            let _ = tokio::time::timeout(LISTED_WAIT, listed).await;
+            tokio::select! {
+                _ = tokio::time::timeout(LISTED_WAIT, async {
+                    tokio::join!(pods.listed(), self.nodes.listed())
+                }) => {}
+                _ = stop.cancelled() => return JobEnd::Watched(WatchEnd::Stopped),
+            }
             // Taken without telling `on_hold` that nothing holds it any more: the claim ends
             // with the report, and a heartbeat sent now would only race the complete.
-            let Some(hold) = self.hold(&pods) else {
+            let Some(hold) = self.hold(&pods, &mut gone) else {
                 return JobEnd::Watched(WatchEnd::Verdict(verdict));
             };
             if said.as_ref() != Some(&hold) {
@@ -99,16 +112,27 @@ impl JobWatching<'_> {
             tokio::select! {
                 _ = pods.next() => {}
                 _ = nodes.changed() => {}
+                _ = tokio::time::sleep(RECHECK) => {}
                 _ = stop.cancelled() => return JobEnd::Watched(WatchEnd::Stopped),
                 _ = tokio::time::sleep_until(until) => return JobEnd::HeldAtDeadline(hold),
             }
+            // The verdict is read again (at once, from the store) after the next look.
+            watch = Box::pin(self.watches.wait_for(job, deadline, stop, job_verdict));
         }
     }
 
-    fn hold(&self, pods: &PodSubscription) -> Option<Hold> {
+    /// The hold the order says now, remembering in `gone` the held pods that may still run
+    /// after they are gone from the API server (`disruption::with_gone`).
+    fn hold(&self, pods: &PodSubscription, gone: &mut Gone) -> Option<Hold> {
         let current = pods.current();
-        first_hold(current.iter().map(|p| p.as_ref()), |node| {
-            self.nodes.state(node)
-        })
+        let state = |node: &str| self.nodes.state(node);
+        let held = holds(current.iter().map(|p| p.as_ref()), state);
+        let present = current
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        let (held, remember) = with_gone(held, &present, gone, state);
+        *gone = remember;
+        pick(held)
     }
 }

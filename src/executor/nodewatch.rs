@@ -7,6 +7,7 @@
 //! [`NodeState::Unknown`]: verdicts then wait only on what the pods themselves say
 //! (`super::disruption`).
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use futures::StreamExt;
@@ -30,7 +31,7 @@ pub struct NodeWatch {
 
 struct Open {
     store: Store<Node>,
-    /// Bumped after every event the store took in.
+    /// Bumped after every change of what [`node_state`] reads.
     changes: watch::Receiver<u64>,
     listing: watch::Receiver<Listing>,
     _task: AbortOnDropHandle<()>,
@@ -72,7 +73,8 @@ impl NodeWatch {
         node_state(node.as_deref(), listed)
     }
 
-    /// A receiver that changes whenever a node does (or the nodes are listed again).
+    /// A receiver that changes whenever a node's readiness or taints change, a node is deleted,
+    /// or the nodes are listed again.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.open().changes.clone()
     }
@@ -100,15 +102,34 @@ impl Open {
         let task = tokio::spawn(async move {
             let mut events = std::pin::pin!(events);
             let mut failing = false;
+            // What `node_state` reads of each node: only a change of it wakes the orders, not
+            // the other status updates every node makes.
+            let mut seen: HashMap<String, String> = HashMap::new();
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(Event::Apply(_) | Event::Delete(_)) => tx.send_modify(|n| *n += 1),
+                    Ok(Event::Apply(node)) => {
+                        let name = node.metadata.name.clone().unwrap_or_default();
+                        let now = state_key(&node);
+                        if seen.insert(name, now.clone()).as_ref() != Some(&now) {
+                            tx.send_modify(|n| *n += 1);
+                        }
+                    }
+                    Ok(Event::InitApply(node)) => {
+                        seen.insert(
+                            node.metadata.name.clone().unwrap_or_default(),
+                            state_key(&node),
+                        );
+                    }
+                    Ok(Event::Delete(node)) => {
+                        seen.remove(node.metadata.name.as_deref().unwrap_or_default());
+                        tx.send_modify(|n| *n += 1);
+                    }
                     Ok(Event::InitDone) => {
                         failing = false;
                         listing_tx.send_replace(Listing::Listed);
                         tx.send_modify(|n| *n += 1);
                     }
-                    Ok(Event::Init | Event::InitApply(_)) => {}
+                    Ok(Event::Init) => seen.clear(),
                     Err(error) if !failing => {
                         failing = true;
                         listing_tx.send_if_modified(|l| {
@@ -133,6 +154,29 @@ impl Open {
             _task: AbortOnDropHandle::new(task),
         }
     }
+}
+
+/// What [`node_state`] reads of a node, as one comparable text: the `Ready` status and when it
+/// last changed, and the taints' keys and effects.
+fn state_key(node: &Node) -> String {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| format!("{} {:?}", c.status, c.last_transition_time))
+        .unwrap_or_default();
+    let taints: Vec<String> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .map(|t| {
+            t.iter()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect()
+        })
+        .unwrap_or_default();
+    format!("{ready} {taints:?}")
 }
 
 /// Keeps of a node what [`node_state`] reads: name, taints and the `Ready` condition.

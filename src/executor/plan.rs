@@ -229,7 +229,11 @@ async fn watch_jobs(
             }
         };
         match end {
-            WatchEnd::Verdict(ObjectVerdict::Succeeded(_)) => finished.push(job.name.clone()),
+            WatchEnd::Verdict(ObjectVerdict::Succeeded(_)) => {
+                finished.push(job.name.clone());
+                // What held this Job up is not said of the next one.
+                on_hold(None);
+            }
             WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => {
                 let mut text = format!("{} failed: {reason}: {message}", job.display());
                 if let Some(pods) = pods::failed_containers(watching.watches.client(), job).await {

@@ -72,12 +72,13 @@ impl Heartbeats {
             let mut failing: u32 = 0;
             // A server older than docs/design.md §12 refuses the field (422), and one that finds
             // it out of bounds says 400: the lease matters more than the news, so heartbeats go
-            // on without it from then on.
+            // on without it until there is news again (in a rolling upgrade the next one may
+            // reach a newer replica).
             let mut may_say = true;
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
-                    Ok(()) = said.changed() => {}
+                    Ok(()) = said.changed() => may_say = true,
                 }
                 let waiting = said.borrow_and_update().clone().filter(|_| may_say);
                 let sent = client

@@ -276,8 +276,9 @@ impl Queue {
         }
     }
 
-    /// Why work order `id` waits, with its place in line (`explain`), or `None` when it is not
-    /// an active unclaimed order.
+    /// Why work order `id` waits, with its place in line (`explain`): for a claimed order, what
+    /// its agent says holds it up (§12); `None` when it is neither waiting nor held up, or not
+    /// active.
     pub async fn waiting(&self, id: Uuid) -> Result<Option<Explanation>, QueueError> {
         self.waiting_with(id, true).await
     }

@@ -87,7 +87,8 @@ pub struct Explanation {
     pub node: Option<NodeWait>,
     /// Seconds since the order last became unclaimed (created, released by the reaper or a
     /// retirement, its retry scheduled or come due), by the database's clock; for
-    /// `node_unreachable`, since the node stopped reporting (else since the agent said so).
+    /// `node_unreachable`, since the node stopped reporting by the server's clock (0 when the
+    /// agent could not say when).
     pub waiting_seconds: i64,
 }
 
@@ -108,7 +109,7 @@ pub struct NodeWait {
 pub struct ClaimWaiting {
     /// Only `node_unreachable`: a pod of the order may still run on a node that does not report.
     pub reason: WaitReason,
-    /// For people: the pod, the node, since when (at most 1024 bytes).
+    /// For people: the pod, the node, since when (at most 4096 characters).
     pub message: String,
     /// The node, for `node_unreachable`.
     pub node: NodeWait,
