@@ -76,8 +76,9 @@ jsonf 'd["token"]' <<<"$agent" > "$WORK/token"
 "$PULLMAN" executor --server "$base" --token-file "$WORK/token" --target-namespace "$NS" \
   --lease-seconds 15 > "$WORK/executor.log" 2>&1 &
 exec_pid=$!
-# Runs past the kubelet's absence, then ends well: its verdict comes from the kubelet's report.
-run=$(( DOWN + 60 ))
+# Runs past the kubelet's absence, then ends well soon after: its verdict comes from the
+# kubelet's report.
+run=$(( DOWN + 20 ))
 job="apiVersion: batch/v1
 kind: Job
 metadata: {name: lost}

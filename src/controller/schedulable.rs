@@ -227,16 +227,7 @@ pub fn node_unreachable_event(
     prev: Option<&WorkOrderStatus>,
     new: &WorkOrderStatus,
 ) -> Option<KubeEvent> {
-    let find = |s: &WorkOrderStatus| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == SCHEDULABLE && c.reason == NODE_UNREACHABLE)
-            .cloned()
-    };
-    let now = find(new)?;
-    if prev.and_then(find).is_some() {
-        return None;
-    }
+    let now = became(prev, new, |c| c.reason == NODE_UNREACHABLE)?;
     Some(KubeEvent {
         type_: EventType::Warning,
         reason: NODE_UNREACHABLE.into(),
@@ -252,16 +243,7 @@ pub fn unschedulable_event(
     prev: Option<&WorkOrderStatus>,
     new: &WorkOrderStatus,
 ) -> Option<KubeEvent> {
-    let find = |s: &WorkOrderStatus| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == SCHEDULABLE)
-            .cloned()
-    };
-    let now = find(new).filter(|c| c.status == "False")?;
-    if prev.and_then(find).is_some_and(|c| c.status == "False") {
-        return None;
-    }
+    let now = became(prev, new, |c| c.status == "False")?;
     Some(KubeEvent {
         type_: EventType::Warning,
         reason: UNSCHEDULABLE_EVENT.into(),
@@ -269,6 +251,24 @@ pub fn unschedulable_event(
         action: "Schedule".into(),
         secondary: None,
     })
+}
+
+/// `new`'s `Schedulable` condition when it is `such` and `prev`'s was not: what an Event says
+/// once per time, not per reconcile.
+fn became(
+    prev: Option<&WorkOrderStatus>,
+    new: &WorkOrderStatus,
+    such: impl Fn(&Condition) -> bool,
+) -> Option<Condition> {
+    let find = |s: &WorkOrderStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == SCHEDULABLE)
+            .filter(|c| such(c))
+            .cloned()
+    };
+    let now = find(new)?;
+    prev.and_then(find).is_none().then_some(now)
 }
 
 /// Whether `wo`'s condition says what `wait` says.

@@ -1,11 +1,14 @@
-//! A Job whose pod sits on a node that does not report (docs/design.md §12): the verdict the Job
+//! Jobs whose pods sit on a node that does not report (docs/design.md §12): the verdict the Job
 //! controller gives on the taint manager's word alone is held, the order says `node_unreachable`
-//! with the node, and the Job's verdict is taken, once, when the kubelet reports the pod stopped.
+//! with the node, and the Job's verdict is taken, once, when the kubelet reports the pod stopped;
+//! a pod force-deleted there still holds it, until the node is marked out-of-service.
 //!
 //! The lost node is a Node object that no kubelet (and no kwok) reports for, so the real node
 //! lifecycle controller keeps it not Ready; the test plays the parts of its kubelet (the pod's
 //! status) and of the taint manager (a `DisruptionTarget` condition, then a graceful deletion that
 //! no kubelet completes).
+
+use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -13,7 +16,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use super::{Executor, order, setup};
+use super::{Executor, Setup, order, setup};
 use crate::support::kube::drop_namespace;
 use crate::support::{TestServer, eventually};
 
@@ -48,38 +51,17 @@ async fn get(s: &TestServer, id: &str) -> Value {
     v
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
-    let t = setup("lostnode").await;
-    let nodes: Api<Node> = Api::all(t.k.clone());
-    let lost = format!("{}-lost", t.ns);
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": lost}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    nodes
-        .patch_status(
-            &lost,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": [{
-                "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-                "message": "Kubelet stopped posting node status.",
-                "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
-        )
-        .await
-        .unwrap();
-
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+/// Runs Job `name` on node `lost` through an order, plays its kubelet (the pod runs) and the
+/// taint manager (a `DisruptionTarget` condition, then a deletion no kubelet completes), and
+/// waits until the order says `node_unreachable` and the Job controller has given its
+/// `FailureTarget`. Returns the order's id and the pod's name.
+async fn held_job(t: &Setup, lost: &str, name: &str) -> (String, String) {
     let yaml = format!(
-        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: held\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      nodeName: {lost}\n      containers:\n      - name: main\n        image: busybox\n        command: [sleep, \"3600\"]\n"
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      nodeName: {lost}\n      containers:\n      - name: main\n        image: busybox\n        command: [sleep, \"3600\"]\n"
     );
     let id = t.s.order(order(&t.ns, &yaml, 600)).await;
     let pods: Api<Pod> = Api::namespaced(t.k.clone(), &t.ns);
-    let pod = the_pod(&pods, "held").await;
+    let pod = the_pod(&pods, name).await;
     let pod_name = pod.metadata.name.clone().unwrap();
     // What its kubelet said last, before the node went away.
     set_pod_status(
@@ -105,7 +87,7 @@ async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
     );
     let message = waiting["waiting"]["message"].as_str().unwrap();
     assert!(
-        message.contains(&pod_name) && message.contains(&lost),
+        message.contains(&pod_name) && message.contains(lost),
         "{waiting}"
     );
     let (status, explained) =
@@ -130,7 +112,7 @@ async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
         .unwrap();
     let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
     eventually(60, "the Job controller's FailureTarget", || async {
-        let job = jobs.get("held").await.ok()?;
+        let job = jobs.get(name).await.ok()?;
         let conditions = job.status?.conditions?;
         conditions
             .iter()
@@ -138,30 +120,71 @@ async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
             .then_some(())
     })
     .await;
-    // The Job has its verdict; the order does not take it while the pod may still run.
-    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-    let v = get(&t.s, &id).await;
-    assert_eq!(
-        v["status"], "CLAIMED",
-        "a verdict on the taint manager's word alone: {v}"
+    (id, pod_name)
+}
+
+/// The order is still claimed, saying `node_unreachable`: its Job's verdict is held.
+async fn still_held(s: &TestServer, id: &str, why: &str) {
+    let v = get(s, id).await;
+    assert_eq!(v["status"], "CLAIMED", "{why}: {v}");
+    assert_eq!(v["waiting"]["reason"], "node_unreachable", "{why}: {v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
+    let t = setup("lostnode").await;
+    let nodes: Api<Node> = Api::all(t.k.clone());
+    let lost = format!("{}-lost", t.ns);
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": lost}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    nodes
+        .patch_status(
+            &lost,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await
+        .unwrap();
+    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ((reported, reported_pod), (forced, forced_pod)) = tokio::join!(
+        held_job(&t, &lost, "reported"),
+        held_job(&t, &lost, "forced")
     );
-    assert_eq!(v["waiting"]["reason"], "node_unreachable", "{v}");
+    // Both Jobs have their verdict; neither order takes it while its pod may still run.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    still_held(
+        &t.s,
+        &reported,
+        "a verdict on the taint manager's word alone",
+    )
+    .await;
+    still_held(&t.s, &forced, "a verdict on the taint manager's word alone").await;
 
     // The kubelet reports the container stopped: the Job's verdict is taken, once.
+    let pods: Api<Pod> = Api::namespaced(t.k.clone(), &t.ns);
     set_pod_status(
         &pods,
-        &pod_name,
+        &reported_pod,
         json!({"phase": "Failed", "containerStatuses": [{
             "name": "main", "image": "busybox", "imageID": "", "ready": false, "restartCount": 0,
             "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}),
     )
     .await;
-    let entry = t.s.log_entry(&id, 60).await;
+    let entry = t.s.log_entry(&reported, 60).await;
     assert_eq!(entry["outcome"], "failed", "{entry}");
     assert_eq!(entry["retry_count"], 0, "{entry}");
     let message = entry["message"].as_str().unwrap();
     assert!(
-        message.contains(&format!("Job {}/held failed", t.ns))
+        message.contains(&format!("Job {}/reported failed", t.ns))
             && message.contains("exited with code 137"),
         "{entry}"
     );
@@ -171,10 +194,43 @@ async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
         "one attempt: {entry}"
     );
 
+    // Force-deleted while its node does not report: it may still run, so still held, past the
+    // executor's 10 s look for pods that went.
+    pods.delete(&forced_pod, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    still_held(
+        &t.s,
+        &forced,
+        "a pod force-deleted on a node that does not report",
+    )
+    .await;
+    // The node marked out-of-service (the admin's word that it is shut down): the verdict.
+    nodes
+        .patch(
+            &lost,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [{
+                "key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
+                "effect": "NoExecute"}]}})),
+        )
+        .await
+        .unwrap();
+    let entry = t.s.log_entry(&forced, 60).await;
+    assert_eq!(entry["outcome"], "failed", "{entry}");
+    assert!(
+        entry["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Job {}/forced failed", t.ns)),
+        "{entry}"
+    );
+
     ex.stop().await;
     // No kubelet will finish the deletion.
     let _ = pods
-        .delete(&pod_name, &DeleteParams::default().grace_period(0))
+        .delete(&reported_pod, &DeleteParams::default().grace_period(0))
         .await;
     let _ = nodes.delete(&lost, &DeleteParams::default()).await;
     drop_namespace(&t.k, &t.ns).await;
