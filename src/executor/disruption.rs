@@ -46,7 +46,9 @@ pub enum NodeState {
 /// One pod whose verdict must wait: it may still run on `node`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hold {
+    /// The pod's name (in the Job's namespace).
     pub pod: String,
+    /// The node it was bound to.
     pub node: String,
     /// `true` when the node is known not Ready (or cannot be read and a taint-manager or PodGC
     /// condition says the node was lost): the order says `node_unreachable`. `false` when the node

@@ -26,8 +26,11 @@ const RECHECK: Duration = Duration::from_secs(10);
 
 /// What a Job's verdict is read through.
 pub struct JobWatching<'a> {
+    /// The Jobs themselves (one shared watch per namespace).
     pub watches: &'a Watches,
+    /// Their pods (the shared pod watch by `batch.kubernetes.io/job-name`).
     pub pods: &'a PodWatches,
+    /// The nodes under the pods.
     pub nodes: &'a NodeWatch,
 }
 

@@ -3,15 +3,19 @@
 //! first use; nodes in its store keep only their name, taints and `Ready` condition.
 //!
 //! Reading nodes needs `list` and `watch` on them cluster-wide (the chart's per-executor
-//! ClusterRole). Without them the watch keeps failing (said once in the log) and every node is
-//! [`NodeState::Unknown`]: verdicts then wait only on what the pods themselves say
-//! (`super::disruption`).
+//! ClusterRole). Without them (asked once, with `SelfSubjectAccessReview`s) no watch is opened,
+//! the log says so once, and every node is [`NodeState::Unknown`]: verdicts then wait only on what
+//! the pods themselves say (`super::disruption`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use futures::StreamExt;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -48,6 +52,7 @@ enum Listing {
 }
 
 impl NodeWatch {
+    /// No watch is opened before the first question about a node.
     pub fn new(client: Client) -> Self {
         NodeWatch {
             client,
@@ -89,17 +94,28 @@ impl NodeWatch {
 
 impl Open {
     fn start(client: Client) -> Self {
-        let api: Api<Node> = Api::all(client);
+        let api: Api<Node> = Api::all(client.clone());
         let writer = Writer::default();
         let store = writer.as_reader();
         let (tx, changes) = watch::channel(0u64);
         let (listing_tx, listing) = watch::channel(Listing::Pending);
-        tracing::info!("opening the watch of nodes (docs/design.md §12)");
         let events = watcher::watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(keep_state_fields)
             .reflect(writer);
         let task = tokio::spawn(async move {
+            // Asked first, so that an executor without the right (namespaced installs) says so
+            // once instead of a refused list at every backoff step.
+            if !may_watch_nodes(&client).await {
+                tracing::info!(
+                    "no list and watch on nodes for this executor: a pod's verdict \
+                    waits only on what the pod says of a lost node (the chart's \
+                    rbac.executorsReadNodes grants them; docs/design.md §12)"
+                );
+                listing_tx.send_replace(Listing::Failing);
+                return;
+            }
+            tracing::info!("opening the watch of nodes (docs/design.md §12)");
             let mut events = std::pin::pin!(events);
             let mut failing = false;
             // What `node_state` reads of each node: only a change of it wakes the orders, not
@@ -154,6 +170,35 @@ impl Open {
             _task: AbortOnDropHandle::new(task),
         }
     }
+}
+
+/// Whether this executor may list and watch nodes (two `SelfSubjectAccessReview`s, which every
+/// authenticated client may make). A review that cannot be made counts as yes: the watch then
+/// says what goes wrong.
+async fn may_watch_nodes(client: &Client) -> bool {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    for verb in ["list", "watch"] {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(verb.into()),
+                    resource: Some("nodes".into()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        match reviews.create(&PostParams::default(), &review).await {
+            Ok(answer) if !answer.status.as_ref().is_some_and(|s| s.allowed) => return false,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(%error, "cannot ask whether nodes may be watched; trying");
+                return true;
+            }
+        }
+    }
+    true
 }
 
 /// What [`node_state`] reads of a node, as one comparable text: the `Ready` status and when it
