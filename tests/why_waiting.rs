@@ -486,7 +486,7 @@ async fn a_claimed_order_waits_as_its_agent_says_a_node_is_lost() {
             "waiting.reason",
         ),
         (
-            json!({"reason": "node_unreachable", "message": "m", "node": {"name": " "}}),
+            json!({"reason": "node_unreachable", "message": "m", "node": {"name": "n".repeat(254)}}),
             "waiting.node.name",
         ),
         (

@@ -190,7 +190,7 @@ impl Drop for LongPollGauge {
 #[utoipa::path(post, path = "/api/v1/work-orders/{id}/heartbeat", tag = "claims",
     params(("id" = Uuid, Path, description = "Work order id")), request_body = HeartbeatBody,
     responses((status = 200, description = "Lease extended: its new end and the claim's hard end", body = Heartbeat),
-        (status = 400, description = "`invalid_field`: `waiting` gives a known reason other than `node_unreachable`, an empty node name, or a text past its bound (the field is named); an unknown reason is `422`", body = ErrorBody),
+        (status = 400, description = "`invalid_field`: `waiting` gives a reason other than `node_unreachable`, or a text past its bound (the field is named); an unknown reason is `422`", body = ErrorBody),
         (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`: stop working on it", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)),

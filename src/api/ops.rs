@@ -330,6 +330,26 @@ fn limits(doc: &mut serde_json::Value) {
             f.insert("maxLength".into(), json!(MAX_CONCURRENCY_KEY_CHARS));
         }
     }
+    // What a heartbeat may say holds its order up (docs/design.md §12): only `node_unreachable`,
+    // and the bounds `validate_claim_waiting` holds.
+    if let Some(props) = doc
+        .pointer_mut("/components/schemas/ClaimWaiting/properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        props.insert(
+            "reason".into(),
+            json!({"type": "string", "enum": ["node_unreachable"]}),
+        );
+        if let Some(f) = props.get_mut("message").and_then(|f| f.as_object_mut()) {
+            f.insert("maxLength".into(), json!(MAX_STRING_CHARS));
+        }
+    }
+    if let Some(f) = doc
+        .pointer_mut("/components/schemas/NodeWait/properties/name")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        f.insert("maxLength".into(), json!(MAX_AGENT_NAME_CHARS));
+    }
 }
 
 struct BearerAuth;

@@ -332,7 +332,9 @@ pub fn validate_lease(lease_seconds: Option<i64>) -> Result<Option<i32>, QueueEr
 
 /// Validates what a heartbeat says holds its order up (docs/design.md §12): only
 /// `node_unreachable`, a `message` of at most [`MAX_STRING_CHARS`] characters and a node name of
-/// at most [`MAX_AGENT_NAME_CHARS`] (Kubernetes' 253). U+0000 is removed, as from every text.
+/// at most [`MAX_AGENT_NAME_CHARS`] (Kubernetes' 253): the bounds the served OpenAPI states
+/// (`api::ops`), so that nothing the schema allows is refused. U+0000 is removed, as from every
+/// text.
 pub fn validate_claim_waiting(
     waiting: Option<ClaimWaiting>,
 ) -> Result<Option<ClaimWaiting>, QueueError> {
@@ -352,12 +354,6 @@ pub fn validate_claim_waiting(
     within_as_sent("waiting.node.name", &w.node.name, MAX_AGENT_NAME_CHARS)?;
     strip_nul(&mut w.message);
     strip_nul(&mut w.node.name);
-    if w.node.name.trim().is_empty() {
-        return Err(invalid(
-            "waiting.node.name",
-            "waiting.node.name must name the node",
-        ));
-    }
     Ok(Some(w))
 }
 
