@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::pods::container_statuses;
+use super::pods::{age, container_statuses};
 use crate::wire::{ClaimWaiting, NodeWait, WaitReason};
 
 /// The taint an admin puts on a node known to be shut down (Kubernetes' non-graceful node
@@ -198,10 +198,7 @@ pub fn holds<'a>(
     node: impl Fn(&str) -> NodeState,
 ) -> Vec<Hold> {
     let mut pods: Vec<&Pod> = pods.into_iter().collect();
-    pods.sort_by(|a, b| {
-        (a.metadata.creation_timestamp.as_ref(), &a.metadata.name)
-            .cmp(&(b.metadata.creation_timestamp.as_ref(), &b.metadata.name))
-    });
+    pods.sort_by(|a, b| age(a).cmp(&age(b)));
     pods.into_iter()
         .filter_map(|pod| {
             let state = pod

@@ -38,7 +38,7 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 pub use apply::{Applied, Applier, EXECUTOR_FIELD_MANAGER, WORK_ORDER_LABEL, apply_rank};
-pub use nodewatch::NodeWatch;
+use nodewatch::NodeWatch;
 pub use plan::{BUILD_WINDOW, Plan, buildrun_name};
 pub use podwatch::{PodSubscription, PodWatches, keep_pod_fields};
 pub use verdict::{ObjectVerdict, buildrun_verdict, job_verdict, keep_verdict_fields};
@@ -230,11 +230,6 @@ impl KubeCarrier {
     pub fn pod_watches(&self) -> &PodWatches {
         &self.pod_watches
     }
-
-    /// The one watch of Nodes (opened by the first Job waited on).
-    pub fn node_watch(&self) -> &NodeWatch {
-        &self.nodes
-    }
 }
 
 impl Carrier for KubeCarrier {
@@ -257,10 +252,16 @@ impl Carrier for KubeCarrier {
             pods: &self.pod_watches,
             nodes: &self.nodes,
         };
+        // Said when it changes: between Jobs `watch` says `None` again, which is news only
+        // after a hold.
+        let mut said: Option<disruption::Hold> = None;
         let verdict = plan
             .watch(&watching, stop, |hold| {
-                say_hold(hold);
-                progress.set(hold.and_then(disruption::Hold::waiting));
+                if hold != said.as_ref() {
+                    say_hold(hold);
+                    progress.set(hold.and_then(disruption::Hold::waiting));
+                    said = hold.cloned();
+                }
             })
             .await;
         if let Some((sender, followers)) = following {

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::disruption::{NodeState, node_state};
+use super::podwatch::Listing;
 
 /// The executor's watch of Nodes, opened by the first [`NodeWatch::state`] or
 /// [`NodeWatch::changes`].
@@ -37,18 +38,9 @@ struct Open {
     store: Store<Node>,
     /// Bumped after every change of what [`node_state`] reads.
     changes: watch::Receiver<u64>,
+    /// Listed once (a node missing from the store was deleted), or failing before it could.
     listing: watch::Receiver<Listing>,
     _task: AbortOnDropHandle<()>,
-}
-
-/// How far the watch is with its first list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Listing {
-    Pending,
-    /// Listed at least once: a node missing from the store was deleted.
-    Listed,
-    /// Failing before it could list (no right to, API server away); retried with backoff.
-    Failing,
 }
 
 impl NodeWatch {
@@ -58,11 +50,6 @@ impl NodeWatch {
             client,
             open: OnceLock::new(),
         }
-    }
-
-    /// Whether the watch was opened (by a Job whose pods' nodes were asked for).
-    pub fn is_open(&self) -> bool {
-        self.open.get().is_some()
     }
 
     fn open(&self) -> &Arc<Open> {
@@ -87,8 +74,7 @@ impl NodeWatch {
     /// Waits until the nodes are listed, or the watch failed before it could (then every node
     /// stays [`NodeState::Unknown`] and nothing is gained by waiting).
     pub async fn listed(&self) {
-        let mut listing = self.open().listing.clone();
-        let _ = listing.wait_for(|l| *l != Listing::Pending).await;
+        Listing::settled(self.open().listing.clone()).await;
     }
 }
 
@@ -148,13 +134,7 @@ impl Open {
                     Ok(Event::Init) => seen.clear(),
                     Err(error) if !failing => {
                         failing = true;
-                        listing_tx.send_if_modified(|l| {
-                            let first = *l == Listing::Pending;
-                            if first {
-                                *l = Listing::Failing;
-                            }
-                            first
-                        });
+                        Listing::on_error(&listing_tx);
                         tracing::warn!(%error, "cannot watch nodes; a pod's verdict waits only on \
                             what the pod says of a lost node (grant list and watch on nodes, \
                             docs/design.md §12); retrying");

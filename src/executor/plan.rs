@@ -96,15 +96,7 @@ impl Plan {
                 unmonitored,
                 deadline,
                 budget,
-            } => {
-                let jobs = JobsToWatch {
-                    jobs,
-                    unmonitored,
-                    deadline,
-                    budget,
-                };
-                watch_jobs(watching, jobs, stop, on_hold).await
-            }
+            } => watch_jobs(watching, jobs, unmonitored, deadline, budget, stop, on_hold).await,
             Plan::BuildRun {
                 run,
                 window_end,
@@ -195,26 +187,15 @@ async fn apply_custom(
     })
 }
 
-/// A `custom` order's Jobs and what it applied besides, as [`Plan::Jobs`] holds them.
-struct JobsToWatch {
+async fn watch_jobs(
+    watching: &JobWatching<'_>,
     jobs: Vec<Applied>,
     unmonitored: Vec<Applied>,
     deadline: Instant,
     budget: Duration,
-}
-
-async fn watch_jobs(
-    watching: &JobWatching<'_>,
-    to_watch: JobsToWatch,
     stop: &CancellationToken,
     mut on_hold: impl FnMut(Option<&Hold>),
 ) -> Verdict {
-    let JobsToWatch {
-        jobs,
-        unmonitored,
-        deadline,
-        budget,
-    } = to_watch;
     let mut finished = Vec::new();
     for job in &jobs {
         let end = match watching.job_end(job, deadline, stop, &mut on_hold).await {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
@@ -58,12 +59,14 @@ pub fn container_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
     init.into_iter().flatten().chain(main.into_iter().flatten())
 }
 
+/// What orders pods oldest first: creation time, then name.
+pub fn age(pod: &Pod) -> (Option<&Time>, &Option<String>) {
+    (pod.metadata.creation_timestamp.as_ref(), &pod.metadata.name)
+}
+
 /// The sentence [`failed_containers`] reports, from the pods as listed.
 pub fn describe(mut pods: Vec<Pod>) -> Option<String> {
-    pods.sort_by(|a, b| {
-        (a.metadata.creation_timestamp.as_ref(), &a.metadata.name)
-            .cmp(&(b.metadata.creation_timestamp.as_ref(), &b.metadata.name))
-    });
+    pods.sort_by(|a, b| age(a).cmp(&age(b)));
     let mut failed = Vec::new();
     for pod in &pods {
         let name = pod.metadata.name.as_deref().unwrap_or("?");

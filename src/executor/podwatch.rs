@@ -31,16 +31,34 @@ pub struct PodWatches {
     open: Mutex<HashMap<(String, &'static str), Arc<PodWatch>>>,
 }
 
-/// How far a pod watch is with its first list.
+/// How far a shared watch (of pods here, of nodes in `super::nodewatch`) is with its first list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Listing {
+pub(super) enum Listing {
     /// Opened, nothing listed yet.
     Pending,
-    /// Listed at least once: the store holds the pods.
+    /// Listed at least once: the store holds the objects.
     Listed,
     /// An error came before the first list (it is retried with backoff, and a later list makes
     /// it `Listed`).
     Failing,
+}
+
+impl Listing {
+    /// A watch error: `Failing` if nothing was listed yet, so waiters stop waiting.
+    pub(super) fn on_error(listing: &tokio::sync::watch::Sender<Listing>) {
+        listing.send_if_modified(|l| {
+            let first = *l == Listing::Pending;
+            if first {
+                *l = Listing::Failing;
+            }
+            first
+        });
+    }
+
+    /// Waits until the watch has listed once or failed before it could.
+    pub(super) async fn settled(mut listing: tokio::sync::watch::Receiver<Listing>) {
+        let _ = listing.wait_for(|l| *l != Listing::Pending).await;
+    }
 }
 
 /// Subscribers by label value: an id (to unsubscribe) and where their pods go.
@@ -129,13 +147,7 @@ impl PodWatch {
                     Ok(Event::Delete(_) | Event::Init) => {}
                     Err(error) => {
                         tracing::debug!(%error, watch = %what, "pod watch error; it resumes");
-                        listing_tx.send_if_modified(|l| {
-                            let first = *l == Listing::Pending;
-                            if first {
-                                *l = Listing::Failing;
-                            }
-                            first
-                        });
+                        Listing::on_error(&listing_tx);
                     }
                 }
             }
@@ -185,8 +197,7 @@ impl PodSubscription {
     /// opened is then in [`PodSubscription::current`]), or has failed before it could (no right
     /// to list pods, API server away): then nothing more is to be had by waiting.
     pub async fn listed(&self) {
-        let mut listing = self.watch.listing.clone();
-        let _ = listing.wait_for(|l| *l != Listing::Pending).await;
+        Listing::settled(self.watch.listing.clone()).await;
     }
 
     /// The pods as the store holds them now (empty before the first list).

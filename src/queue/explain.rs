@@ -212,12 +212,12 @@ pub(in crate::queue) async fn snapshot(
 
 /// What the holder of the order's live claim says holds it up (`sql/claim_waiting.sql`).
 async fn claim_waiting(
-    tx: &mut Transaction<'static, Postgres>,
+    exec: impl sqlx::PgExecutor<'_>,
     id: Uuid,
 ) -> Result<Option<ClaimWaiting>, QueueError> {
     let row: Option<(Json<ClaimWaiting>,)> = sqlx::query_as(sql::CLAIM_WAITING)
         .bind(id)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(exec)
         .await?;
     Ok(row.map(|(w,)| w.0))
 }
@@ -303,7 +303,7 @@ impl Queue {
             .await?;
         let Some(row) = row else {
             // Claimed (or not active): only its agent may say it waits (§12).
-            return claim_waiting(&mut tx, id)
+            return claim_waiting(&mut *tx, id)
                 .await
                 .map(|w| w.map(held_explanation));
         };
@@ -352,13 +352,9 @@ impl Queue {
     /// WorkOrder `Schedulable` condition: `None` when the order has no live claim or nothing holds
     /// it up. One read by primary key.
     pub async fn claim_wait(&self, id: Uuid) -> Result<Option<Wait>, QueueError> {
-        let row: Option<(Json<ClaimWaiting>,)> = sqlx::query_as(sql::CLAIM_WAITING)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|(w,)| Wait {
-            reason: w.0.reason,
-            message: w.0.message,
+        Ok(claim_waiting(&self.pool, id).await?.map(|w| Wait {
+            reason: w.reason,
+            message: w.message,
             matching: Vec::new(),
         }))
     }
