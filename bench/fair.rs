@@ -59,6 +59,7 @@ fn done() -> Completion {
         success: true,
         message: None,
         retryable: true,
+        disrupted: false,
     }
 }
 

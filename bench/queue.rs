@@ -73,6 +73,7 @@ impl Bench {
                 success: true,
                 message: None,
                 retryable: true,
+                disrupted: false,
             };
             queue
                 .complete(o.id, agent, o.claim_id, &done)

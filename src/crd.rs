@@ -379,6 +379,8 @@ impl WorkOrderResourceSpec {
                 on_conflict: Some(c.on_conflict.into()),
             }),
             tenant: self.tenant.clone(),
+            // Mirrored from the spec with the policy (docs/design.md §12).
+            retry_on_disruption: None,
             targeting: Targeting {
                 agent_ids,
                 agent_names: self.targeting.agent_names.clone(),

@@ -14,7 +14,7 @@ pub use crate::queue::backlog::Backlog;
 pub use crate::queue::model::{
     Agent, AgentHealth, AgentWithToken, Attempt, AttemptResult, ClaimWaiting, Explanation,
     LogEntry, NewAgent, NewWorkOrder, NodeWait, OrderStatus, Outcome, Page, RequestedWorkType,
-    Targeting, WaitReason, WorkOrder, WorkType,
+    RetryOnDisruption, Targeting, WaitReason, WorkOrder, WorkType,
 };
 pub use crate::queue::output::{
     DroppedReason, OutputAccepted, OutputChunk, OutputEntry, OutputLine, OutputPage, OutputQuery,
@@ -89,9 +89,14 @@ pub struct CompleteBody {
     /// boundary, ending with a marker (docs/design.md §5).
     #[serde(default)]
     pub message: Option<String>,
-    /// Default true; false sends a failure straight to the log.
+    /// Default true; false sends a failure straight to the log. With `disrupted`: whether the
+    /// disrupted run is known to have stopped, so that a new one may start (docs/design.md §12).
     #[serde(default)]
     pub retryable: Option<bool>,
+    /// Default false; true: the attempt was ended by a disruption (eviction, drain, preemption,
+    /// a lost node), not by the work. Only with `success: false` (docs/design.md §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disrupted: Option<bool>,
 }
 
 /// `202` body of complete when a retry was scheduled.

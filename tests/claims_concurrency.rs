@@ -463,6 +463,7 @@ async fn claims_racing_a_retirement_leave_the_retired_agent_no_claim() {
                         success: true,
                         message: None,
                         retryable: true,
+                        disrupted: false,
                     };
                     // After the retirement a complete of a released claim is refused (409).
                     if queue

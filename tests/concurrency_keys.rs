@@ -65,6 +65,7 @@ async fn complete(queue: &Queue, order: Uuid, agent: Uuid) {
         success: true,
         message: None,
         retryable: true,
+        disrupted: false,
     };
     let r = queue.complete(order, agent, None, &done).await.unwrap();
     assert!(matches!(r, CompletionResult::Finished(_)), "{r:?}");
@@ -236,6 +237,7 @@ async fn an_expired_claim_frees_its_slot_once_and_its_stale_holder_nothing() {
         success: true,
         message: None,
         retryable: true,
+        disrupted: false,
     };
     let refused = queue.complete(o, a, claimed.claim_id, &stale).await;
     assert!(
@@ -449,6 +451,7 @@ async fn under_concurrent_claims_and_reaping_no_key_passes_its_max() {
                         success: true,
                         message: None,
                         retryable: true,
+                        disrupted: false,
                     };
                     match queue.complete(o.id, agent_id, o.claim_id, &done).await {
                         Ok(CompletionResult::Finished(_)) => finished.push(o.id),

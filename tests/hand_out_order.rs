@@ -140,6 +140,7 @@ async fn complete(queue: &Queue, order: Uuid, agent: Uuid) {
         success: true,
         message: None,
         retryable: true,
+        disrupted: false,
     };
     queue.complete(order, agent, None, &done).await.unwrap();
 }

@@ -35,6 +35,7 @@ async fn finish(queue: &Queue, order: Uuid, agent: Uuid, success: bool) {
         success,
         message: None,
         retryable: true,
+        disrupted: false,
     };
     queue.complete(order, agent, None, &done).await.unwrap();
 }

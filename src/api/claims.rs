@@ -232,6 +232,7 @@ pub async fn complete(
         success: body.success,
         message: body.message,
         retryable: body.retryable.unwrap_or(true),
+        disrupted: body.disrupted.unwrap_or(false),
     };
     let result = state
         .queue

@@ -32,8 +32,20 @@ use crate::wire::WorkOrder;
 /// The result of carrying out one order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Success { message: String },
-    Failure { message: String, retryable: bool },
+    Success {
+        message: String,
+    },
+    Failure {
+        message: String,
+        retryable: bool,
+    },
+    /// The attempt was ended by a disruption (eviction, drain, preemption, a lost node), not by
+    /// the work (docs/design.md §12). `stopped`: the disrupted run is known to have stopped, so
+    /// that an order with `retryOnDisruption: safe` may run again.
+    Disrupted {
+        message: String,
+        stopped: bool,
+    },
 }
 
 /// Where one claimed order is in its life. `S` is what the carrier's `Applying` step hands to
@@ -373,9 +385,12 @@ async fn report(
     verdict: &Verdict,
     tries: u32,
 ) -> Reported {
-    let (success, message, retryable) = match verdict {
-        Verdict::Success { message } => (true, message.clone(), None),
-        Verdict::Failure { message, retryable } => (false, message.clone(), Some(*retryable)),
+    let (success, message, retryable, disrupted) = match verdict {
+        Verdict::Success { message } => (true, message.clone(), None, None),
+        Verdict::Failure { message, retryable } => (false, message.clone(), Some(*retryable), None),
+        Verdict::Disrupted { message, stopped } => {
+            (false, message.clone(), Some(*stopped), Some(true))
+        }
     };
     let body = CompleteBody {
         agent_id,
@@ -383,6 +398,7 @@ async fn report(
         success,
         message: Some(message),
         retryable,
+        disrupted,
     };
     let mut delay = Duration::from_millis(500);
     for attempt in 1..=tries {

@@ -215,6 +215,7 @@ mod tests {
             success: true,
             message: Some("done".into()),
             retryable: true,
+            disrupted: false,
         }
     }
 

@@ -347,6 +347,8 @@ impl From<OrderRow> for WorkOrder {
                 labels: r.target_labels,
                 annotations: r.target_annotations.0,
             },
+            // Wired to its column with the policy (docs/design.md §12).
+            retry_on_disruption: RetryOnDisruption::Never,
             retry_count: r.retry_count,
             reclaim_count: r.reclaim_count,
             last_error: r.last_error,

@@ -226,6 +226,44 @@ pub struct NewWorkOrder {
     pub tenant: Option<String>,
     /// Which agents may claim; at least one criterion.
     pub targeting: Targeting,
+    /// Whether an attempt ended by a disruption is run again (docs/design.md §12): `never`
+    /// (default) or `safe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<RetryOnDisruption>)]
+    pub retry_on_disruption: Option<String>,
+}
+
+/// What an attempt ended by a disruption (eviction, drain, preemption, a lost node) does to its
+/// order (docs/design.md §12).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryOnDisruption {
+    /// The order fails; the attempt is recorded as `disrupted`.
+    #[default]
+    Never,
+    /// The order runs again at once (not counted as a retry, counted as a reclaim), but only
+    /// when the agent reports that the disrupted run is known to have stopped, so runs never
+    /// overlap.
+    Safe,
+}
+
+impl RetryOnDisruption {
+    /// The stored and wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryOnDisruption::Never => "never",
+            RetryOnDisruption::Safe => "safe",
+        }
+    }
+
+    /// The policy spelled `s`, if it is one.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "never" => Some(RetryOnDisruption::Never),
+            "safe" => Some(RetryOnDisruption::Safe),
+            _ => None,
+        }
+    }
 }
 
 /// An active work order as the API returns it (docs/design.md §5). `yaml_content` is present only where
@@ -253,6 +291,11 @@ pub struct WorkOrder {
     #[schema(required = true)]
     pub tenant: Option<String>,
     pub targeting: Targeting,
+    /// What a disrupted attempt does to the order (docs/design.md §12). Absent from servers
+    /// before it (read as `never`).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub retry_on_disruption: RetryOnDisruption,
     pub retry_count: i32,
     pub reclaim_count: i32,
     #[schema(required = true)]
@@ -469,8 +512,12 @@ pub struct AgentWithToken {
 pub struct Completion {
     pub success: bool,
     pub message: Option<String>,
-    /// Default true; false sends a failure straight to the log.
+    /// Default true; false sends a failure straight to the log. For a disrupted attempt: the
+    /// disrupted run is known to have stopped, so a new one may start (§12).
     pub retryable: bool,
+    /// The attempt was ended by a disruption, not by the work (docs/design.md §12); only with
+    /// `success: false`.
+    pub disrupted: bool,
 }
 
 /// Result of `complete`: either the order finished (`200` with the log entry) or a retry was

@@ -122,6 +122,7 @@ async fn agents_busy_is_refused_for_max_concurrency_until_a_claim_ends() {
                 success: true,
                 message: None,
                 retryable: true,
+                disrupted: false,
             },
         )
         .await
