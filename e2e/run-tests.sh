@@ -74,8 +74,8 @@ fi
 if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
   stage "Pullman in real pods on the real node: the shared scenario (e2e/realnode/test.sh)"
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/test.sh
-  stage "a node that stops reporting under a running order (e2e/realnode/node-lost.sh, docs/design.md §12)"
-  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/node-lost.sh
+  stage "disruptions under running orders: a node that stops reporting, a drain (e2e/realnode/disruptions.sh, docs/design.md §12)"
+  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/disruptions.sh
 fi
 
 stage "KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"

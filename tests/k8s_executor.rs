@@ -7,6 +7,8 @@ mod support;
 mod builds;
 #[path = "k8s_executor/disruption.rs"]
 mod disruption;
+#[path = "k8s_executor/evicted.rs"]
+mod evicted;
 #[path = "k8s_executor/harness.rs"]
 mod harness;
 #[path = "k8s_executor/output.rs"]

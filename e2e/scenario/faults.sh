@@ -26,7 +26,9 @@ reclaims="$(k get -n "$DEMO" workorder finishing -o jsonpath='{.status.reclaimCo
 (( reclaims >= 1 )) || fail "finishing was not reclaimed (reclaimCount '$reclaims'): the kill did not land under it"
 pods="$(k get pods -n "$DEMO" -l batch.kubernetes.io/job-name=finishing -o name | wc -l)"
 (( pods == 1 )) || fail "Job finishing has $pods pods, not 1"
-ok "finishing Succeeded $(since "$t_kill") s after its executor was killed; 'first' and 'last' once each, one pod"
+jobs="$(k get jobs -n "$DEMO" -l "pullman.dev/work-order=$(order_id finishing)" -o name | wc -l)"
+(( jobs == 1 )) || fail "order finishing has $jobs Jobs, not 1"
+ok "finishing Succeeded $(since "$t_kill") s after its executor was killed; 'first' and 'last' once each, one Job, one pod"
 
 # --- 12. the API server restarted while a container's log streams ---------------------------------
 if [[ -n "${SCENARIO_RESTART_APISERVER:-}" ]]; then
@@ -53,6 +55,19 @@ if [[ -n "${SCENARIO_RESTART_APISERVER:-}" ]]; then
     (( $(count_text "$WORK/beats.out" "beat $i") == 1 )) \
       || { cat "$WORK/beats.out" >&2; fail "beats' line 'beat $i' is not in its output exactly once"; }
   done
-  ok "the API server was back in ${down} s; beats Succeeded with its 40 lines, each once"
+  # Each of its phase Events (Queued, Claimed, Succeeded) once: the watches that resumed after
+  # the restart re-listed the WorkOrder, and a re-list must not say a change again.
+  k get events.events.k8s.io -n "$DEMO" -o json > "$WORK/beats-events.json" || fail "listing Events"
+  python3 - "$WORK/beats-events.json" <<'PY' || fail "WorkOrder beats has a repeated Event"
+import collections, json, sys
+seen = collections.Counter()
+for e in json.load(open(sys.argv[1]))["items"]:
+    r = e.get("regarding", {})
+    if r.get("kind") == "WorkOrder" and r.get("name") == "beats":
+        seen[e.get("reason")] += (e.get("series") or {}).get("count", 1)
+print(f"    beats' Events: {dict(seen)}")
+assert seen["Succeeded"] == 1 and all(n == 1 for n in seen.values()), seen
+PY
+  ok "the API server was back in ${down} s; beats Succeeded with its 40 lines, each once, and each Event once"
   figure "API server restart → ready again (s)" "$down"
 fi

@@ -8,6 +8,7 @@
 //! | `Pending`, after a claim | Normal | `Requeued` | the claim was released |
 //! | `Claimed` | Normal | `Claimed` | the agent |
 //! | `RetryPending` | Warning | `AttemptFailed` | attempt, error, retry time |
+//! | `RetryPending`, retries unchanged, reclaims up | Warning | `AttemptDisrupted` | error, run time (§12) |
 //! | `Succeeded` | Normal | `Succeeded` | the result message |
 //! | `Failed` | Warning | `Failed`, or `Rejected` when the queue refused the spec | the message |
 //! | `Cancelled` | Normal | `Cancelled` | the message |
@@ -36,6 +37,23 @@ pub fn phase_event(prev: Option<&WorkOrderStatus>, new: &WorkOrderStatus) -> Opt
                 new.claimed_by.as_deref().unwrap_or("?")
             ),
         ),
+        // A disrupted attempt runs again without spending a retry: it is counted as a reclaim
+        // (docs/design.md §12).
+        WorkOrderPhase::RetryPending
+            if prev.is_some_and(|p| {
+                p.retry_count == new.retry_count && p.reclaim_count < new.reclaim_count
+            }) =>
+        {
+            (
+                EventType::Warning,
+                "AttemptDisrupted",
+                format!(
+                    "the attempt was disrupted: {}; it runs again from {}",
+                    new.last_error.as_deref().unwrap_or(""),
+                    new.next_retry_after.as_deref().unwrap_or("?")
+                ),
+            )
+        }
         WorkOrderPhase::RetryPending => (
             EventType::Warning,
             "AttemptFailed",
@@ -165,6 +183,36 @@ mod tests {
         for (from, to, want) in table {
             assert_eq!(event(from, &at(Some(to))), want, "{from:?} -> {to:?}");
         }
+    }
+
+    #[test]
+    fn a_disrupted_attempt_run_again_is_not_a_failed_one() {
+        let claimed = WorkOrderStatus {
+            reclaim_count: Some(0),
+            ..at(Some(Claimed))
+        };
+        let rerun = WorkOrderStatus {
+            reclaim_count: Some(1),
+            last_error: Some("pod p was evicted".into()),
+            ..at(Some(RetryPending))
+        };
+        let e = phase_event(Some(&claimed), &rerun).unwrap();
+        assert_eq!(e.reason, "AttemptDisrupted");
+        assert_eq!(
+            e.note.as_deref(),
+            Some(
+                "the attempt was disrupted: pod p was evicted; it runs again from 2026-12-03T10:00:00Z"
+            )
+        );
+        // A failure spends a retry, whatever the reclaims did.
+        let failed = WorkOrderStatus {
+            retry_count: Some(3),
+            ..rerun
+        };
+        assert_eq!(
+            phase_event(Some(&claimed), &failed).unwrap().reason,
+            "AttemptFailed"
+        );
     }
 
     #[test]

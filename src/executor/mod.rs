@@ -11,13 +11,15 @@
 //!   follower subscribes to;
 //!   `verdict`: what a watched object says; [`disruption`]: whether a pod may still run on a node
 //!   that does not report, so its Job's verdict must wait (docs/design.md §12), with `nodewatch`,
-//!   the one watch of Nodes, and `held`, a Job's wait that holds such verdicts; `pods`: which
+//!   the one watch of Nodes, and `held`, a Job's wait that holds such verdicts;
+//!   `disrupted`: whether a failed Job's attempt was ended by a disruption; `pods`: which
 //!   containers of a failed Job exited with what code; `cleanup`: deleting what a cancelled order created; [`logs`]: the logs of the
 //!   order's pods sent as its output (docs/design.md §9).
 
 mod apply;
 mod cleanup;
 pub mod container_log;
+mod disrupted;
 pub mod disruption;
 mod held;
 pub mod logs;
@@ -195,7 +197,11 @@ impl KubeCarrier {
         let config = self.output.as_ref()?;
         let claim = order.claim_id?;
         let targets: Vec<(&Applied, &str)> = match plan {
-            Plan::Jobs { jobs, .. } => jobs.iter().map(|j| (j, logs::JOB_NAME_LABEL)).collect(),
+            Plan::Jobs(plan) => plan
+                .jobs
+                .iter()
+                .map(|j| (j, logs::JOB_NAME_LABEL))
+                .collect(),
             Plan::BuildRun { run, .. } => vec![(run, logs::BUILDRUN_LABEL)],
         };
         // Nothing runs in a pod (only objects applied): no output, and no request to resume it.

@@ -16,7 +16,7 @@ use super::watch::WatchEnd;
 use crate::manifest;
 use crate::pull::Verdict;
 use crate::queue::rules::watch_budget;
-use crate::wire::{WorkOrder, WorkType};
+use crate::wire::{RetryOnDisruption, WorkOrder, WorkType};
 
 /// Longest a BuildRun is watched, whatever the budget (docs/design.md §4).
 pub const BUILD_WINDOW: Duration = Duration::from_secs(15 * 60);
@@ -25,13 +25,7 @@ pub const BUILD_WINDOW: Duration = Duration::from_secs(15 * 60);
 #[derive(Debug)]
 pub enum Plan {
     /// A `custom` order: its Jobs to watch in turn, and what was applied without monitoring.
-    Jobs {
-        jobs: Vec<Applied>,
-        unmonitored: Vec<Applied>,
-        /// End of the watch budget, counted from the claim.
-        deadline: Instant,
-        budget: Duration,
-    },
+    Jobs(JobsPlan),
     /// A `build` order: its BuildRun, watched until `window_end`.
     BuildRun {
         run: Applied,
@@ -91,12 +85,7 @@ impl Plan {
     ) -> Verdict {
         let watches = watching.watches;
         match self {
-            Plan::Jobs {
-                jobs,
-                unmonitored,
-                deadline,
-                budget,
-            } => watch_jobs(watching, jobs, unmonitored, deadline, budget, stop, on_hold).await,
+            Plan::Jobs(jobs) => jobs.watch(watching, stop, on_hold).await,
             Plan::BuildRun {
                 run,
                 window_end,
@@ -179,65 +168,143 @@ async fn apply_custom(
             unmonitored.push(target);
         }
     }
-    Ok(Plan::Jobs {
+    Ok(Plan::Jobs(JobsPlan {
         jobs,
         unmonitored,
         deadline,
         budget,
-    })
+        rerun_safe: order.retry_on_disruption == RetryOnDisruption::Safe,
+    }))
 }
 
-async fn watch_jobs(
-    watching: &JobWatching<'_>,
-    jobs: Vec<Applied>,
+/// What a `custom` order applied: its Jobs, watched in turn, and the rest.
+#[derive(Debug)]
+pub struct JobsPlan {
+    pub jobs: Vec<Applied>,
+    /// Applied without monitoring (docs/design.md §4).
     unmonitored: Vec<Applied>,
+    /// End of the watch budget, counted from the claim.
     deadline: Instant,
     budget: Duration,
-    stop: &CancellationToken,
-    mut on_hold: impl FnMut(Option<&Hold>),
-) -> Verdict {
-    let mut finished = Vec::new();
-    for job in &jobs {
-        let end = match watching.job_end(job, deadline, stop, &mut on_hold).await {
-            JobEnd::Watched(end) => end,
-            JobEnd::HeldAtDeadline(hold) => {
-                return terminal(format!(
-                    "{}: {}, when the watch budget of {} s ran out; the Job is left as it is",
-                    job.display(),
-                    hold.describe(),
-                    budget.as_secs()
-                ));
-            }
-        };
-        match end {
-            WatchEnd::Verdict(ObjectVerdict::Succeeded(_)) => {
-                finished.push(job.name.clone());
-                // What held this Job up is not said of the next one.
-                on_hold(None);
-            }
-            WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => {
-                let mut text = format!("{} failed: {reason}: {message}", job.display());
-                if let Some(pods) = pods::failed_containers(watching.watches.client(), job).await {
-                    text.push_str(&format!(": {pods}"));
+    /// The order has `retryOnDisruption: safe`: a disrupted Job is cleared away for the next
+    /// attempt (docs/design.md §12).
+    rerun_safe: bool,
+}
+
+/// Longest a disrupted Job's pods are waited on to stop, and the Job to be deleted, before the
+/// order is reported without clearing the way for a new run (docs/design.md §12).
+const CLEAR_WAIT: Duration = Duration::from_secs(120);
+
+impl JobsPlan {
+    async fn watch(
+        self,
+        watching: &JobWatching<'_>,
+        stop: &CancellationToken,
+        mut on_hold: impl FnMut(Option<&Hold>),
+    ) -> Verdict {
+        let JobsPlan {
+            jobs,
+            unmonitored,
+            deadline,
+            budget,
+            rerun_safe,
+        } = self;
+        let mut finished = Vec::new();
+        for job in &jobs {
+            let (end, record) = watching.job_end(job, deadline, stop, &mut on_hold).await;
+            let end = match end {
+                JobEnd::Watched(end) => end,
+                JobEnd::HeldAtDeadline(hold) => {
+                    // Ended by a lost node, and not known to have stopped: never run again.
+                    return Verdict::Disrupted {
+                        message: format!(
+                            "{}: {}, when the watch budget of {} s ran out; the Job is left as it is",
+                            job.display(),
+                            hold.describe(),
+                            budget.as_secs()
+                        ),
+                        stopped: false,
+                    };
                 }
-                return terminal(text);
+            };
+            match end {
+                WatchEnd::Verdict(ObjectVerdict::Succeeded(_)) => {
+                    finished.push(job.name.clone());
+                    // What held this Job up is not said of the next one.
+                    on_hold(None);
+                }
+                WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => {
+                    let mut text = format!("{} failed: {reason}: {message}", job.display());
+                    if let Some(pods) =
+                        pods::failed_containers(watching.watches.client(), job).await
+                    {
+                        text.push_str(&format!(": {pods}"));
+                    }
+                    let Some(disruption) = record.ended_by(&reason) else {
+                        return terminal(text);
+                    };
+                    text.push_str(&format!(
+                        "; the attempt was ended by a disruption, not by the work: {}",
+                        disruption.describe()
+                    ));
+                    return disrupted(watching, job, text, rerun_safe, deadline, stop).await;
+                }
+                WatchEnd::Verdict(ObjectVerdict::Pending) => {
+                    unreachable!("wait_for ends only on terminal verdicts")
+                }
+                WatchEnd::Deleted => {
+                    return terminal(format!("{} was deleted before it finished", job.display()));
+                }
+                WatchEnd::DeadlineReached => {
+                    return terminal(format!(
+                        "{} still running when the watch budget of {} s ran out; the Job is left running",
+                        job.display(),
+                        budget.as_secs()
+                    ));
+                }
+                WatchEnd::Stopped => return terminal("stopped"),
             }
-            WatchEnd::Verdict(ObjectVerdict::Pending) => {
-                unreachable!("wait_for ends only on terminal verdicts")
-            }
-            WatchEnd::Deleted => {
-                return terminal(format!("{} was deleted before it finished", job.display()));
-            }
-            WatchEnd::DeadlineReached => {
-                return terminal(format!(
-                    "{} still running when the watch budget of {} s ran out; the Job is left running",
-                    job.display(),
-                    budget.as_secs()
-                ));
-            }
-            WatchEnd::Stopped => return terminal("stopped"),
         }
+        success_message(&jobs, &finished, &unmonitored)
     }
+}
+
+/// The verdict of a Job whose attempt a disruption ended (docs/design.md §12). With
+/// `retryOnDisruption: safe` the way is cleared for a new run first
+/// ([`JobWatching::clear_for_rerun`]), and the order may run again only if that was done.
+async fn disrupted(
+    watching: &JobWatching<'_>,
+    job: &Applied,
+    text: String,
+    rerun_safe: bool,
+    deadline: Instant,
+    stop: &CancellationToken,
+) -> Verdict {
+    if !rerun_safe {
+        return Verdict::Disrupted {
+            message: text,
+            stopped: false,
+        };
+    }
+    let until = deadline.min(Instant::now() + CLEAR_WAIT);
+    match watching.clear_for_rerun(job, until, stop).await {
+        Ok(()) => {
+            tracing::info!(job = %job.display(), "disrupted: its pods stopped and the Job was deleted, for the next attempt");
+            Verdict::Disrupted {
+                message: format!(
+                    "{text}; its pods stopped and the Job was deleted for the next attempt"
+                ),
+                stopped: true,
+            }
+        }
+        Err(why) => Verdict::Disrupted {
+            message: format!("{text}; the way was not cleared for a new run: {why}"),
+            stopped: false,
+        },
+    }
+}
+
+fn success_message(jobs: &[Applied], finished: &[String], unmonitored: &[Applied]) -> Verdict {
     let mut message = String::new();
     if !jobs.is_empty() {
         message.push_str(&format!("Jobs succeeded: {}", finished.join(", ")));

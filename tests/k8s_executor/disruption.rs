@@ -1,7 +1,8 @@
 //! Jobs whose pods sit on a node that does not report (docs/design.md §12): the verdict the Job
 //! controller gives on the taint manager's word alone is held, the order says `node_unreachable`
 //! with the node, and the Job's verdict is taken, once, when the kubelet reports the pod stopped;
-//! a pod force-deleted there still holds it, until the node is marked out-of-service.
+//! a pod force-deleted there still holds it, until the node is marked out-of-service. Either way
+//! the attempt is `disrupted` (ended by the lost node, not by the work).
 //!
 //! The lost node is a Node object that no kubelet (and no kwok) reports for, so the real node
 //! lifecycle controller keeps it not Ready; the test plays the parts of its kubelet (the pod's
@@ -188,6 +189,8 @@ async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
             && message.contains("exited with code 137"),
         "{entry}"
     );
+    // Ended by a lost node, not by the work (the order's default is never to run again).
+    assert_eq!(entry["attempts"][0]["result"], "disrupted", "{entry}");
     assert_eq!(
         entry["attempts"].as_array().map(Vec::len),
         Some(1),
@@ -226,6 +229,7 @@ async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
             .contains(&format!("Job {}/forced failed", t.ns)),
         "{entry}"
     );
+    assert_eq!(entry["attempts"][0]["result"], "disrupted", "{entry}");
 
     ex.stop().await;
     // No kubelet will finish the deletion.
