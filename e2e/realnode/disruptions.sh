@@ -83,6 +83,37 @@ PULLMAN_ADMIN_TOKEN="$(openssl rand -hex 16)"
 export PULLMAN_ADMIN_TOKEN
 serve_start "$PULLMAN" "$WORK"
 admin() { curl -sS --fail-with-body -H "Authorization: Bearer $PULLMAN_ADMIN_TOKEN" -H 'content-type: application/json' "$@"; }
+# real_job NAME CMD [POD_SPEC_LINES [CONTAINER_LINES]]: a Job of one pod on the real node running
+# `sh -c CMD` (one line, no single quotes), with no retries of its own, so its verdict is its
+# pod's.
+real_job() {
+  cat <<EOF
+apiVersion: batch/v1
+kind: Job
+metadata: {name: $1}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      nodeSelector: {pullman.dev/node: real}
+      tolerations: [{key: pullman.dev/node, operator: Equal, value: real, effect: NoSchedule}]
+${3:-}
+      containers:
+      - name: main
+        image: localhost/busybox:dev
+${4:-}
+        command: [sh, -c, '$2']
+EOF
+}
+# queue_order YAML [FIELDS_JSON]: queues an order of YAML for this suite's agent, with FIELDS_JSON
+# (an object) added to the create body; prints its id.
+queue_order() {
+  local extra="${2:-}" body
+  [[ -n "$extra" ]] || extra='{}'
+  body="$(python3 -c 'import json, sys; print(json.dumps({"work_type": "custom", "yaml_content": sys.argv[1], "claim_timeout_seconds": 900, "targeting": {"labels": ["disruptions"]}, **json.loads(sys.argv[2])}))' "$1" "$extra")"
+  admin -X POST "$base/api/v1/work-orders" -d "$body" | jsonf 'd["id"]'
+}
 k create namespace "$NS" >/dev/null
 agent="$(admin -X POST "$base/api/v1/agents" -d '{"name": "disruptions", "labels": ["disruptions"]}')" \
   || fail "registering the agent: $agent"
@@ -93,22 +124,7 @@ exec_pid=$!
 # Runs past the kubelet's absence, then ends well soon after: its verdict comes from the
 # kubelet's report.
 run=$(( DOWN + 20 ))
-job="apiVersion: batch/v1
-kind: Job
-metadata: {name: lost}
-spec:
-  backoffLimit: 0
-  template:
-    spec:
-      restartPolicy: Never
-      nodeSelector: {pullman.dev/node: real}
-      tolerations: [{key: pullman.dev/node, operator: Equal, value: real, effect: NoSchedule}]
-      containers:
-      - name: main
-        image: localhost/busybox:dev
-        command: [sh, -c, 'echo start; sleep $run; echo done']"
-body="$(python3 -c 'import json, sys; print(json.dumps({"work_type": "custom", "yaml_content": sys.argv[1], "claim_timeout_seconds": 900, "targeting": {"labels": ["disruptions"]}}))' "$job")"
-id="$(admin -X POST "$base/api/v1/work-orders" -d "$body" | jsonf 'd["id"]')" || fail "creating the order"
+id="$(queue_order "$(real_job lost "echo start; sleep $run; echo done")")" || fail "creating the order"
 pod_running() { [[ "$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=lost -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
 until_true 120 "the Job's pod Running on $node" pod_running
 ok "order $id: its Job's pod runs on $node"
@@ -153,33 +169,11 @@ step "kubectl drain under an order with retry_on_disruption: safe"
 mkdir -p "$RUNS"
 # The first run works until it is stopped; a later one (the file has a start already) 5 s.
 # Each writes its start and, on SIGTERM or at its end, its stop, in seconds since the epoch.
-job="apiVersion: batch/v1
-kind: Job
-metadata: {name: drained}
-spec:
-  backoffLimit: 0
-  template:
-    spec:
-      restartPolicy: Never
-      terminationGracePeriodSeconds: 10
-      nodeSelector: {pullman.dev/node: real}
-      tolerations: [{key: pullman.dev/node, operator: Equal, value: real, effect: NoSchedule}]
-      volumes: [{name: runs, hostPath: {path: $RUNS, type: Directory}}]
-      containers:
-      - name: main
-        image: localhost/busybox:dev
-        volumeMounts: [{name: runs, mountPath: /runs}]
-        command:
-        - sh
-        - -c
-        - |
-          n=600; [ -s /runs/log ] && n=5
-          echo \"start \$(hostname) \$(date +%s)\" >> /runs/log
-          trap 'echo \"stop \$(hostname) \$(date +%s)\" >> /runs/log; exit 143' TERM
-          sleep \$n & wait \$!
-          echo \"stop \$(hostname) \$(date +%s)\" >> /runs/log"
-body="$(python3 -c 'import json, sys; print(json.dumps({"work_type": "custom", "yaml_content": sys.argv[1], "claim_timeout_seconds": 900, "retry_on_disruption": "safe", "targeting": {"labels": ["disruptions"]}}))' "$job")"
-id="$(admin -X POST "$base/api/v1/work-orders" -d "$body" | jsonf 'd["id"]')" || fail "creating the drained order"
+drain_cmd='n=600; [ -s /runs/log ] && n=5; echo "start $(hostname) $(date +%s)" >> /runs/log; trap "echo \"stop \$(hostname) \$(date +%s)\" >> /runs/log; exit 143" TERM; sleep $n & wait $!; echo "stop $(hostname) $(date +%s)" >> /runs/log'
+job="$(real_job drained "$drain_cmd" "      terminationGracePeriodSeconds: 10
+      volumes: [{name: runs, hostPath: {path: $RUNS, type: Directory}}]" \
+  "        volumeMounts: [{name: runs, mountPath: /runs}]")"
+id="$(queue_order "$job" '{"retry_on_disruption": "safe"}')" || fail "creating the drained order"
 drained_running() { [[ "$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=drained -o jsonpath='{.items[*].status.phase}')" == Running ]] && [[ -s "$RUNS/log" ]]; }
 until_true 120 "the drained Job's pod Running on $node" drained_running
 first="$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=drained -o jsonpath='{.items[0].metadata.name}')"
@@ -216,22 +210,7 @@ jobs="$(k get jobs -n "$NS" -l pullman.dev/work-order="$id" -o name | wc -l)"
 ok "drained: one disrupted attempt, one retry after the first pod stopped, no overlap, no retry spent"
 
 step "containerd killed for 30 s under a running order"
-job="apiVersion: batch/v1
-kind: Job
-metadata: {name: runtime}
-spec:
-  backoffLimit: 0
-  template:
-    spec:
-      restartPolicy: Never
-      nodeSelector: {pullman.dev/node: real}
-      tolerations: [{key: pullman.dev/node, operator: Equal, value: real, effect: NoSchedule}]
-      containers:
-      - name: main
-        image: localhost/busybox:dev
-        command: [sh, -c, 'echo start; sleep 60; echo done']"
-body="$(python3 -c 'import json, sys; print(json.dumps({"work_type": "custom", "yaml_content": sys.argv[1], "claim_timeout_seconds": 900, "targeting": {"labels": ["disruptions"]}}))' "$job")"
-id="$(admin -X POST "$base/api/v1/work-orders" -d "$body" | jsonf 'd["id"]')" || fail "creating the order"
+id="$(queue_order "$(real_job runtime "echo start; sleep 60; echo done")")" || fail "creating the order"
 runtime_running() { [[ "$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=runtime -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
 until_true 120 "the Job's pod Running on $node" runtime_running
 e2e/testenv/restart.sh containerd 30 KILL > "$WORK/restart.log" 2>&1 &
@@ -253,10 +232,7 @@ pods="$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=runtime -o name | wc
 ok "containerd back: the Job succeeded, one attempt, one pod; the order said meanwhile: $(printf '%s\n' "${said[@]}" | sort | uniq -c | tr -s ' \n' ' ')"
 
 step "the executor SIGKILLed mid-Job and started again: the Job re-adopted"
-job="${job//name: runtime/name: adopted}"
-job="${job//sleep 60/sleep 40}"
-body="$(python3 -c 'import json, sys; print(json.dumps({"work_type": "custom", "yaml_content": sys.argv[1], "claim_timeout_seconds": 900, "targeting": {"labels": ["disruptions"]}}))' "$job")"
-id="$(admin -X POST "$base/api/v1/work-orders" -d "$body" | jsonf 'd["id"]')" || fail "creating the order"
+id="$(queue_order "$(real_job adopted "echo start; sleep 40; echo done")")" || fail "creating the order"
 adopted_running() { [[ "$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=adopted -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
 until_true 120 "the Job's pod Running on $node" adopted_running
 kill -KILL "$exec_pid"
