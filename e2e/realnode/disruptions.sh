@@ -114,6 +114,9 @@ queue_order() {
   body="$(python3 -c 'import json, sys; print(json.dumps({"work_type": "custom", "yaml_content": sys.argv[1], "claim_timeout_seconds": 900, "targeting": {"labels": ["disruptions"]}, **json.loads(sys.argv[2])}))' "$1" "$extra")"
   admin -X POST "$base/api/v1/work-orders" -d "$body" | jsonf 'd["id"]'
 }
+# The current order ($id): active, and once finished, its log entry in $WORK/entry.json.
+order() { admin "$base/api/v1/work-orders/$id"; }
+in_log() { admin "$base/api/v1/work-order-log/$id" > "$WORK/entry.json" 2>/dev/null; }
 k create namespace "$NS" >/dev/null
 agent="$(admin -X POST "$base/api/v1/agents" -d '{"name": "disruptions", "labels": ["disruptions"]}')" \
   || fail "registering the agent: $agent"
@@ -139,7 +142,6 @@ until_true 120 "node $node NotReady" not_ready
 went="$(k get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastTransitionTime}')"
 [[ -n "$went" ]] || fail "node $node has no Ready transition time"
 not_ready_at="$(date -d "$went" +%s)"
-order() { admin "$base/api/v1/work-orders/$id"; }
 says_unreachable() { [[ "$(order | jsonf 'd.get("waiting", {}).get("reason")' 2>/dev/null)" == node_unreachable ]]; }
 until_true 90 "order $id saying node_unreachable" says_unreachable
 said=$(( $(now) - not_ready_at ))
@@ -156,7 +158,6 @@ wait "$restart_pid" || fail "restarting the kubelet: $(cat "$WORK/restart.log")"
 restart_pid=""
 is_ready() { [[ "$(node_ready)" == True ]]; }
 until_true 120 "node $node Ready again" is_ready
-in_log() { admin "$base/api/v1/work-order-log/$id" > "$WORK/entry.json" 2>/dev/null; }
 until_true $(( run + 120 )) "order $id in the log" in_log
 entry="$(cat "$WORK/entry.json")"
 [[ "$(jsonf 'd["outcome"]' <<<"$entry")" == succeeded ]] || fail "order $id did not succeed: $entry"
