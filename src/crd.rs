@@ -18,7 +18,9 @@ use crate::queue::limits::{
     BACKOFF_SECONDS, CLAIM_TIMEOUT_SECONDS, CONCURRENCY_MAX, LEASE_SECONDS, MAX_CONCURRENCY,
     MAX_CONCURRENCY_KEY_CHARS, MAX_RECLAIMS, MAX_RETRIES, MAX_YAML_BYTES, PRIORITY,
 };
-use crate::queue::{NewConcurrency, NewWorkOrder, OnConflict, Targeting, WorkType};
+use crate::queue::{
+    NewConcurrency, NewWorkOrder, OnConflict, RetryOnDisruption, Targeting, WorkType,
+};
 
 /// Work type of a WorkOrder (docs/design.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -117,6 +119,28 @@ impl From<CrdOnConflict> for OnConflict {
     }
 }
 
+/// `spec.retryOnDisruption` of a WorkOrder: what an attempt ended by an eviction, a drain, a
+/// preemption or a lost node does to the order (docs/design.md §12).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CrdRetryOnDisruption {
+    /// The order fails; the attempt is recorded as disrupted.
+    #[default]
+    Never,
+    /// The order runs again at once (counted as a reclaim, not a retry), but only once the
+    /// disrupted run is known to have stopped, so runs never overlap.
+    Safe,
+}
+
+impl From<CrdRetryOnDisruption> for RetryOnDisruption {
+    fn from(p: CrdRetryOnDisruption) -> Self {
+        match p {
+            CrdRetryOnDisruption::Never => RetryOnDisruption::Never,
+            CrdRetryOnDisruption::Safe => RetryOnDisruption::Safe,
+        }
+    }
+}
+
 // The Rust types are `WorkOrderResource` / `WorkOrderResourceSpec` so they never collide with the
 // queue's `WorkOrder` / `WorkOrderSpec` (issue #13); the Kubernetes kind stays `WorkOrder`.
 /// A one-time operation pulled by an agent (docs/design.md §6). Immutable once created.
@@ -171,6 +195,11 @@ pub struct WorkOrderResourceSpec {
     pub tenant: Option<String>,
     /// Which agents may claim it; at least one criterion.
     pub targeting: WorkOrderTargeting,
+    /// never (default: an attempt ended by a disruption fails the order) or safe (the order runs
+    /// again at once once the disrupted run is known to have stopped; counted as a reclaim)
+    /// (docs/design.md §12).
+    #[serde(default)]
+    pub retry_on_disruption: CrdRetryOnDisruption,
     /// Seconds after the order finished (succeeded, failed, was cancelled or rejected) when the
     /// controller deletes this WorkOrder, as on a Job; the work-order log keeps its record.
     /// Unset: kept until deleted.
@@ -379,8 +408,11 @@ impl WorkOrderResourceSpec {
                 on_conflict: Some(c.on_conflict.into()),
             }),
             tenant: self.tenant.clone(),
-            // Mirrored from the spec with the policy (docs/design.md §12).
-            retry_on_disruption: None,
+            retry_on_disruption: Some(
+                RetryOnDisruption::from(self.retry_on_disruption)
+                    .as_str()
+                    .to_string(),
+            ),
             targeting: Targeting {
                 agent_ids,
                 agent_names: self.targeting.agent_names.clone(),
@@ -418,4 +450,31 @@ pub fn crds_yaml() -> String {
         .map(|c| serde_norway::to_string(c).expect("CRD serializes to YAML"))
         .collect::<Vec<_>>()
         .join("---\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> WorkOrderResourceSpec {
+        serde_norway::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn retry_on_disruption_is_mirrored_to_the_create_body() {
+        let base = "workType: custom\nyamlContent: x\ntargeting: {labels: [a]}\n";
+        let safe = spec(&format!("{base}retryOnDisruption: safe\n"));
+        assert_eq!(safe.retry_on_disruption, CrdRetryOnDisruption::Safe);
+        let body = safe.to_create_body().unwrap();
+        assert_eq!(body.retry_on_disruption.as_deref(), Some("safe"));
+        // Absent: never, stated to the queue.
+        let body = spec(base).to_create_body().unwrap();
+        assert_eq!(body.retry_on_disruption.as_deref(), Some("never"));
+        assert!(
+            serde_norway::from_str::<WorkOrderResourceSpec>(&format!(
+                "{base}retryOnDisruption: sometimes\n"
+            ))
+            .is_err()
+        );
+    }
 }

@@ -204,6 +204,46 @@ fn the_create_body_targets_with_the_targeting_schema_and_keeps_the_rule() {
     );
 }
 
+#[test]
+fn disruptions_are_described_where_they_are_sent_and_taken() {
+    let doc = doc();
+    let schemas = &doc["components"]["schemas"];
+    // Directly, or as a branch of `allOf` / `oneOf` (with null, or with a description).
+    let refers = |schema: &Value| {
+        schema
+            .to_string()
+            .contains(r##""$ref":"#/components/schemas/RetryOnDisruption""##)
+    };
+    for owner in ["NewWorkOrder", "WorkOrder", "LogEntry"] {
+        let field = &schemas[owner]["properties"]["retry_on_disruption"];
+        assert!(refers(field), "{owner}: {field}");
+    }
+    assert_eq!(
+        schemas["RetryOnDisruption"]["enum"],
+        json!(["never", "safe"])
+    );
+    assert!(
+        schemas["AttemptResult"]["enum"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("disrupted"))
+    );
+    let complete = &schemas["CompleteBody"]["properties"]["disrupted"];
+    assert!(
+        complete["type"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("boolean"))),
+        "{complete}"
+    );
+    let answers = &doc["paths"]["/api/v1/work-orders/{id}/complete"]["post"]["responses"];
+    assert!(
+        answers["400"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("disrupted")
+    );
+}
+
 /// Every operation's answers, as (method path, status, answer).
 fn answers(doc: &Value) -> Vec<(String, String, Value)> {
     let mut all = vec![];

@@ -263,7 +263,11 @@ pub async fn check(
             ));
         }
     }
-    for row in rows.iter().filter(|r| r.ended_by == "agent") {
+    // `disruption` is an agent's own complete too (of a disrupted attempt, docs/design.md §12).
+    for row in rows
+        .iter()
+        .filter(|r| r.ended_by == "agent" || r.ended_by == "disruption")
+    {
         match row.claim_id.and_then(|claim| received.get(&claim)) {
             Some(cl) if cl.order == row.id && Some(cl.agent) == row.claimed_by => {}
             Some(cl) => c.violations.push(format!(

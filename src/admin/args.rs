@@ -334,6 +334,11 @@ pub struct CreateWorkOrder {
     #[arg(long, value_name = "WHAT", requires = "concurrency_key",
           value_parser = ["queue", "supersede"])]
     pub on_conflict: Option<String>,
+    /// What an attempt ended by an eviction, a drain, a preemption or a lost node does:
+    /// `never` fails the order; `safe` runs it again at once (counted as a reclaim), once the
+    /// disrupted run is known to have stopped. Default: never.
+    #[arg(long, value_name = "WHEN", value_parser = ["never", "safe"])]
+    pub retry_on_disruption: Option<String>,
     /// Block until the order finishes; print its result and exit with its outcome (see below).
     #[arg(long)]
     pub wait: bool,

@@ -145,6 +145,9 @@ async fn create(client: &Client, c: CreateWorkOrder) -> anyhow::Result<WorkOrder
     if let Some(t) = c.tenant {
         body["tenant"] = json!(t);
     }
+    if let Some(policy) = c.retry_on_disruption {
+        body["retry_on_disruption"] = json!(policy);
+    }
     if let Some(key) = c.concurrency_key {
         body["concurrency"] = json!({"key": key});
         if let Some(max) = c.max_concurrent {
@@ -180,6 +183,7 @@ const CREATE_FLAGS: &[(&str, &str)] = &[
     ("concurrency.key", "--concurrency-key"),
     ("concurrency.max", "--max-concurrent"),
     ("tenant", "--tenant"),
+    ("retry_on_disruption", "--retry-on-disruption"),
 ];
 
 /// `pullman work-orders …`; the exit code is the order's outcome for `wait` and `create --wait`

@@ -211,12 +211,14 @@ pub async fn heartbeat(
     ))
 }
 
-/// Report the result of a claim.
+/// Report the result of a claim; `disrupted: true` with `success: false` reports an attempt ended
+/// by a disruption, which the order's `retry_on_disruption` decides about (docs/design.md §12).
 #[utoipa::path(post, path = "/api/v1/work-orders/{id}/complete", tag = "claims",
     params(("id" = Uuid, Path, description = "Work order id")), request_body = CompleteBody,
     responses(
         (status = 200, description = "The order reached a terminal state: its log entry", body = LogEntry),
-        (status = 202, description = "A retry was scheduled", body = RetryScheduled),
+        (status = 202, description = "A retry was scheduled (for a disrupted attempt with `retry_on_disruption: safe`: due at once)", body = RetryScheduled),
+        (status = 400, description = "`invalid_field`: `disrupted: true` with `success: true` (the field is named); nothing changed", body = ErrorBody),
         (status = 409, description = "`cancelled`, `reclaimed` or `not_claim_holder`; nothing changed", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody)),

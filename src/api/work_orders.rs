@@ -90,7 +90,7 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
     responses(
         (status = 201, description = "Created (or, with `Idempotent-Replayed: true`, created by an earlier call with this key)", body = WorkOrder,
             headers(("Idempotent-Replayed" = String, description = "`true` when this is the answer of an earlier call with the same `Idempotency-Key`; absent otherwise"))),
-        (status = 400, description = "Invalid field, unknown work type, empty targeting, bad YAML, bad Idempotency-Key", body = ErrorBody),
+        (status = 400, description = "Invalid field (a `retry_on_disruption` other than `never` or `safe` among them), unknown work type, empty targeting, bad YAML, bad Idempotency-Key", body = ErrorBody),
         (status = 413, description = "yaml_content over 1 MiB", body = ErrorBody),
         (status = 415, description = "No `Content-Type: application/json`", body = ErrorBody),
         (status = 422, description = "Wrong JSON types or unknown fields; `idempotency_key_reused`", body = ErrorBody),

@@ -242,6 +242,7 @@ pub(in crate::controller) mod tests {
                     labels: vec!["a".into()],
                     ..Default::default()
                 },
+                retry_on_disruption: Default::default(),
                 ttl_seconds_after_finished: Some(5),
             },
         );

@@ -346,6 +346,7 @@ pub(super) mod tests {
             concurrency: None,
             tenant: None,
             targeting: Targeting::default(),
+            retry_on_disruption: Default::default(),
             retry_count: 0,
             reclaim_count: 0,
             last_error: None,

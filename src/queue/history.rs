@@ -34,6 +34,7 @@ impl From<AttemptRow> for Attempt {
             "reclaimed" => AttemptResult::Reclaimed,
             "released" => AttemptResult::Released,
             "cancelled" => AttemptResult::Cancelled,
+            "disrupted" => AttemptResult::Disrupted,
             // `failed`, and nothing else: the CHECK constraints allow no other spelling.
             _ => AttemptResult::Failed,
         };
@@ -104,6 +105,7 @@ impl Queue {
             concurrency: entry.concurrency,
             tenant: entry.tenant,
             targeting: entry.targeting,
+            retry_on_disruption: entry.retry_on_disruption,
         };
         self.create_api_order(&spec, key, Some(id)).await
     }

@@ -303,6 +303,7 @@ pub(crate) struct OrderRow {
     concurrency_key: Option<String>,
     concurrency_max: Option<i32>,
     concurrency_on_conflict: Option<String>,
+    retry_on_disruption: String,
     tenant: Option<String>,
     target_agent_ids: Vec<Uuid>,
     target_agent_names: Vec<String>,
@@ -347,8 +348,9 @@ impl From<OrderRow> for WorkOrder {
                 labels: r.target_labels,
                 annotations: r.target_annotations.0,
             },
-            // Wired to its column with the policy (docs/design.md §12).
-            retry_on_disruption: RetryOnDisruption::Never,
+            // The column's CHECK allows only the two spellings.
+            retry_on_disruption: RetryOnDisruption::parse(&r.retry_on_disruption)
+                .unwrap_or_default(),
             retry_count: r.retry_count,
             reclaim_count: r.reclaim_count,
             last_error: r.last_error,
@@ -385,6 +387,7 @@ pub(crate) struct LogRow {
     concurrency_key: Option<String>,
     concurrency_max: Option<i32>,
     concurrency_on_conflict: Option<String>,
+    retry_on_disruption: String,
     tenant: Option<String>,
     targeting: Json<Targeting>,
     retry_count: i32,
@@ -421,6 +424,8 @@ impl From<LogRow> for LogEntry {
             ),
             tenant: r.tenant,
             targeting: r.targeting.0,
+            retry_on_disruption: RetryOnDisruption::parse(&r.retry_on_disruption)
+                .unwrap_or_default(),
             retry_count: r.retry_count,
             reclaim_count: r.reclaim_count,
             last_error: r.last_error,

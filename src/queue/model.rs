@@ -360,6 +360,11 @@ pub struct LogEntry {
     #[schema(required = true)]
     pub tenant: Option<String>,
     pub targeting: Targeting,
+    /// What a disrupted attempt did to the order (docs/design.md §12). Absent from servers
+    /// before it (read as `never`).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub retry_on_disruption: RetryOnDisruption,
     pub retry_count: i32,
     pub reclaim_count: i32,
     #[schema(required = true)]
@@ -404,6 +409,10 @@ pub enum AttemptResult {
     Released,
     /// The order was cancelled while this claim was live.
     Cancelled,
+    /// A disruption (eviction, drain, preemption, a lost node) ended it, as the agent reported
+    /// (docs/design.md §12): the order ran again (`retryOnDisruption: safe`), or went to the log
+    /// as `failed`.
+    Disrupted,
 }
 
 impl AttemptResult {
@@ -417,6 +426,7 @@ impl AttemptResult {
             AttemptResult::Reclaimed => "reclaimed",
             AttemptResult::Released => "released",
             AttemptResult::Cancelled => "cancelled",
+            AttemptResult::Disrupted => "disrupted",
         }
     }
 }

@@ -89,6 +89,9 @@ impl IdPrefix {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EndedBy {
     Agent,
+    /// The agent, reporting an attempt ended by a disruption that the order was not run again
+    /// after (docs/design.md §12); read like `Agent` by refusals and replays.
+    Disruption,
     Reaper,
     Cancel,
 }
@@ -97,6 +100,7 @@ impl EndedBy {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             EndedBy::Agent => "agent",
+            EndedBy::Disruption => "disruption",
             EndedBy::Reaper => "reaper",
             EndedBy::Cancel => "cancel",
         }
@@ -494,6 +498,7 @@ pub(super) async fn insert_order(
         .bind(spec.concurrency.as_ref().map(|c| &c.key))
         .bind(spec.concurrency.as_ref().map(|c| c.max))
         .bind(spec.concurrency.as_ref().map(|c| c.on_conflict.as_str()))
+        .bind(spec.retry_on_disruption.as_str())
         .fetch_optional(exec)
         .await?)
 }

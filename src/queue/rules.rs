@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::model::AgentHealth;
+use super::model::{AgentHealth, RetryOnDisruption};
 
 /// Longest backoff before a retry, in seconds: 24 h (docs/design.md §2).
 pub const MAX_BACKOFF_SECONDS: u64 = 86_400;
@@ -56,6 +56,47 @@ pub fn decide_failure(
         }
     } else {
         FailureDecision::Fail
+    }
+}
+
+/// What happens to an order after an attempt ended by a disruption (docs/design.md §12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisruptionDecision {
+    /// Runs again at once: `RETRY_PENDING` due now, `reclaim_count + 1`, `retry_count` unchanged.
+    RunAgain,
+    /// Goes to the log as failed. `why_not` (policy `safe` only) is appended to the agent's
+    /// message: why the order was not run again.
+    Fail { why_not: Option<String> },
+}
+
+/// Decides the fate of an attempt ended by a disruption (docs/design.md §12). It runs again only
+/// when the order's policy is `safe`, the agent knows the disrupted run stopped (`stopped`: the
+/// complete's `retryable`), so runs never overlap, and a reclaim is left
+/// (`reclaim_count < max_reclaims`, the limit the reaper's releases count against too).
+/// Retries (`max_retries`) are not used: a disruption is not the work's failure.
+pub fn decide_disruption(
+    policy: RetryOnDisruption,
+    stopped: bool,
+    reclaim_count: i32,
+    max_reclaims: i32,
+) -> DisruptionDecision {
+    let why_not = match policy {
+        RetryOnDisruption::Never => return DisruptionDecision::Fail { why_not: None },
+        RetryOnDisruption::Safe if !stopped => {
+            "; not run again: the disrupted run may still be running".to_string()
+        }
+        RetryOnDisruption::Safe if reclaim_count >= max_reclaims => {
+            let noun = if reclaim_count == 1 {
+                "reclaim"
+            } else {
+                "reclaims"
+            };
+            format!("; not run again: {reclaim_count} {noun} used (max_reclaims {max_reclaims})")
+        }
+        RetryOnDisruption::Safe => return DisruptionDecision::RunAgain,
+    };
+    DisruptionDecision::Fail {
+        why_not: Some(why_not),
     }
 }
 
@@ -137,6 +178,49 @@ mod tests {
         );
         assert_eq!(decide_failure(3, 3, 10, true), FailureDecision::Fail);
         assert_eq!(decide_failure(0, 3, 10, false), FailureDecision::Fail);
+    }
+
+    #[test]
+    fn a_disruption_runs_again_only_when_safe_stopped_and_reclaims_are_left() {
+        use RetryOnDisruption::{Never, Safe};
+        assert_eq!(
+            decide_disruption(Never, true, 0, 5),
+            DisruptionDecision::Fail { why_not: None }
+        );
+        assert_eq!(
+            decide_disruption(Safe, true, 0, 5),
+            DisruptionDecision::RunAgain
+        );
+        assert_eq!(
+            decide_disruption(Safe, true, 4, 5),
+            DisruptionDecision::RunAgain
+        );
+        assert_eq!(
+            decide_disruption(Safe, true, 5, 5),
+            DisruptionDecision::Fail {
+                why_not: Some("; not run again: 5 reclaims used (max_reclaims 5)".into())
+            }
+        );
+        assert_eq!(
+            decide_disruption(Safe, true, 1, 1),
+            DisruptionDecision::Fail {
+                why_not: Some("; not run again: 1 reclaim used (max_reclaims 1)".into())
+            }
+        );
+        // max_reclaims 0: a disruption is never run again.
+        assert!(matches!(
+            decide_disruption(Safe, true, 0, 0),
+            DisruptionDecision::Fail { why_not: Some(_) }
+        ));
+        // A run that may still go on is never doubled, reclaims left or not.
+        for reclaims in [0, 5] {
+            assert_eq!(
+                decide_disruption(Safe, false, reclaims, 5),
+                DisruptionDecision::Fail {
+                    why_not: Some("; not run again: the disrupted run may still be running".into())
+                }
+            );
+        }
     }
 
     #[test]

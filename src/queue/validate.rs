@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use super::QueueError;
 use super::keys::{self, Concurrency};
 use super::model::{
-    ClaimWaiting, NewAgent, NewWorkOrder, RequestedWorkType, Targeting, WaitReason, WorkType,
+    ClaimWaiting, Completion, NewAgent, NewWorkOrder, RequestedWorkType, RetryOnDisruption,
+    Targeting, WaitReason, WorkType,
 };
 use super::rules::{MIN_WATCH_BUDGET, watch_budget};
 use super::text::{strip_nul, strip_nul_all, strip_nul_map};
@@ -33,6 +34,8 @@ pub struct WorkOrderSpec {
     pub concurrency: Option<Concurrency>,
     pub tenant: Option<String>,
     pub targeting: Targeting,
+    /// What an attempt ended by a disruption does to the order (docs/design.md §12).
+    pub retry_on_disruption: RetryOnDisruption,
 }
 
 /// An agent registration that passed validation.
@@ -210,6 +213,7 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
     let max_reclaims = MAX_RECLAIMS.check_or_default(body.max_reclaims)?;
     let priority = PRIORITY.check_or_default(body.priority)?;
     let concurrency = body.concurrency.map(keys::validate).transpose()?;
+    let retry_on_disruption = parse_retry_on_disruption(body.retry_on_disruption.as_deref())?;
     if let Some(tenant) = &body.tenant {
         check_string("tenant", tenant)?;
     }
@@ -257,7 +261,22 @@ pub fn validate_work_order(mut body: NewWorkOrder) -> Result<WorkOrderSpec, Queu
         concurrency,
         tenant: body.tenant,
         targeting: body.targeting,
+        retry_on_disruption,
     })
+}
+
+/// The order's `retry_on_disruption` (docs/design.md §12): `never` when absent; a spelling
+/// other than `never` or `safe` is `400 invalid_field` naming the field.
+fn parse_retry_on_disruption(value: Option<&str>) -> Result<RetryOnDisruption, QueueError> {
+    match value {
+        None => Ok(RetryOnDisruption::default()),
+        Some(v) => RetryOnDisruption::parse(v).ok_or_else(|| {
+            invalid(
+                "retry_on_disruption",
+                format!("retry_on_disruption must be never or safe, not {v:?}"),
+            )
+        }),
+    }
 }
 
 /// [`validate_work_order`] on a blocking thread, for async callers (the API, the controller):
@@ -328,6 +347,20 @@ pub fn validate_agent(mut body: NewAgent) -> Result<AgentSpec, QueueError> {
 /// Validates the `lease_seconds` of a claim request ([`LEASE_SECONDS`]).
 pub fn validate_lease(lease_seconds: Option<i64>) -> Result<Option<i32>, QueueError> {
     LEASE_SECONDS.check_optional(lease_seconds)
+}
+
+/// Validates a complete before anything is written (docs/design.md §5, §12): `disrupted: true`
+/// only with `success: false` (an attempt a disruption ended did not succeed); otherwise
+/// `400 invalid_field` naming `disrupted`.
+pub fn validate_completion(completion: &Completion) -> Result<(), QueueError> {
+    if completion.success && completion.disrupted {
+        return Err(invalid(
+            "disrupted",
+            "disrupted: true goes only with success: false (an attempt ended by a disruption did \
+             not succeed)",
+        ));
+    }
+    Ok(())
 }
 
 /// Validates what a heartbeat says holds its order up (docs/design.md §12): only

@@ -9,8 +9,9 @@
 //!   context switches, protocol). One statement is one round trip and one commit, and takes the
 //!   same row locks in the same order (agent → order → claim, see `queue`): each CTE that must
 //!   lock later reads the earlier one through a sub-query, so the earlier one has run first.
-//! * failure is a transaction: whether to retry is decided in Rust (`rules::decide_failure`)
-//!   between locking the order and writing it.
+//! * failure is a transaction: whether to retry is decided in Rust (`rules::decide_failure`;
+//!   for a disrupted attempt `rules::decide_disruption`, docs/design.md §12) between locking the
+//!   order and writing it.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -18,10 +19,12 @@ use uuid::Uuid;
 use super::Heartbeat;
 use crate::queue::model::ClaimWaiting;
 use crate::queue::orders::{EndedBy, FinalClaim, finish};
-use crate::queue::rules::{self, FailureDecision};
+use crate::queue::rules::{self, DisruptionDecision, FailureDecision};
 use crate::queue::sql;
+use crate::queue::validate::validate_completion;
 use crate::queue::{
-    Completion, CompletionResult, LogEntry, Outcome, Queue, QueueError, group_commit, text,
+    Completion, CompletionResult, LogEntry, Outcome, Queue, QueueError, RetryOnDisruption,
+    group_commit, text,
 };
 
 impl Queue {
@@ -60,7 +63,9 @@ impl Queue {
     /// non-retryable / out-of-retries failure moves the order to the log; a retryable failure with
     /// retries left schedules `RETRY_PENDING` with exponential backoff. One transaction; a result
     /// from anyone but the live claim holder is `409` and changes nothing (a repeat of the result
-    /// that finished the order is answered as it was, `replay_or_refuse`).
+    /// that finished the order is answered as it was, `replay_or_refuse`). A failure with
+    /// `disrupted` follows the order's `retry_on_disruption` instead of its retries (§12);
+    /// `disrupted` with `success` is `400 invalid_field` and changes nothing.
     pub async fn complete(
         &self,
         order_id: Uuid,
@@ -68,6 +73,7 @@ impl Queue {
         claim_id: Option<Uuid>,
         completion: &Completion,
     ) -> Result<CompletionResult, QueueError> {
+        validate_completion(completion)?;
         // Stored as text::storable makes it: no U+0000, cut with a marker past the limit.
         let message = completion
             .message
@@ -85,6 +91,7 @@ impl Queue {
                 claim_id,
                 message,
                 retryable: completion.retryable,
+                disrupted: completion.disrupted,
             };
             self.complete_failure(&failure).await?
         };
@@ -98,8 +105,9 @@ impl Queue {
     }
 
     /// A reported failure, in one transaction: lock the order, end the live claim, decide in
-    /// Rust whether to retry (`rules::decide_failure`), then schedule the retry or finish the
-    /// order. `None` when the agent holds no live claim on the order (nothing is written).
+    /// Rust whether to retry (`rules::decide_failure`, or for a disrupted attempt
+    /// `rules::decide_disruption`), then schedule the retry or finish the order. `None` when the
+    /// agent holds no live claim on the order (nothing is written).
     async fn complete_failure(
         &self,
         failure: &Failure<'_>,
@@ -110,12 +118,13 @@ impl Queue {
             claim_id,
             message,
             retryable,
+            disrupted,
         } = *failure;
         let mut tx = self.pool.begin().await?;
         // First, keeping the lock order agent → order → claim; and in this transaction, because
         // a separate statement would cost a second WAL flush per completion.
         touch_agent(&mut *tx, agent_id).await?;
-        let order: Option<(i32, i32, i32)> = sqlx::query_as(sql::LOCK_ORDER_FOR_FAILURE)
+        let order: Option<FailingOrder> = sqlx::query_as(sql::LOCK_ORDER_FOR_FAILURE)
             .bind(order_id)
             .fetch_optional(&mut *tx)
             .await?;
@@ -130,9 +139,7 @@ impl Queue {
                     .await?
             }
         };
-        let (Some((retry_count, max_retries, backoff_seconds)), Some((claim_id, claimed_at))) =
-            (order, claim)
-        else {
+        let (Some(order), Some((claim_id, claimed_at))) = (order, claim) else {
             tx.commit().await?;
             return Ok(None);
         };
@@ -141,39 +148,10 @@ impl Queue {
             claim_id,
             claimed_at,
         };
-        let error = message.unwrap_or("the agent reported failure without a message");
-        let decision = rules::decide_failure(retry_count, max_retries, backoff_seconds, retryable);
-        let result = match decision {
-            FailureDecision::Retry {
-                retry_count,
-                delay_seconds,
-            } => {
-                // The claim ends here without finishing the order: it is kept as an attempt.
-                // $1 order, $2 retry count, $3 delay, $4 error, $5–$7 the ended claim.
-                let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(sql::SCHEDULE_RETRY)
-                    .bind(order_id)
-                    .bind(retry_count)
-                    .bind(delay_seconds as f64)
-                    .bind(error)
-                    .bind(final_claim.claim_id)
-                    .bind(agent_id)
-                    .bind(final_claim.claimed_at)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                CompletionResult::RetryScheduled { next_retry_after }
-            }
-            FailureDecision::Fail => CompletionResult::Finished(Box::new(
-                finish(
-                    &mut tx,
-                    order_id,
-                    EndedBy::Agent,
-                    Outcome::Failed,
-                    message,
-                    Some(error),
-                    Some(final_claim),
-                )
-                .await?,
-            )),
+        let result = if disrupted {
+            disrupted_attempt(&mut tx, order_id, &order, final_claim, message, retryable).await?
+        } else {
+            failed_attempt(&mut tx, order_id, &order, final_claim, message, retryable).await?
         };
         tx.commit().await?;
         if matches!(result, CompletionResult::RetryScheduled { .. }) {
@@ -185,7 +163,9 @@ impl Queue {
 }
 
 /// A failure reported by `agent_id` for its claim (`claim_id`, when given) on `order_id`, with
-/// its stored `message` and whether the agent thinks a retry may help.
+/// its stored `message` and whether the agent thinks a retry may help; `disrupted`: the attempt
+/// was ended by a disruption, and then `retryable` says the disrupted run is known to have
+/// stopped (docs/design.md §12).
 #[derive(Clone, Copy)]
 struct Failure<'a> {
     order_id: Uuid,
@@ -193,6 +173,120 @@ struct Failure<'a> {
     claim_id: Option<Uuid>,
     message: Option<&'a str>,
     retryable: bool,
+    disrupted: bool,
+}
+
+/// What a failed complete reads of the order it locked (`sql/lock_order_for_failure.sql`).
+#[derive(sqlx::FromRow)]
+struct FailingOrder {
+    retry_count: i32,
+    max_retries: i32,
+    backoff_seconds: i32,
+    retry_on_disruption: String,
+    reclaim_count: i32,
+    max_reclaims: i32,
+}
+
+/// The end of an attempt that failed (docs/design.md §2), in the caller's transaction after the
+/// claim was ended: a retry (`sql/schedule_retry.sql`, the `202`) or the log as failed.
+async fn failed_attempt(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    order_id: Uuid,
+    order: &FailingOrder,
+    claim: FinalClaim,
+    message: Option<&str>,
+    retryable: bool,
+) -> Result<CompletionResult, QueueError> {
+    let error = message.unwrap_or("the agent reported failure without a message");
+    let decision = rules::decide_failure(
+        order.retry_count,
+        order.max_retries,
+        order.backoff_seconds,
+        retryable,
+    );
+    Ok(match decision {
+        FailureDecision::Retry {
+            retry_count,
+            delay_seconds,
+        } => {
+            // The claim ends here without finishing the order: it is kept as an attempt.
+            // $1 order, $2 retry count, $3 delay, $4 error, $5–$7 the ended claim.
+            let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(sql::SCHEDULE_RETRY)
+                .bind(order_id)
+                .bind(retry_count)
+                .bind(delay_seconds as f64)
+                .bind(error)
+                .bind(claim.claim_id)
+                .bind(claim.agent_id)
+                .bind(claim.claimed_at)
+                .fetch_one(&mut **tx)
+                .await?;
+            CompletionResult::RetryScheduled { next_retry_after }
+        }
+        FailureDecision::Fail => CompletionResult::Finished(Box::new(
+            finish(
+                tx,
+                order_id,
+                EndedBy::Agent,
+                Outcome::Failed,
+                message,
+                Some(error),
+                Some(claim),
+            )
+            .await?,
+        )),
+    })
+}
+
+/// The error recorded for a disrupted attempt reported without a message.
+const DISRUPTED_WITHOUT_MESSAGE: &str = "the agent reported a disruption without a message";
+
+/// The end of an attempt ended by a disruption (docs/design.md §12), in the caller's
+/// transaction after the claim was ended: the order runs again at once
+/// (`sql/requeue_disrupted.sql`, the `202`) or goes to the log as failed with
+/// `ended_by = disruption`, the message saying why it was not run again when its policy is `safe`.
+async fn disrupted_attempt(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    order_id: Uuid,
+    order: &FailingOrder,
+    claim: FinalClaim,
+    message: Option<&str>,
+    stopped: bool,
+) -> Result<CompletionResult, QueueError> {
+    // The column's CHECK allows only the two spellings.
+    let policy = RetryOnDisruption::parse(&order.retry_on_disruption).unwrap_or_default();
+    let error = message.unwrap_or(DISRUPTED_WITHOUT_MESSAGE);
+    match rules::decide_disruption(policy, stopped, order.reclaim_count, order.max_reclaims) {
+        DisruptionDecision::RunAgain => {
+            // $1 order, $2 error, $3–$5 the ended claim.
+            let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(sql::REQUEUE_DISRUPTED)
+                .bind(order_id)
+                .bind(error)
+                .bind(claim.claim_id)
+                .bind(claim.agent_id)
+                .bind(claim.claimed_at)
+                .fetch_one(&mut **tx)
+                .await?;
+            Ok(CompletionResult::RetryScheduled { next_retry_after })
+        }
+        DisruptionDecision::Fail { why_not } => {
+            let why_not = why_not.unwrap_or_default();
+            // The reason stays whole: the agent's message gives up the room it needs.
+            let limit = text::MAX_MESSAGE_BYTES - why_not.len();
+            let error = format!("{}{why_not}", text::storable(error, limit));
+            let entry = finish(
+                tx,
+                order_id,
+                EndedBy::Disruption,
+                Outcome::Failed,
+                Some(&error),
+                Some(&error),
+                Some(claim),
+            )
+            .await?;
+            Ok(CompletionResult::Finished(Box::new(entry)))
+        }
+    }
 }
 
 impl Queue {

@@ -11,7 +11,7 @@ FROM work_order_claims WHERE work_order_id = $1
 UNION ALL
 SELECT claimed_by, claim_id, claimed_at, completed_at,
        CASE ended_by WHEN 'cancel' THEN 'cancelled' WHEN 'reaper' THEN 'reclaimed'
-                     ELSE outcome END,
+                     WHEN 'disruption' THEN 'disrupted' ELSE outcome END,
        message
 FROM work_order_log WHERE id = $1 AND claimed_at IS NOT NULL
 ORDER BY started_at, claim_id

@@ -8,7 +8,8 @@
 -- $4 last_error (text, NULL = keep the order's; when set, last_error_at becomes now())
 -- $5, $6, $7 the claim live at the end: agent id, claim id (uuid, NULL = the order's last
 --     claim), claimed_at (timestamptz, NULL = none)
--- $8 ended_by (text: agent, reaper, cancel), so a late heartbeat can be told why
+-- $8 ended_by (text: agent, disruption (the agent's complete of a disrupted attempt), reaper,
+--    cancel), so a late heartbeat can be told why
 -- Returns the log entry without yaml_content.
 WITH w AS (DELETE FROM work_orders WHERE id = $1 RETURNING *),
 ending AS (

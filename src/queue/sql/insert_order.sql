@@ -13,15 +13,17 @@
 -- $16 priority (int, docs/design.md §3)
 -- $17 concurrency key (text, NULL = none), $18 its max (int), $19 on conflict (text: queue or
 --     supersede) (docs/design.md §3 "Concurrency keys"; supersede.sql runs after it)
+-- $20 retry_on_disruption (text: never or safe, docs/design.md §12)
 -- A tenant's first active order gives it a turn (tenant_turns, the migration's trigger).
 WITH w AS (
   INSERT INTO work_orders (id, work_type, yaml_content, max_retries, backoff_seconds,
                            claim_timeout_seconds, max_reclaims, tenant, target_agent_ids,
                            target_agent_names, target_labels, target_annotations,
                            target_annotation_pairs, status, source, rerun_of, priority,
-                           concurrency_key, concurrency_max, concurrency_on_conflict)
+                           concurrency_key, concurrency_max, concurrency_on_conflict,
+                           retry_on_disruption)
   SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 'PENDING', $14, $15, $16,
-         $17, $18, $19
+         $17, $18, $19, $20
   WHERE NOT EXISTS (SELECT 1 FROM work_order_log WHERE id = $1)
   ON CONFLICT (id) DO NOTHING
   RETURNING *

@@ -11,7 +11,8 @@ INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_se
                             message, retry_count, reclaim_count, last_error, last_error_at,
                             claimed_by, claim_id, claimed_at, source, ended_by, rerun_of,
                             priority, concurrency_key, concurrency_max,
-                            concurrency_on_conflict, created_at, completed_at)
+                            concurrency_on_conflict, retry_on_disruption, created_at,
+                            completed_at)
 SELECT w.id, w.work_type, w.yaml_content, w.max_retries, w.backoff_seconds,
        w.claim_timeout_seconds, w.max_reclaims, w.tenant,
        jsonb_build_object('agent_ids', to_jsonb(w.target_agent_ids),
@@ -21,10 +22,10 @@ SELECT w.id, w.work_type, w.yaml_content, w.max_retries, w.backoff_seconds,
        e.outcome, e.message, w.retry_count, w.reclaim_count, e.last_error, e.last_error_at,
        e.claimed_by, e.claim_id, e.claimed_at, w.source, e.ended_by, w.rerun_of,
        w.priority, w.concurrency_key, w.concurrency_max, w.concurrency_on_conflict,
-       w.created_at, now()
+       w.retry_on_disruption, w.created_at, now()
 FROM w JOIN ending e ON e.id = w.id
 RETURNING id, work_type, NULL::text AS yaml_content, outcome, message, max_retries,
           backoff_seconds, claim_timeout_seconds, max_reclaims, priority, concurrency_key,
-          concurrency_max, concurrency_on_conflict, tenant, targeting, retry_count,
-          reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at, rerun_of,
-          created_at, completed_at
+          concurrency_max, concurrency_on_conflict, retry_on_disruption, tenant, targeting,
+          retry_count, reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at,
+          rerun_of, created_at, completed_at

@@ -92,6 +92,7 @@ statements! {
     LOCK_ORDER_FOR_FAILURE = "lock_order_for_failure";
     END_LIVE_CLAIM = "end_live_claim";
     SCHEDULE_RETRY = "schedule_retry";
+    REQUEUE_DISRUPTED = "requeue_disrupted";
 
     // Refusals and replays of heartbeat and complete (`queue::refusal`).
     REFUSAL_ACTIVE = "refusal_active";
