@@ -94,7 +94,8 @@ pub struct CompleteBody {
     #[serde(default)]
     pub retryable: Option<bool>,
     /// Default false; true: the attempt was ended by a disruption (eviction, drain, preemption,
-    /// a lost node), not by the work. Only with `success: false` (docs/design.md §12).
+    /// a lost node), not by the work. Only with `success: false` (else `400` naming `disrupted`;
+    /// docs/design.md §12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disrupted: Option<bool>,
 }

@@ -235,6 +235,14 @@ fn disruptions_are_described_where_they_are_sent_and_taken() {
             .is_some_and(|t| t.contains(&json!("boolean"))),
         "{complete}"
     );
+    // The one pairing complete refuses is said where a client reads the field (a schema for it,
+    // an `anyOf`, stops generated clients: openapi-python-client drops the operation).
+    assert!(
+        complete["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("Only with `success: false` (else `400`")),
+        "{complete}"
+    );
     let answers = &doc["paths"]["/api/v1/work-orders/{id}/complete"]["post"]["responses"];
     assert!(
         answers["400"]["description"]
