@@ -4,7 +4,10 @@
 #    (default 100) and started again. While the node does not report, the order stays claimed and
 #    says `node_unreachable` with the node (the figure: seconds from the node's NotReady to the
 #    order saying so; at most 60); once the kubelet is back, the Job finishes and the order gets
-#    its verdict, once, from the one pod.
+#    its verdict, once, from the one pod. Beside it runs a pod that tolerates the unreachable
+#    node for 5 s only: the taint manager deletes it and the Job controller fails its Job while
+#    the node is away, and its order stays claimed until the kubelet is back and stops the pod;
+#    then it fails as `disrupted` (no verdict on the taint manager's word alone).
 # 2. drain: `kubectl drain` evicts the pod of an order with `retry_on_disruption: safe`. The
 #    attempt is `disrupted`, the order runs again once the first pod stopped, and the two runs
 #    never overlap: each pod writes when it starts and stops to a file on the node, and the second
@@ -83,9 +86,9 @@ PULLMAN_ADMIN_TOKEN="$(openssl rand -hex 16)"
 export PULLMAN_ADMIN_TOKEN
 serve_start "$PULLMAN" "$WORK"
 admin() { curl -sS --fail-with-body -H "Authorization: Bearer $PULLMAN_ADMIN_TOKEN" -H 'content-type: application/json' "$@"; }
-# real_job NAME CMD [POD_SPEC_LINES [CONTAINER_LINES]]: a Job of one pod on the real node running
-# `sh -c CMD` (one line, no single quotes), with no retries of its own, so its verdict is its
-# pod's.
+# real_job NAME CMD [POD_SPEC_LINES [CONTAINER_LINES [TOLERATION]]]: a Job of one pod on the real
+# node running `sh -c CMD` (one line, no single quotes), with no retries of its own, so its
+# verdict is its pod's; TOLERATION (a YAML flow mapping) is added to the pod's tolerations.
 real_job() {
   cat <<EOF
 apiVersion: batch/v1
@@ -97,7 +100,7 @@ spec:
     spec:
       restartPolicy: Never
       nodeSelector: {pullman.dev/node: real}
-      tolerations: [{key: pullman.dev/node, operator: Equal, value: real, effect: NoSchedule}]
+      tolerations: [{key: pullman.dev/node, operator: Equal, value: real, effect: NoSchedule}${5:+, $5}]
 ${3:-}
       containers:
       - name: main
@@ -127,9 +130,13 @@ exec_pid=$!
 # Runs past the kubelet's absence, then ends well soon after: its verdict comes from the
 # kubelet's report.
 run=$(( DOWN + 20 ))
+tainted="$(queue_order "$(real_job tainted "echo start; sleep $run; echo done" "" "" \
+  "{key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}")")" \
+  || fail "creating the order"
 id="$(queue_order "$(real_job lost "echo start; sleep $run; echo done")")" || fail "creating the order"
-pod_running() { [[ "$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=lost -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
-until_true 120 "the Job's pod Running on $node" pod_running
+pod_running() { [[ "$(k get pods -n "$NS" -l "batch.kubernetes.io/job-name=$1" -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
+until_true 120 "the Job's pod Running on $node" pod_running lost
+until_true 60 "Job tainted's pod Running on $node" pod_running tainted
 ok "order $id: its Job's pod runs on $node"
 
 step "the kubelet stopped for $DOWN s under the running pod"
@@ -153,6 +160,22 @@ o="$(order)"
 ok "node NotReady $(( not_ready_at - t_stop )) s after the kubelet stopped; the order said node_unreachable $said s later, naming $node"
 [[ -n "${PULLMAN_FIGURES:-}" ]] && echo "node NotReady → order says node_unreachable (s): $said" >> "$PULLMAN_FIGURES"
 
+# The taint manager deletes the pod that tolerates the unreachable node for 5 s only, and the Job
+# controller counts it failed at once; its order takes no verdict on that word while the node is
+# away, looked at every 2 s until the kubelet is back.
+job_failed() { [[ "$(k get job tainted -n "$NS" -o jsonpath='{.status.conditions[?(@.type=="FailureTarget")].status}')" == True ]]; }
+until_true 60 "Job tainted failed by the Job controller after the taint manager's deletion" job_failed
+reason="$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=tainted -o jsonpath='{.items[0].status.conditions[?(@.type=="DisruptionTarget")].reason}')"
+[[ "$reason" == DeletionByTaintManager ]] || fail "Job tainted's pod has DisruptionTarget reason '$reason', not DeletionByTaintManager"
+looks=0
+while kill -0 "$restart_pid" 2>/dev/null; do
+  o="$(admin "$base/api/v1/work-orders/$tainted")" || fail "order $tainted took a verdict while its node did not report (on the taint manager's word)"
+  [[ "$(jsonf 'd["status"]' <<<"$o")" == CLAIMED ]] || fail "order $tainted is not claimed while its node does not report: $o"
+  looks=$(( looks + 1 ))
+  sleep 2
+done
+(( looks >= 3 )) || fail "only $looks looks at order $tainted before the kubelet was back: the taint manager acted too late to tell"
+ok "Job tainted failed on the taint manager's word ($reason); its order stayed claimed for $looks looks until the kubelet was back"
 step "the kubelet back: the Job's own verdict, once"
 wait "$restart_pid" || fail "restarting the kubelet: $(cat "$WORK/restart.log")"
 restart_pid=""
@@ -165,6 +188,14 @@ entry="$(cat "$WORK/entry.json")"
 pods="$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=lost -o name | wc -l)"
 (( pods == 1 )) || fail "Job lost has $pods pods, not 1"
 ok "the Job succeeded after the kubelet came back; one attempt, one pod"
+id="$tainted"
+until_true 120 "order $tainted in the log" in_log
+entry="$(cat "$WORK/entry.json")"
+[[ "$(jsonf 'd["outcome"]' <<<"$entry")" == failed ]] || fail "order $tainted did not fail: $entry"
+[[ "$(jsonf '",".join(a["result"] for a in d["attempts"])' <<<"$entry")" == disrupted ]] \
+  || fail "order $tainted: attempts are not [disrupted]: $entry"
+[[ "$(jsonf 'd["message"]' <<<"$entry")" == *DeletionByTaintManager* ]] || fail "order $tainted's message does not name the taint manager: $entry"
+ok "order $tainted failed once its kubelet stopped the pod, as disrupted: $(jsonf 'd["message"]' <<<"$entry")"
 
 step "kubectl drain under an order with retry_on_disruption: safe"
 mkdir -p "$RUNS"
