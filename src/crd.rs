@@ -196,8 +196,8 @@ pub struct WorkOrderResourceSpec {
     /// Which agents may claim it; at least one criterion.
     pub targeting: WorkOrderTargeting,
     /// never (default: an attempt ended by a disruption fails the order) or safe (the order runs
-    /// again at once once the disrupted run is known to have stopped; counted as a reclaim)
-    /// (docs/design.md §12).
+    /// again at once once the disrupted run is known to have stopped; counted as a reclaim).
+    /// Applies to the Jobs of custom orders (docs/design.md §12).
     #[serde(default)]
     pub retry_on_disruption: CrdRetryOnDisruption,
     /// Seconds after the order finished (succeeded, failed, was cancelled or rejected) when the

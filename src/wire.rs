@@ -89,8 +89,9 @@ pub struct CompleteBody {
     /// boundary, ending with a marker (docs/design.md §5).
     #[serde(default)]
     pub message: Option<String>,
-    /// Default true; false sends a failure straight to the log. With `disrupted`: whether the
-    /// disrupted run is known to have stopped, so that a new one may start (docs/design.md §12).
+    /// Default true; false sends a failure straight to the log. With `disrupted: true`: whether
+    /// the disrupted run is known to have stopped, so that a new one may start, and then the
+    /// default is false (docs/design.md §12).
     #[serde(default)]
     pub retryable: Option<bool>,
     /// Default false; true: the attempt was ended by a disruption (eviction, drain, preemption,

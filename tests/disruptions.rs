@@ -71,7 +71,7 @@ async fn safe_runs_a_stopped_disrupted_attempt_again_at_once_as_a_reclaim() {
     let (a, token) = agent(&s).await;
     let id = s.order(order(Some("safe"), 5)).await;
     let first = claim(&s, &a, &token, &id).await;
-    let body = disrupted(&a, &first, json!({}));
+    let body = disrupted(&a, &first, json!({"retryable": true}));
     let (st, v) = s.complete(&id, &token, body.clone()).await;
     assert_eq!(st, 202, "{v}");
     assert_eq!(v["status"], "retry_scheduled");
@@ -152,19 +152,23 @@ async fn never_fails_the_order_without_using_its_retries() {
 async fn safe_does_not_run_again_while_the_disrupted_run_may_go_on() {
     let s = TestServer::start().await;
     let (a, token) = agent(&s).await;
-    let id = s.order(order(Some("safe"), 5)).await;
-    let c = claim(&s, &a, &token, &id).await;
-    let (st, entry) = s
-        .complete(&id, &token, disrupted(&a, &c, json!({"retryable": false})))
-        .await;
-    assert_eq!(st, 200, "{entry}");
-    assert_eq!(entry["outcome"], "failed");
-    assert_eq!(
-        entry["message"],
-        "pod evicted: node drained; not run again: the disrupted run may still be running"
-    );
-    assert_eq!(entry["reclaim_count"], 0);
-    assert_eq!(results(&s, &id).await, ["disrupted"]);
+    // Said outright, or not said at all: for a disrupted attempt, `retryable` defaults to
+    // false, since only an agent that knows its run stopped may let a second one start.
+    for said in [json!({"retryable": false}), json!({})] {
+        let id = s.order(order(Some("safe"), 5)).await;
+        let c = claim(&s, &a, &token, &id).await;
+        let (st, entry) = s
+            .complete(&id, &token, disrupted(&a, &c, said.clone()))
+            .await;
+        assert_eq!(st, 200, "{said}: {entry}");
+        assert_eq!(entry["outcome"], "failed");
+        assert_eq!(
+            entry["message"],
+            "pod evicted: node drained; not run again: the disrupted run may still be running"
+        );
+        assert_eq!(entry["reclaim_count"], 0);
+        assert_eq!(results(&s, &id).await, ["disrupted"]);
+    }
 }
 
 #[tokio::test]
@@ -174,7 +178,11 @@ async fn safe_fails_once_the_reclaims_are_used_up() {
     let id = s.order(order(Some("safe"), 1)).await;
     let first = claim(&s, &a, &token, &id).await;
     let (st, v) = s
-        .complete(&id, &token, disrupted(&a, &first, json!({})))
+        .complete(
+            &id,
+            &token,
+            disrupted(&a, &first, json!({"retryable": true})),
+        )
         .await;
     assert_eq!(st, 202, "{v}");
     let second = claim(&s, &a, &token, &id).await;
@@ -182,7 +190,11 @@ async fn safe_fails_once_the_reclaims_are_used_up() {
         .complete(
             &id,
             &token,
-            disrupted(&a, &second, json!({"message": "node lost"})),
+            disrupted(
+                &a,
+                &second,
+                json!({"message": "node lost", "retryable": true}),
+            ),
         )
         .await;
     assert_eq!(st, 200, "{entry}");

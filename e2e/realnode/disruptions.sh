@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/design.md §12 on the real node (issue #39), two disruptions under running orders:
+# docs/design.md §12 on the real node (issue #39), four disruptions under running orders:
 # 1. node lost: a Job's pod runs on the real node, its kubelet is stopped for NODE_LOST_DOWN_SECONDS
 #    (default 100) and started again. While the node does not report, the order stays claimed and
 #    says `node_unreachable` with the node (the figure: seconds from the node's NotReady to the
@@ -200,8 +200,10 @@ ok "order $tainted failed once its kubelet stopped the pod, as disrupted: $(json
 step "kubectl drain under an order with retry_on_disruption: safe"
 mkdir -p "$RUNS"
 # The first run works until it is stopped; a later one (the file has a start already) 5 s.
-# Each writes its start and, on SIGTERM or at its end, its stop, in seconds since the epoch.
-drain_cmd='n=600; [ -s /runs/log ] && n=5; echo "start $(hostname) $(date +%s)" >> /runs/log; trap "echo \"stop \$(hostname) \$(date +%s)\" >> /runs/log; exit 143" TERM; sleep $n & wait $!; echo "stop $(hostname) $(date +%s)" >> /runs/log'
+# Each writes its start and its stop, in seconds since the epoch; told to stop (SIGTERM), a run
+# goes on 5 s more before it does, as work that cleans up does: a second run started when the
+# first was told to stop, rather than when it stopped, would overlap it.
+drain_cmd='n=600; [ -s /runs/log ] && n=5; echo "start $(hostname) $(date +%s)" >> /runs/log; trap "sleep 5; echo \"stop \$(hostname) \$(date +%s)\" >> /runs/log; exit 143" TERM; sleep $n & wait $!; echo "stop $(hostname) $(date +%s)" >> /runs/log'
 job="$(real_job drained "$drain_cmd" "      terminationGracePeriodSeconds: 10
       volumes: [{name: runs, hostPath: {path: $RUNS, type: Directory}}]" \
   "        volumeMounts: [{name: runs, mountPath: /runs}]")"
@@ -209,14 +211,18 @@ id="$(queue_order "$job" '{"retry_on_disruption": "safe"}')" || fail "creating t
 drained_running() { [[ "$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=drained -o jsonpath='{.items[*].status.phase}')" == Running ]] && [[ -s "$RUNS/log" ]]; }
 until_true 120 "the drained Job's pod Running on $node" drained_running
 first="$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=drained -o jsonpath='{.items[0].metadata.name}')"
+# In the background: the drain waits for the pod to be gone, and the node must be back in
+# service as soon as the order says the attempt was disrupted, so that the second run could be
+# placed at once if the executor reported before the first run stopped.
 k drain "$node" --pod-selector=batch.kubernetes.io/job-name=drained --ignore-daemonsets \
-  --delete-emptydir-data --timeout=120s > "$WORK/drain.log" 2>&1 || fail "kubectl drain: $(cat "$WORK/drain.log")"
+  --delete-emptydir-data --timeout=120s > "$WORK/drain.log" 2>&1 &
+drain_pid=$!
 attempts() { admin "$base/api/v1/work-orders/$id/attempts"; }
 disrupted() { [[ "$(attempts | jsonf '",".join(a["result"] for a in d)' 2>/dev/null)" == disrupted* ]]; }
 until_true 120 "order $id recording a disrupted attempt" disrupted
-ok "pod $first evicted; the attempt is disrupted: $(attempts | jsonf 'd[0]["message"]')"
-# The node is back in service (a drain's maintenance is over): the second run can be placed.
 k uncordon "$node" >/dev/null
+ok "pod $first evicted; the attempt is disrupted: $(attempts | jsonf 'd[0]["message"]')"
+wait "$drain_pid" || fail "kubectl drain: $(cat "$WORK/drain.log")"
 until_true 180 "order $id in the log" in_log
 entry="$(cat "$WORK/entry.json")"
 [[ "$(jsonf 'd["outcome"]' <<<"$entry")" == succeeded ]] || fail "order $id did not succeed: $entry"

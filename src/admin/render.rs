@@ -38,7 +38,7 @@ fn colour_of(word: &str) -> Option<&'static str> {
         "succeeded" | "SUCCEEDED" | "active" => "32",
         "failed" | "FAILED" | "retired" => "31",
         "RETRY_PENDING" | "cancelled" | "CANCELLED" | "stale" | "reclaimed" | "released"
-        | "retry_scheduled" => "33",
+        | "retry_scheduled" | "disrupted" => "33",
         "CLAIMED" | "running" => "36",
         _ => return None,
     })

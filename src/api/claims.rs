@@ -233,7 +233,10 @@ pub async fn complete(
     let completion = Completion {
         success: body.success,
         message: body.message,
-        retryable: body.retryable.unwrap_or(true),
+        // For a disrupted attempt `retryable` says its run is known to have stopped: not said,
+        // it may still run, and `retry_on_disruption: safe` must not start a second one
+        // (docs/design.md §12).
+        retryable: body.retryable.unwrap_or(body.disrupted != Some(true)),
         disrupted: body.disrupted.unwrap_or(false),
     };
     let result = state

@@ -281,7 +281,7 @@ pub async fn get_log(
 
 /// Every attempt (claim) of an active or finished order, oldest first: agent, `claim_id`, when
 /// it started and ended, and how it ended (`running`, `succeeded`, `failed`, `retry_scheduled`,
-/// `reclaimed`, `released`, `cancelled`) with the message. Empty for an order never claimed.
+/// `reclaimed`, `released`, `cancelled`, `disrupted`) with the message. Empty for an order never claimed.
 #[utoipa::path(get, path = "/api/v1/work-orders/{id}/attempts", tag = "work orders",
     params(("id" = Uuid, Path, description = "Work order id (active or finished)")),
     responses((status = 200, description = "The attempts, oldest first", body = Vec<Attempt>), (status = 404, body = ErrorBody)),

@@ -149,6 +149,23 @@ pub fn from_queue(
                         s.claimed_at.as_deref().unwrap_or("(unknown time)"),
                     ),
                 ),
+                // A disrupted attempt run again is due the moment its error was written
+                // (`sql/requeue_disrupted.sql`); a failed one waits at least a second of backoff.
+                OrderStatus::RetryPending
+                    if o.next_retry_after.is_some() && o.next_retry_after == o.last_error_at =>
+                {
+                    (
+                        WorkOrderPhase::RetryPending,
+                        "RetryPending",
+                        format!(
+                            "WorkOrder {name}'s attempt was disrupted, not failed, and runs again \
+                             at once (reclaim {} of {}; no retry spent){}",
+                            o.reclaim_count,
+                            o.max_reclaims,
+                            because(o.last_error.as_deref()),
+                        ),
+                    )
+                }
                 OrderStatus::RetryPending => (
                     WorkOrderPhase::RetryPending,
                     "RetryPending",
@@ -315,7 +332,9 @@ pub(super) mod tests {
             reclaim_count: 0,
             last_error: Some("boom".into()),
             last_error_at: Some(t),
-            next_retry_after: Some(t),
+            // A failed attempt's backoff: a retry due when its error was written is a
+            // disrupted re-run.
+            next_retry_after: Some(t + chrono::Duration::seconds(60)),
             claimed_by: Some(uuid::Uuid::from_u128(9)),
             claimed_at: Some(t),
             claim_id: None,
@@ -482,6 +501,15 @@ pub(super) mod tests {
                 && s.conditions[0].message.ends_with(": boom"),
             "{}",
             s.conditions[0].message
+        );
+        let mut rerun = active(OrderStatus::RetryPending);
+        rerun.next_retry_after = rerun.last_error_at;
+        rerun.reclaim_count = 1;
+        let s = fresh(&Lookup::Active(Box::new(rerun)));
+        assert_eq!(
+            s.conditions[0].message,
+            "WorkOrder demo's attempt was disrupted, not failed, and runs again at once \
+             (reclaim 1 of 5; no retry spent): boom"
         );
         let long = "x".repeat(5000);
         let s = rejected("demo", &long, None, Some(1), &now());

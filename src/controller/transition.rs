@@ -8,12 +8,15 @@
 //! | `Pending`, after a claim | Normal | `Requeued` | the claim was released |
 //! | `Claimed` | Normal | `Claimed` | the agent |
 //! | `RetryPending` | Warning | `AttemptFailed` | attempt, error, retry time |
-//! | `RetryPending`, retries unchanged, reclaims up | Warning | `AttemptDisrupted` | error, run time (§12) |
+//! | not finished, retries unchanged, reclaims up, a new `lastErrorAt` | Warning | `AttemptDisrupted` | error (§12) |
 //! | `Succeeded` | Normal | `Succeeded` | the result message |
 //! | `Failed` | Warning | `Failed`, or `Rejected` when the queue refused the spec | the message |
 //! | `Cancelled` | Normal | `Cancelled` | the message |
 //!
-//! No Event when the phase is unchanged or absent (not yet queued).
+//! No Event when the phase is unchanged or absent (not yet queued), but for `AttemptDisrupted`: a
+//! disrupted attempt run again is due at once, so the controller often sees `Claimed` again and
+//! never `RetryPending`; the counters tell it (only a disrupted re-run moves the reclaims and the
+//! last error together, the reaper's reclaims leave the error alone).
 
 use kube::runtime::events::{Event as KubeEvent, EventType};
 
@@ -22,6 +25,9 @@ use crate::crd::{WorkOrderPhase, WorkOrderStatus};
 
 /// The Event for the change from `prev` to `new`, or `None` when the phase did not change.
 pub fn phase_event(prev: Option<&WorkOrderStatus>, new: &WorkOrderStatus) -> Option<KubeEvent> {
+    if let Some(event) = prev.and_then(|prev| disrupted_rerun(prev, new)) {
+        return Some(event);
+    }
     let old_phase = prev.and_then(|p| p.phase);
     if old_phase == new.phase {
         return None;
@@ -37,23 +43,6 @@ pub fn phase_event(prev: Option<&WorkOrderStatus>, new: &WorkOrderStatus) -> Opt
                 new.claimed_by.as_deref().unwrap_or("?")
             ),
         ),
-        // A disrupted attempt runs again without spending a retry: it is counted as a reclaim
-        // (docs/design.md §12).
-        WorkOrderPhase::RetryPending
-            if prev.is_some_and(|p| {
-                p.retry_count == new.retry_count && p.reclaim_count < new.reclaim_count
-            }) =>
-        {
-            (
-                EventType::Warning,
-                "AttemptDisrupted",
-                format!(
-                    "the attempt was disrupted: {}; it runs again from {}",
-                    new.last_error.as_deref().unwrap_or(""),
-                    new.next_retry_after.as_deref().unwrap_or("?")
-                ),
-            )
-        }
         WorkOrderPhase::RetryPending => (
             EventType::Warning,
             "AttemptFailed",
@@ -86,6 +75,31 @@ pub fn phase_event(prev: Option<&WorkOrderStatus>, new: &WorkOrderStatus) -> Opt
         type_,
         reason: reason.into(),
         note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    })
+}
+
+/// The Event of a disrupted attempt run again (docs/design.md §12), whatever the phase moved to
+/// meanwhile: it spent no retry, took a reclaim and left its error. `None` otherwise, and once
+/// the order finished (its own Event says the end).
+fn disrupted_rerun(prev: &WorkOrderStatus, new: &WorkOrderStatus) -> Option<KubeEvent> {
+    let active = matches!(
+        new.phase?,
+        WorkOrderPhase::Pending | WorkOrderPhase::Claimed | WorkOrderPhase::RetryPending
+    );
+    let rerun = active
+        && prev.retry_count == new.retry_count
+        && prev.reclaim_count < new.reclaim_count
+        && new.last_error_at.is_some()
+        && prev.last_error_at != new.last_error_at;
+    rerun.then(|| KubeEvent {
+        type_: EventType::Warning,
+        reason: "AttemptDisrupted".into(),
+        note: Some(format!(
+            "the attempt was disrupted, not failed: {}; it runs again (no retry spent)",
+            new.last_error.as_deref().unwrap_or("")
+        )),
         action: "Reconcile".into(),
         secondary: None,
     })
@@ -189,29 +203,51 @@ mod tests {
     fn a_disrupted_attempt_run_again_is_not_a_failed_one() {
         let claimed = WorkOrderStatus {
             reclaim_count: Some(0),
+            last_error_at: None,
             ..at(Some(Claimed))
         };
-        let rerun = WorkOrderStatus {
+        let disrupted = |phase| WorkOrderStatus {
             reclaim_count: Some(1),
             last_error: Some("pod p was evicted".into()),
-            ..at(Some(RetryPending))
+            last_error_at: Some("2026-12-03T10:00:00Z".into()),
+            ..at(Some(phase))
         };
-        let e = phase_event(Some(&claimed), &rerun).unwrap();
-        assert_eq!(e.reason, "AttemptDisrupted");
-        assert_eq!(
-            e.note.as_deref(),
-            Some(
-                "the attempt was disrupted: pod p was evicted; it runs again from 2026-12-03T10:00:00Z"
-            )
-        );
+        // Seen waiting, or already claimed again: the same Event.
+        for phase in [RetryPending, Claimed, Pending] {
+            let e = phase_event(Some(&claimed), &disrupted(phase)).unwrap();
+            assert_eq!(e.reason, "AttemptDisrupted", "{phase:?}");
+            assert_eq!(
+                e.note.as_deref(),
+                Some(
+                    "the attempt was disrupted, not failed: pod p was evicted; it runs again (no retry spent)"
+                )
+            );
+        }
         // A failure spends a retry, whatever the reclaims did.
         let failed = WorkOrderStatus {
             retry_count: Some(3),
-            ..rerun
+            ..disrupted(RetryPending)
         };
         assert_eq!(
             phase_event(Some(&claimed), &failed).unwrap().reason,
             "AttemptFailed"
+        );
+        // The reaper's reclaim leaves the error as it was.
+        let reclaimed = WorkOrderStatus {
+            reclaim_count: Some(1),
+            last_error_at: None,
+            ..at(Some(Pending))
+        };
+        assert_eq!(
+            phase_event(Some(&claimed), &reclaimed).unwrap().reason,
+            "Requeued"
+        );
+        // The end of the order says itself.
+        assert_eq!(
+            phase_event(Some(&claimed), &disrupted(Failed))
+                .unwrap()
+                .reason,
+            "Failed"
         );
     }
 

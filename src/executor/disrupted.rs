@@ -89,8 +89,11 @@ impl Record {
                 },
             );
         } else if status.and_then(|s| s.phase.as_deref()) == Some("Failed")
+            && pod.metadata.deletion_timestamp.is_none()
             && !self.disrupted.contains_key(&name)
         {
+            // A pod deleted while it ran (the Job controller stops a failed Job's other pods)
+            // did not fail on its own.
             self.failed_on_their_own.insert(name);
         }
     }
@@ -110,8 +113,8 @@ impl Record {
     }
 
     /// The disruption that ended the attempt of a Job that failed with `reason` (its `Failed`
-    /// or `FailureTarget` condition's), when it was one: the oldest disrupted pod by name order
-    /// is named. `None` when no pod was disrupted, one failed on its own, or the Job failed for
+    /// or `FailureTarget` condition's), when it was one: the first disrupted pod by name is
+    /// named. `None` when no pod was disrupted, one failed on its own, or the Job failed for
     /// its own deadline.
     pub fn ended_by(&self, reason: &str) -> Option<&Disruption> {
         if reason == "DeadlineExceeded" || !self.failed_on_their_own.is_empty() {
@@ -169,6 +172,19 @@ mod tests {
         record.look(&pod("a", json!({"phase": "Failed"})));
         record.look(&pod("a", evicted("Failed")));
         assert!(record.ended_by("PodFailurePolicy").is_some());
+    }
+
+    #[test]
+    fn a_pod_stopped_by_the_job_controller_did_not_fail_on_its_own() {
+        let mut record = Record::default();
+        record.look(&pod("a", evicted("Failed")));
+        let mut sibling = pod("b", json!({"phase": "Failed"}));
+        sibling.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:00:00Z".parse().unwrap(),
+            ));
+        record.look(&sibling);
+        assert!(record.ended_by("BackoffLimitExceeded").is_some());
     }
 
     #[test]

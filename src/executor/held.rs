@@ -45,6 +45,15 @@ pub enum JobEnd {
 }
 
 impl JobWatching<'_> {
+    /// The pods of `job` (`None` for a Job without a namespace, which cannot be), subscribed to
+    /// from now on: an order's Jobs are subscribed to together when their watch begins, so that
+    /// a later Job's pod evicted and gone before its turn is still recorded (every state of a
+    /// pod waits in the subscription).
+    pub fn subscribe(&self, job: &Applied) -> Option<PodSubscription> {
+        let ns = job.namespace.as_deref()?;
+        Some(self.pods.subscribe(ns, JOB_NAME_LABEL, &job.name))
+    }
+
     /// Waits for `job`'s verdict until `deadline` or `stop`, holding a terminal one while a pod
     /// of the Job may still run where no kubelet reports. `on_hold` is told the pod that holds
     /// it up whenever that changes (`None` once nothing does while the Job runs on; not at the
@@ -53,19 +62,19 @@ impl JobWatching<'_> {
     pub async fn job_end(
         &self,
         job: &Applied,
+        pods: Option<PodSubscription>,
         deadline: Instant,
         stop: &CancellationToken,
         mut on_hold: impl FnMut(Option<&Hold>),
     ) -> (JobEnd, Record) {
         let mut record = Record::default();
-        let Some(ns) = job.namespace.as_deref() else {
+        let Some(mut pods) = pods else {
             let end = self
                 .watches
                 .wait_for(job, deadline, stop, job_verdict)
                 .await;
             return (JobEnd::Watched(end), record);
         };
-        let mut pods = self.pods.subscribe(ns, JOB_NAME_LABEL, &job.name);
         let mut nodes = self.nodes.changes();
         let until = tokio::time::Instant::from_std(deadline);
         let mut said: Option<Hold> = None;
@@ -174,7 +183,14 @@ impl JobWatching<'_> {
         if let Some(ns) = job.namespace.as_deref() {
             let mut pods = self.pods.subscribe(ns, JOB_NAME_LABEL, &job.name);
             let mut nodes = self.nodes.changes();
-            pods.listed().await;
+            let by = tokio::time::Instant::from_std(until);
+            tokio::select! {
+                _ = pods.listed() => {}
+                _ = stop.cancelled() => return Err("stopped".into()),
+                _ = tokio::time::sleep_until(by) => {
+                    return Err("the Job's pods could not be listed in time".into());
+                }
+            }
             loop {
                 let running: Vec<String> = pods
                     .current()
@@ -190,7 +206,7 @@ impl JobWatching<'_> {
                     Ok(()) = nodes.changed() => {}
                     _ = tokio::time::sleep(RECHECK) => {}
                     _ = stop.cancelled() => return Err("stopped".into()),
-                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => {
+                    _ = tokio::time::sleep_until(by) => {
                         return Err(format!(
                             "pod(s) {} had not stopped in time",
                             running.join(", ")

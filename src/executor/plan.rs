@@ -173,21 +173,24 @@ async fn apply_custom(
         unmonitored,
         deadline,
         budget,
-        rerun_safe: order.retry_on_disruption == RetryOnDisruption::Safe,
+        // Only when the queue will run it again: a last reclaim keeps the Job as evidence.
+        rerun_safe: order.retry_on_disruption == RetryOnDisruption::Safe
+            && order.reclaim_count < order.max_reclaims,
     }))
 }
 
 /// What a `custom` order applied: its Jobs, watched in turn, and the rest.
 #[derive(Debug)]
 pub struct JobsPlan {
+    /// The Jobs, in the order they were applied and are watched.
     pub jobs: Vec<Applied>,
     /// Applied without monitoring (docs/design.md §4).
     unmonitored: Vec<Applied>,
     /// End of the watch budget, counted from the claim.
     deadline: Instant,
     budget: Duration,
-    /// The order has `retryOnDisruption: safe`: a disrupted Job is cleared away for the next
-    /// attempt (docs/design.md §12).
+    /// The order has `retryOnDisruption: safe` and a reclaim left: a disrupted Job is cleared
+    /// away for the next attempt (docs/design.md §12).
     rerun_safe: bool,
 }
 
@@ -210,8 +213,11 @@ impl JobsPlan {
             rerun_safe,
         } = self;
         let mut finished = Vec::new();
-        for job in &jobs {
-            let (end, record) = watching.job_end(job, deadline, stop, &mut on_hold).await;
+        let pods: Vec<_> = jobs.iter().map(|job| watching.subscribe(job)).collect();
+        for (job, pods) in jobs.iter().zip(pods) {
+            let (end, record) = watching
+                .job_end(job, pods, deadline, stop, &mut on_hold)
+                .await;
             let end = match end {
                 JobEnd::Watched(end) => end,
                 JobEnd::HeldAtDeadline(hold) => {
