@@ -47,6 +47,14 @@ fn disrupted(agent: &str, claim: &str, extra: Value) -> Value {
     body
 }
 
+/// `(retry_count, reclaim_count)` of an order or log entry.
+fn counts(v: &Value) -> (i64, i64) {
+    (
+        v["retry_count"].as_i64().unwrap(),
+        v["reclaim_count"].as_i64().unwrap(),
+    )
+}
+
 async fn results(s: &TestServer, order: &str) -> Vec<String> {
     let (st, v) = s
         .admin_get(&format!("/api/v1/work-orders/{order}/attempts"))
@@ -82,10 +90,7 @@ async fn safe_runs_a_stopped_disrupted_attempt_again_at_once_as_a_reclaim() {
     let o = active(&s, &id).await;
     assert_eq!(o["status"], "RETRY_PENDING");
     assert_eq!(o["retry_on_disruption"], "safe");
-    assert_eq!(
-        (o["retry_count"].as_i64(), o["reclaim_count"].as_i64()),
-        (Some(0), Some(1))
-    );
+    assert_eq!(counts(&o), (0, 1), "{o}");
     assert_eq!(o["last_error"], "pod evicted: node drained");
     assert_eq!(results(&s, &id).await, ["disrupted"]);
 
@@ -102,13 +107,7 @@ async fn safe_runs_a_stopped_disrupted_attempt_again_at_once_as_a_reclaim() {
     assert_eq!(st, 200, "{entry}");
     assert_eq!(entry["outcome"], "succeeded");
     assert_eq!(entry["retry_on_disruption"], "safe");
-    assert_eq!(
-        (
-            entry["retry_count"].as_i64(),
-            entry["reclaim_count"].as_i64()
-        ),
-        (Some(0), Some(1))
-    );
+    assert_eq!(counts(&entry), (0, 1), "{entry}");
     assert_eq!(results(&s, &id).await, ["disrupted", "succeeded"]);
 }
 
@@ -126,13 +125,7 @@ async fn never_fails_the_order_without_using_its_retries() {
     assert_eq!(entry["message"], "pod evicted: node drained");
     assert_eq!(entry["last_error"], "pod evicted: node drained");
     assert_eq!(entry["retry_on_disruption"], "never");
-    assert_eq!(
-        (
-            entry["retry_count"].as_i64(),
-            entry["reclaim_count"].as_i64()
-        ),
-        (Some(0), Some(0))
-    );
+    assert_eq!(counts(&entry), (0, 0), "{entry}");
     assert_eq!(results(&s, &id).await, ["disrupted"]);
     // A repeat is answered with the same log entry; a late heartbeat is told not_claim_holder,
     // as after an agent's own complete.
@@ -203,13 +196,7 @@ async fn safe_fails_once_the_reclaims_are_used_up() {
         entry["message"],
         "node lost; not run again: 1 reclaim used (max_reclaims 1)"
     );
-    assert_eq!(
-        (
-            entry["retry_count"].as_i64(),
-            entry["reclaim_count"].as_i64()
-        ),
-        (Some(0), Some(1))
-    );
+    assert_eq!(counts(&entry), (0, 1), "{entry}");
     assert_eq!(results(&s, &id).await, ["disrupted", "disrupted"]);
 }
 
