@@ -90,6 +90,15 @@
 //!   completion again (or `already_completed` for a different outcome), and otherwise
 //!   `explain_refusal` says `cancelled`, `reclaimed` or `not_claim_holder`; `api::error` turns each
 //!   into HTTP `409`.
+//! - **A Job under a disruption** (docs/design.md §12): `executor::plan`'s `JobsPlan::watch` waits
+//!   on each Job through `JobWatching::job_end` (`src/executor/held.rs`), which holds a verdict
+//!   while `executor::disruption::holds` finds a pod that may still run on a node that does not
+//!   report (the order says `node_unreachable` through `pull::Progress`), and records in an
+//!   `executor::disrupted::Record` what the pods said. A failure a disruption ended is
+//!   `pull::Verdict::Disrupted` (after `clear_for_rerun` under `retryOnDisruption: safe`), sent by
+//!   `pull::order`'s `report` as `complete {disrupted: true}`; the queue decides in
+//!   `rules::decide_disruption` and writes `sql/requeue_disrupted.sql` or the log
+//!   (`holder.rs`, `disrupted_attempt`).
 //!
 //! # Two traces, hop by hop
 //!

@@ -113,6 +113,7 @@ fn describe(e: &LogEntry, names: &HashMap<Uuid, String>, wide: bool) {
             "Reclaims",
             format!("{} of {}", e.reclaim_count, e.max_reclaims),
         ),
+        ("On disruption", e.retry_on_disruption.as_str().to_string()),
         ("Last agent", agent),
     ];
     if let Some(original) = e.rerun_of {

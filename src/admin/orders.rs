@@ -53,6 +53,7 @@ fn describe(o: &WorkOrder, names: &HashMap<Uuid, String>, wide: bool) {
                 o.reclaim_count, o.max_reclaims, o.claim_timeout_seconds
             ),
         ),
+        ("On disruption", o.retry_on_disruption.as_str().to_string()),
     ];
     if let Some(t) = o.next_retry_after {
         fields.push(("Next retry", relative_and_exact(t, now)));

@@ -9,7 +9,10 @@
 //! network), is opened again from the last line sent ([`ResumePoint`]: `sinceTime` to the
 //! second, then the lines already sent at that time skipped), after a capped backoff. Only
 //! refusals that a retry cannot change end it at once: `401`/`403` (the Role lacks `pods/log`),
-//! `404` (the pod is gone), `400` (no such container). Nothing is lost in silence:
+//! `404` (the pod is gone), `400` (no such container). A `401`/`403` on a log already read is
+//! retried instead: the right worked a moment ago, and an API server that was just restarted
+//! refuses until its authorizer has read the Roles again (`RBAC: role … not found`); a right
+//! really taken away ends at the verdict's last try, said as below. Nothing is lost in silence:
 //! - an open that fails before any line was read says so at once, as one line (`[pullman] no logs
 //!   from this container: …`; a kwok node, which has no kubelet, always answers so), and is then
 //!   retried quietly;
@@ -101,6 +104,9 @@ pub enum Run {
 pub enum OpenError {
     /// A retry cannot change the answer.
     Final(String),
+    /// `401`/`403`: final for a log never read; for one read before, retried (see the module
+    /// documentation).
+    Refused(String),
     /// The API server or the kubelet may answer later.
     Transient(String),
 }
@@ -184,7 +190,10 @@ impl LogSource for KubeLog {
         };
         match self.pods.log_stream(&self.pod, &params).await {
             Ok(reader) => Ok(Box::pin(reader)),
-            Err(kube::Error::Api(status)) if [400, 401, 403, 404].contains(&status.code) => {
+            Err(kube::Error::Api(status)) if [401, 403].contains(&status.code) => {
+                Err(OpenError::Refused(kube::Error::Api(status).to_string()))
+            }
+            Err(kube::Error::Api(status)) if [400, 404].contains(&status.code) => {
                 Err(OpenError::Final(kube::Error::Api(status).to_string()))
             }
             Err(error) => Err(OpenError::Transient(error.to_string())),
@@ -262,7 +271,9 @@ pub async fn follow(
                     Err(error) => error.to_string(),
                 }
             }
-            Err(OpenError::Final(error)) => {
+            // Read a moment ago: retried quietly, like a break.
+            Err(OpenError::Refused(error)) if read_any => error,
+            Err(OpenError::Final(error) | OpenError::Refused(error)) => {
                 if !said {
                     say_lost(sink, sent, &error).await;
                 }

@@ -303,6 +303,38 @@ async fn a_refusal_is_said_once_and_final() {
 }
 
 #[tokio::test]
+async fn a_refusal_is_final_for_a_log_never_read_and_retried_for_one_read_before() {
+    let forbidden = || OpenError::Refused("RBAC: role \"executor\" not found".into());
+    let never_read = Script::new(
+        kubelet_log(&[(t(1), b"x")]),
+        vec![Open::Fail(forbidden())],
+        vec![RunState::Running],
+    );
+    let sink = run(&never_read, None, &CancellationToken::new()).await;
+    assert_eq!(
+        sink.texts(),
+        ["[pullman] no logs from this container: RBAC: role \"executor\" not found"]
+    );
+    assert_eq!(never_read.opened.lock().unwrap().len(), 1);
+    // An API server restarted mid-stream refuses until its authorizer has the Roles again.
+    let restarted = broken_halfway(
+        6,
+        [
+            Open::Fail(forbidden()),
+            Open::Fail(forbidden()),
+            Open::Give {
+                bytes: None,
+                breaks: false,
+            },
+        ],
+        RunState::Ended,
+    );
+    let sink = run(&restarted, None, &CancellationToken::new()).await;
+    let want: Vec<String> = (0..6).map(|i| format!("line {i}")).collect();
+    assert_eq!(sink.texts(), want, "every line once, no notice");
+}
+
+#[tokio::test]
 async fn lines_that_cannot_be_read_by_the_verdict_are_said_missing_from_their_time() {
     let script = broken_halfway(
         6,
