@@ -80,8 +80,9 @@ no_forbidden() { # no_forbidden <log files...>
   # Any 403 fails, except the API server refusing new objects in a namespace being deleted (left
   # over by earlier tests on the same control plane), which is not a question of rights. 403 is
   # matched as a number of its own: inside a longer one (a timestamp's microseconds, ".574039Z")
-  # it is no status code, and matching it there failed CI once.
-  local f pattern='forbidden|(^|[^0-9.])403([^0-9]|$)'
+  # or a UUID ("61d883c1-7571-403a-…") it is no status code, and matching it there failed CI
+  # twice.
+  local f pattern='forbidden|(^|[^0-9a-fA-F.-])403([^0-9a-fA-F-]|$)'
   for f in "$@"; do
     if grep -Ei "$pattern" "$f" | grep -v 'because it is being terminated' >/dev/null; then
       grep -Ei "$pattern" "$f" | grep -v 'because it is being terminated' | head -n 5 >&2
