@@ -117,6 +117,8 @@ queue_order() {
   body="$(python3 -c 'import json, sys; print(json.dumps({"work_type": "custom", "yaml_content": sys.argv[1], "claim_timeout_seconds": 900, "targeting": {"labels": ["disruptions"]}, **json.loads(sys.argv[2])}))' "$1" "$extra")"
   admin -X POST "$base/api/v1/work-orders" -d "$body" | jsonf 'd["id"]'
 }
+# pod_running JOB: the pod of Job JOB runs.
+pod_running() { [[ "$(k get pods -n "$NS" -l "batch.kubernetes.io/job-name=$1" -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
 # The current order ($id): active, and once finished, its log entry in $WORK/entry.json.
 order() { admin "$base/api/v1/work-orders/$id"; }
 in_log() { admin "$base/api/v1/work-order-log/$id" > "$WORK/entry.json" 2>/dev/null; }
@@ -134,7 +136,6 @@ tainted="$(queue_order "$(real_job tainted "echo start; sleep $run; echo done" "
   "{key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}")")" \
   || fail "creating the order"
 id="$(queue_order "$(real_job lost "echo start; sleep $run; echo done")")" || fail "creating the order"
-pod_running() { [[ "$(k get pods -n "$NS" -l "batch.kubernetes.io/job-name=$1" -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
 until_true 120 "the Job's pod Running on $node" pod_running lost
 until_true 60 "Job tainted's pod Running on $node" pod_running tainted
 ok "order $id: its Job's pod runs on $node"
@@ -208,7 +209,7 @@ job="$(real_job drained "$drain_cmd" "      terminationGracePeriodSeconds: 10
       volumes: [{name: runs, hostPath: {path: $RUNS, type: Directory}}]" \
   "        volumeMounts: [{name: runs, mountPath: /runs}]")"
 id="$(queue_order "$job" '{"retry_on_disruption": "safe"}')" || fail "creating the drained order"
-drained_running() { [[ "$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=drained -o jsonpath='{.items[*].status.phase}')" == Running ]] && [[ -s "$RUNS/log" ]]; }
+drained_running() { pod_running drained && [[ -s "$RUNS/log" ]]; }
 until_true 120 "the drained Job's pod Running on $node" drained_running
 first="$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=drained -o jsonpath='{.items[0].metadata.name}')"
 # In the background: the drain waits for the pod to be gone, and the node must be back in
@@ -249,8 +250,7 @@ ok "drained: one disrupted attempt, one retry after the first pod stopped, no ov
 
 step "containerd killed for 30 s under a running order"
 id="$(queue_order "$(real_job runtime "echo start; sleep 60; echo done")")" || fail "creating the order"
-runtime_running() { [[ "$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=runtime -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
-until_true 120 "the Job's pod Running on $node" runtime_running
+until_true 120 "the Job's pod Running on $node" pod_running runtime
 e2e/testenv/restart.sh containerd 30 KILL > "$WORK/restart.log" 2>&1 &
 restart_pid=$!
 # What the order says while containerd is away, every 2 s.
@@ -271,8 +271,7 @@ ok "containerd back: the Job succeeded, one attempt, one pod; the order said mea
 
 step "the executor SIGKILLed mid-Job and started again: the Job re-adopted"
 id="$(queue_order "$(real_job adopted "echo start; sleep 40; echo done")")" || fail "creating the order"
-adopted_running() { [[ "$(k get pods -n "$NS" -l batch.kubernetes.io/job-name=adopted -o jsonpath='{.items[*].status.phase}')" == Running ]]; }
-until_true 120 "the Job's pod Running on $node" adopted_running
+until_true 120 "the Job's pod Running on $node" pod_running adopted
 kill -KILL "$exec_pid"
 wait "$exec_pid" 2>/dev/null || true
 "$PULLMAN" executor --server "$base" --token-file "$WORK/token" --target-namespace "$NS" \
