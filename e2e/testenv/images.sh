@@ -4,6 +4,7 @@
 #                               localhost/busybox:dev (Debian's busybox-static, Cmd sh)
 #   images.sh pullman [BINARY]  localhost/pullman:dev: config/image/rootfs.sh on BINARY (default
 #                               target/debug/pullman), USER and ENTRYPOINT from the Dockerfile
+#   images.sh shipwright-tools BIN_DIR  localhost/shipwright-tools:dev (below; e2e/shipwright)
 # Needs STATE (or PULLMAN_TESTENV_STATE) of a running testenv with a real node. Prints nothing on
 # stdout; says in one line what is missing when it cannot build or import.
 set -euo pipefail
@@ -27,15 +28,9 @@ import() { # import <tar> <ref>
   log "imported $2 ($(( $(stat -c %s "$1") / 1024 )) KiB)"
 }
 
-base() {
-  local pause="$WORK/pause"
-  mkdir -p "$pause"
-  (cd "$HERE/tools/pause" && CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
-    go build -trimpath -ldflags "-s -w" -o "$pause/pause" .) || die "building the pause program failed"
-  "$HERE/image.py" --tag localhost/pause:dev --rootfs "$pause" --user 65535 --entrypoint '["/pause"]' -o "$WORK/pause.tar"
-  import "$WORK/pause.tar" localhost/pause:dev
-
-  local bb="$WORK/busybox" b
+# busybox_rootfs DIR: Debian's static busybox with every applet, /tmp, and root and nobody.
+busybox_rootfs() {
+  local bb="$1" b
   b="$(command -v busybox)" || die "busybox is missing (apt install busybox-static)"
   # ldd fails on a static binary, and says so.
   { ldd "$b" 2>&1 || true; } | grep -q 'not a dynamic' || die "$b is not statically linked (apt install busybox-static)"
@@ -45,6 +40,18 @@ base() {
   for applet in $("$b" --list); do [[ "$applet" == busybox ]] || ln -s busybox "$bb/bin/$applet"; done
   printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' > "$bb/etc/passwd"
   printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' > "$bb/etc/group"
+}
+
+base() {
+  local pause="$WORK/pause"
+  mkdir -p "$pause"
+  (cd "$HERE/tools/pause" && CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
+    go build -trimpath -ldflags "-s -w" -o "$pause/pause" .) || die "building the pause program failed"
+  "$HERE/image.py" --tag localhost/pause:dev --rootfs "$pause" --user 65535 --entrypoint '["/pause"]' -o "$WORK/pause.tar"
+  import "$WORK/pause.tar" localhost/pause:dev
+
+  local bb="$WORK/busybox"
+  busybox_rootfs "$bb"
   # A Cmd, not an Entrypoint, as busybox's own image: `args: [sh, -c, ...]` must run as written.
   "$HERE/image.py" --tag localhost/busybox:dev --rootfs "$bb" --cmd '["sh"]' -o "$WORK/busybox.tar"
   import "$WORK/busybox.tar" localhost/busybox:dev
@@ -58,8 +65,26 @@ pullman() {
   import "$WORK/pullman.tar" localhost/pullman:dev
 }
 
+# localhost/shipwright-tools:dev: busybox, and at /ko-app/<name> (where Tekton's and Shipwright's
+# controllers start them, as `ko` lays out their released images) the helpers of build pods
+# (entrypoint, nop, sidecarlogresults, workingdirinit; image-processing, waiter) and crane, from
+# the bin directory of e2e/shipwright/build.sh. One image for every role: the controllers are told
+# its name for each.
+shipwright_tools() {
+  local bin="${1:?usage: images.sh shipwright-tools BIN_DIR}" root="$WORK/shipwright-tools" t
+  busybox_rootfs "$root"
+  mkdir -p "$root/ko-app"
+  for t in entrypoint nop sidecarlogresults workingdirinit image-processing waiter crane; do
+    [[ -x "$bin/$t" ]] || die "no $t in $bin (e2e/shipwright/build.sh)"
+    cp "$bin/$t" "$root/ko-app/$t"
+  done
+  "$HERE/image.py" --tag localhost/shipwright-tools:dev --rootfs "$root" --cmd '["sh"]' -o "$WORK/shipwright-tools.tar"
+  import "$WORK/shipwright-tools.tar" localhost/shipwright-tools:dev
+}
+
 case "${1:-}" in
   base) base ;;
   pullman) shift; pullman "$@" ;;
-  *) echo "usage: images.sh base | pullman [BINARY]" >&2; exit 2 ;;
+  shipwright-tools) shift; shipwright_tools "$@" ;;
+  *) echo "usage: images.sh base | pullman [BINARY] | shipwright-tools BIN_DIR" >&2; exit 2 ;;
 esac

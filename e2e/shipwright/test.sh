@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# `build` work orders with real Shipwright BuildRuns on the real node (issue #38, docs/design.md
+# §4): Tekton Pipelines and Shipwright Build from their Go modules (platform.sh), a registry on
+# the node's network, and e2e/shipwright/strategy.yaml, which builds an image for real. Checked:
+# 1. a `build` WorkOrder applied with kubectl: the executor applies its Build and creates a
+#    BuildRun by server-side apply; Tekton's TaskRun and its pod run on the real node; the image
+#    is pushed; the order is Succeeded with the digest the registry gives for the pushed tag; the
+#    image holds the file the Build asked for; the order's output has the lines of every step,
+#    Tekton's init container included.
+# 2. a strategy step that exits 1 (a base image that is not in the registry): Failed, and the
+#    message carries Shipwright's reason and the step's exit code.
+# 3. the figure: apply → Succeeded of a trivial build against a plain Job on the same node, in
+#    the same run (BUILDS samples each, default 5), p50 and the slowest.
+#
+# pullman serve (with its controller, for this suite's namespace) and the executor run on this
+# machine, as in e2e/keda: the executor's own RBAC for builds is the chart's, checked by
+# e2e/chart. Needs KUBECONFIG and PULLMAN_TESTENV_STATE of a test control plane with its real node
+# (PULLMAN_TESTENV_REAL_NODE=1), Go, and the pullman binary (PULLMAN_BIN, default
+# target/debug/pullman). Figures are appended to PULLMAN_FIGURES if set. Leaves nothing behind:
+# the controllers and the registry are stopped, the CRDs and namespaces deleted.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SUITE=shipwright
+# shellcheck source=../lib/check.sh
+. e2e/lib/check.sh
+# shellcheck source=platform.sh
+. e2e/shipwright/platform.sh
+: "${KUBECONFIG:?KUBECONFIG must point at the test control plane (e2e/testenv/up.sh)}"
+export PULLMAN_TESTENV_STATE="${PULLMAN_TESTENV_STATE:-/tmp/pullman-testenv}"
+PULLMAN="${PULLMAN_BIN:-$PWD/target/debug/pullman}"
+SAMPLES="${BUILDS:-5}"
+[[ -x "$PULLMAN" ]] || fail "no pullman binary at $PULLMAN (cargo build --bin pullman)"
+node="$(k get nodes -l pullman.dev/node=real -o jsonpath='{.items[*].metadata.name}')"
+node="${node%% *}"
+[[ -n "$node" ]] || fail "no node labelled pullman.dev/node=real (PULLMAN_TESTENV_REAL_NODE=1)"
+
+WORK="$(mktemp -d /tmp/pullman-shipwright.XXXXXX)"
+chmod 0755 "$WORK" # serve's embedded PostgreSQL runs as `postgres` and needs its data directory
+NS="builds-$(openssl rand -hex 3)"
+PIDS=()
+diagnose() {
+  echo "--- WorkOrders, BuildRuns, TaskRuns, pods"; k get workorders,buildruns,taskruns,pods -n "$NS" -o wide || true
+  local f
+  for f in executor serve tekton shipwright registry; do
+    echo "--- $f log (last 15 lines)"; tail -n 15 "$WORK/$f.log" 2>/dev/null | cut -c1-400 || true
+  done
+}
+cleanup() {
+  set +e
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  k delete namespace "$NS" --wait=false >/dev/null 2>&1
+  platform_down
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+until_true() { # until_true SECONDS WHAT CMD...: CMD every second until it succeeds, else fail
+  local secs="$1" what="$2" i
+  shift 2
+  for (( i = 0; i < secs; i++ )); do "$@" && return 0; sleep 1; done
+  fail "$what: not within $secs s"
+}
+
+platform_up "$WORK"
+
+step "pullman serve with its controller for $NS, and an executor on this machine"
+k apply --server-side -f crds/pullman.dev.yaml >/dev/null || fail "applying Pullman's CRDs"
+k create namespace "$NS" >/dev/null
+PORT="$(free_port)"
+API="http://127.0.0.1:$PORT"
+PULLMAN_ADMIN_TOKEN="$(openssl rand -hex 24)"
+export PULLMAN_ADMIN_TOKEN PULLMAN_SERVER="$API"
+"$PULLMAN" serve --controller on --watch-namespace "$NS" --leader-election-namespace "$NS" \
+  --data-dir "$WORK/data" --listen "127.0.0.1:$PORT" > "$WORK/serve.log" 2>&1 &
+serve_pid=$!
+PIDS+=("$serve_pid")
+serve_ready() { kill -0 "$serve_pid" 2>/dev/null || fail "pullman serve exited"; curl -fs -o /dev/null "$API/readyz"; }
+until_true 120 "pullman serve ready" serve_ready
+admin() { curl -sS --fail-with-body -H "Authorization: Bearer $PULLMAN_ADMIN_TOKEN" -H 'content-type: application/json' "$@"; }
+agent="$(admin -X POST "$API/api/v1/agents" -d '{"name": "builds", "labels": ["builds"]}')" \
+  || fail "registering the agent: $agent"
+jsonf 'd["token"]' <<<"$agent" > "$WORK/token"
+"$PULLMAN" executor --server "$API" --token-file "$WORK/token" --target-namespace "$NS" \
+  > "$WORK/executor.log" 2>&1 &
+PIDS+=("$!")
+
+# build_order NAME BASE CONTENT: a `build` WorkOrder whose Build puts CONTENT on BASE with the
+# suite's strategy and pushes $REGISTRY/pullman/NAME:latest; its pod on the real node.
+build_order() {
+  python3 - "$1" "$2" "$3" "$REGISTRY" <<'PY'
+import json, sys
+name, base, content, registry = sys.argv[1:]
+build = {"apiVersion": "shipwright.io/v1beta1", "kind": "Build", "metadata": {"name": name},
+         "spec": {"strategy": {"kind": "ClusterBuildStrategy", "name": "pullman-file-layer"},
+                  "paramValues": [{"name": "base", "value": base}, {"name": "content", "value": content}],
+                  "output": {"image": f"{registry}/pullman/{name}:latest", "insecure": True},
+                  "nodeSelector": {"pullman.dev/node": "real"},
+                  "tolerations": [{"key": "pullman.dev/node", "operator": "Equal", "value": "real",
+                                   "effect": "NoSchedule"}]}}
+print(json.dumps({"apiVersion": "pullman.dev/v1alpha1", "kind": "WorkOrder", "metadata": {"name": name},
+                  "spec": {"workType": "build", "claimTimeoutSeconds": 600, "maxRetries": 0,
+                           "targeting": {"labels": ["builds"]}, "yamlContent": json.dumps(build)}}))
+PY
+}
+# job_order NAME: a `custom` WorkOrder whose Job echoes once on the real node (the baseline).
+job_order() {
+  python3 - "$1" <<'PY'
+import json, sys
+name = sys.argv[1]
+job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+       "spec": {"backoffLimit": 0, "template": {"spec": {
+           "restartPolicy": "Never", "nodeSelector": {"pullman.dev/node": "real"},
+           "tolerations": [{"key": "pullman.dev/node", "operator": "Equal", "value": "real", "effect": "NoSchedule"}],
+           "containers": [{"name": "main", "image": "localhost/busybox:dev", "command": ["sh", "-c", "echo done"]}]}}}}
+print(json.dumps({"apiVersion": "pullman.dev/v1alpha1", "kind": "WorkOrder", "metadata": {"name": name},
+                  "spec": {"workType": "custom", "claimTimeoutSeconds": 600, "maxRetries": 0,
+                           "targeting": {"labels": ["builds"]}, "yamlContent": json.dumps(job)}}))
+PY
+}
+phase() { k get -n "$NS" workorder "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
+finished() { [[ "$(phase "$1")" == Succeeded || "$(phase "$1")" == Failed ]]; }
+wo() { k get -n "$NS" workorder "$1" -o jsonpath="$2"; }
+
+step "1. a build WorkOrder applied with kubectl: a real BuildRun on $node, its image pushed"
+content="built by Pullman $(openssl rand -hex 4)"
+build_order hello "$REGISTRY/base/busybox:dev" "$content" | k apply -n "$NS" --server-side -f - >/dev/null
+until_true 300 "WorkOrder hello finished" finished hello
+[[ "$(phase hello)" == Succeeded ]] || fail "WorkOrder hello is $(phase hello): $(wo hello '{.status.message}')"
+ok "WorkOrder hello Succeeded"
+digest="$(wo hello '{.status.message}')"
+pushed="$("$SHP_BIN/crane" digest --insecure "$REGISTRY/pullman/hello:latest")" || fail "no image pushed to $REGISTRY/pullman/hello:latest"
+[[ "$digest" == "$pushed" ]] || fail "the order reported '$digest', the registry has $pushed"
+ok "the order's result is the pushed image's digest ($pushed)"
+run="$(k get buildruns -n "$NS" -o jsonpath='{.items[?(@.spec.build.name=="hello")].metadata.name}')"
+[[ -n "$run" ]] || fail "no BuildRun of Build hello"
+managers="$(k get buildrun -n "$NS" "$run" --show-managed-fields -o jsonpath='{.metadata.managedFields[*].operation}')"
+[[ "$managers" == *Apply* ]] || fail "BuildRun $run was not created by server-side apply (operations: $managers)"
+taskrun="$(k get buildrun -n "$NS" "$run" -o jsonpath='{.status.executor.name}')"
+pod_node="$(k get pods -n "$NS" -l "buildrun.shipwright.io/name=$run" -o jsonpath='{.items[0].spec.nodeName}')"
+[[ -n "$taskrun" && "$pod_node" == "$node" ]] || fail "BuildRun $run: TaskRun '$taskrun', pod on '$pod_node'"
+ok "BuildRun $run (server-side apply) ran TaskRun $taskrun, its pod on $node"
+"$SHP_BIN/crane" export --insecure "$REGISTRY/pullman/hello:latest" "$WORK/hello.tar" \
+  || fail "exporting the pushed image's file system"
+got="$(tar -xOf "$WORK/hello.tar" pullman/message.txt)" || fail "no /pullman/message.txt in the pushed image"
+[[ "$got" == "$content" ]] || fail "the pushed image's /pullman/message.txt holds '$got', not '$content'"
+tar -tf "$WORK/hello.tar" > "$WORK/hello.files"
+grep -qx 'bin/busybox' "$WORK/hello.files" || fail "the pushed image has no bin/busybox: not built on its base"
+ok "the pushed image holds the Build's file on its base image"
+id="$(wo hello '{.status.workOrderId}')"
+"$PULLMAN" work-orders logs "$id" > "$WORK/hello.out" || fail "pullman work-orders logs $id"
+for line in "Entrypoint initialization" "assembling /pullman/message.txt on $REGISTRY/base/busybox:dev" \
+  "assembled " "Pushing the image to registry" "pushed"; do
+  grep -qF "$line" "$WORK/hello.out" || { cat "$WORK/hello.out" >&2; fail "the order's output lacks '$line'"; }
+done
+ok "the order's output has every step's lines: prepare (init), step-assemble, step-image-processing ($(wc -l < "$WORK/hello.out") lines)"
+
+step "2. a strategy step that exits 1: the order Failed with Shipwright's reason and the exit code"
+build_order broken "$REGISTRY/base/missing:dev" "never built" | k apply -n "$NS" --server-side -f - >/dev/null
+until_true 300 "WorkOrder broken finished" finished broken
+message="$(wo broken '{.status.message}')"
+[[ "$(phase broken)" == Failed ]] || fail "WorkOrder broken is $(phase broken): $message"
+[[ "$message" == *Failed* && "$message" == *step-assemble* && "$message" == *"exit code 1"* ]] \
+  || fail "WorkOrder broken's message lacks the reason, the step or its exit code: $message"
+ok "WorkOrder broken Failed: $message"
+
+step "3. apply → Succeeded: $SAMPLES trivial builds against $SAMPLES plain Jobs, one at a time"
+elapsed() { # elapsed NAME: seconds from the WorkOrder's creation to its completion
+  python3 - "$(wo "$1" '{.metadata.creationTimestamp}')" "$(wo "$1" '{.status.completedAt}')" <<'PY'
+import sys
+from datetime import datetime
+a, b = (datetime.fromisoformat(x.replace("Z", "+00:00")) for x in sys.argv[1:])
+print(f"{(b - a).total_seconds():.1f}")
+PY
+}
+declare -a build_s job_s
+for (( i = 1; i <= SAMPLES; i++ )); do
+  job_order "plain-$i" | k apply -n "$NS" --server-side -f - >/dev/null
+  until_true 300 "WorkOrder plain-$i finished" finished "plain-$i"
+  [[ "$(phase "plain-$i")" == Succeeded ]] || fail "WorkOrder plain-$i is $(phase "plain-$i")"
+  job_s+=("$(elapsed "plain-$i")")
+  build_order "trivial-$i" "$REGISTRY/base/busybox:dev" "$i" | k apply -n "$NS" --server-side -f - >/dev/null
+  until_true 300 "WorkOrder trivial-$i finished" finished "trivial-$i"
+  [[ "$(phase "trivial-$i")" == Succeeded ]] || fail "WorkOrder trivial-$i is $(phase "trivial-$i"): $(wo "trivial-$i" '{.status.message}')"
+  build_s+=("$(elapsed "trivial-$i")")
+done
+summary() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { printf "p50 %.1f s, slowest %.1f s", v[int((NR + 1) / 2)], v[NR] }'; }
+b="$(summary "${build_s[@]}")" j="$(summary "${job_s[@]}")"
+ok "builds: $b (${build_s[*]}); plain Jobs: $j (${job_s[*]})"
+p50="$(printf '%s\n' "${build_s[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+awk -v p="$p50" 'BEGIN { exit !(p <= 60) }' || fail "a trivial build's p50 apply → Succeeded is $p50 s (goal ≤ 60 s)"
+ok "a trivial build's p50 apply → Succeeded ($p50 s) is within the 60 s goal"
+if [[ -n "${PULLMAN_FIGURES:-}" ]]; then
+  echo "| Shipwright build apply → Succeeded ($SAMPLES, real node) | $b; plain Job $j |" >> "$PULLMAN_FIGURES"
+fi
+finish
