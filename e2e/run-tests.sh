@@ -5,7 +5,9 @@
 # with containerd, kubelet, kube-proxy and CoreDNS), which this script builds on first use
 # (cached under ~/.cache/pullman-testenv), starts, and stops again; then the Helm chart's tests
 # (e2e/chart/test.sh) on the same control plane, in their own namespaces; then Pullman's own pods
-# on the real node (e2e/realnode/test.sh, the scenario e2e/kind/run.sh runs on kind); KEDA's own
+# on the real node (e2e/realnode/test.sh, the scenario e2e/kind/run.sh runs on kind), disruptions
+# under running orders there (e2e/realnode/disruptions.sh), `build` orders with real Tekton and
+# Shipwright controllers building and pushing images there (e2e/shipwright/test.sh); KEDA's own
 # operator scaling an Executor on its backlog (e2e/keda/test.sh); schemathesis against a real
 # `pullman serve` (e2e/schemathesis/run.sh); then a client generated from its OpenAPI document
 # with openapi-python-client, checked with mypy --strict and run against a real `pullman serve`
@@ -23,13 +25,15 @@ export PULLMAN_TESTENV_STATE="${PULLMAN_TESTENV_STATE:-$(mktemp -d /tmp/pullman-
 # up.sh refuses a non-empty directory it did not create; a fresh mktemp dir is empty.
 keda_build=""
 tools_build=""
+shp_build=""
 cleanup() {
   # The background builds run in their own sessions (in_background): stop all of each, go build
   # included. A build already over makes `kill` fail, which under `set -e` ended this function
   # before down.sh and left the control plane running after a failed suite: hence `|| true`.
   [[ -n "$keda_build" ]] && { kill -- "-$keda_build" 2>/dev/null || true; }
   [[ -n "$tools_build" ]] && { kill -- "-$tools_build" 2>/dev/null || true; }
-  rm -f "${keda_log:-}" "${tools_log:-}"
+  [[ -n "$shp_build" ]] && { kill -- "-$shp_build" 2>/dev/null || true; }
+  rm -f "${keda_log:-}" "${tools_log:-}" "${shp_log:-}"
   e2e/testenv/down.sh >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -40,6 +44,15 @@ keda_log="$(mktemp /tmp/pullman-keda-build.XXXXXX)"
 stage "building the KEDA operator and adapter in the background (cached after the first time; log: $keda_log)"
 in_background 10 "$keda_log" e2e/keda/build.sh
 keda_build=$bg_pid
+
+# Tekton's and Shipwright's controllers and build-pod helpers (e2e/shipwright: ~2.5 min cold) the
+# same way, for the real node's build scenario.
+if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
+  shp_log="$(mktemp /tmp/pullman-shipwright-build.XXXXXX)"
+  stage "building Tekton and Shipwright in the background (cached after the first time; log: $shp_log)"
+  in_background 10 "$shp_log" e2e/shipwright/build.sh
+  shp_build=$bg_pid
+fi
 
 stage "building the test control plane (cached after the first time)"
 e2e/testenv/build.sh >/dev/null
@@ -76,6 +89,10 @@ if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/test.sh
   stage "disruptions under running orders: a node that stops reporting, a drain (e2e/realnode/disruptions.sh, docs/design.md §12)"
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/disruptions.sh
+  stage "build orders with real Tekton and Shipwright on the real node (e2e/shipwright/test.sh; waiting for their build)"
+  await_background "Tekton and Shipwright" "$shp_build" "$shp_log"
+  shp_build=""
+  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/shipwright/test.sh
 fi
 
 stage "KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"

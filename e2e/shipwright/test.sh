@@ -8,7 +8,8 @@
 #    image holds the file the Build asked for; the order's output has the lines of every step,
 #    Tekton's init container included.
 # 2. a strategy step that exits 1 (a base image that is not in the registry): Failed, and the
-#    message carries Shipwright's reason and the step's exit code.
+#    message carries Shipwright's reason and the step's exit code. A Build of a strategy that
+#    does not exist: Failed with the reason Shipwright registered it with, and no BuildRun.
 # 3. the figure: apply → Succeeded of a trivial build against a plain Job on the same node, in
 #    the same run (BUILDS samples each, default 5), p50 and the slowest.
 #
@@ -48,9 +49,11 @@ diagnose() {
 cleanup() {
   set +e
   local pid
+  # While serve runs: its controller takes its finalizer off the WorkOrders, which the namespace
+  # waits for.
+  kubectl delete namespace "$NS" --timeout=60s >/dev/null 2>&1
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
-  k delete namespace "$NS" --wait=false >/dev/null 2>&1
   platform_down
   rm -rf "$WORK"
 }
@@ -85,14 +88,15 @@ jsonf 'd["token"]' <<<"$agent" > "$WORK/token"
   > "$WORK/executor.log" 2>&1 &
 PIDS+=("$!")
 
-# build_order NAME BASE CONTENT: a `build` WorkOrder whose Build puts CONTENT on BASE with the
-# suite's strategy and pushes $REGISTRY/pullman/NAME:latest; its pod on the real node.
+# build_order NAME BASE CONTENT [STRATEGY]: a `build` WorkOrder whose Build puts CONTENT on BASE
+# with the suite's strategy (or the ClusterBuildStrategy STRATEGY) and pushes
+# $REGISTRY/pullman/NAME:latest; its pod on the real node.
 build_order() {
-  python3 - "$1" "$2" "$3" "$REGISTRY" <<'PY'
+  python3 - "$1" "$2" "$3" "$REGISTRY" "${4:-pullman-file-layer}" <<'PY'
 import json, sys
-name, base, content, registry = sys.argv[1:]
+name, base, content, registry, strategy = sys.argv[1:]
 build = {"apiVersion": "shipwright.io/v1beta1", "kind": "Build", "metadata": {"name": name},
-         "spec": {"strategy": {"kind": "ClusterBuildStrategy", "name": "pullman-file-layer"},
+         "spec": {"strategy": {"kind": "ClusterBuildStrategy", "name": strategy},
                   "paramValues": [{"name": "base", "value": base}, {"name": "content", "value": content}],
                   "output": {"image": f"{registry}/pullman/{name}:latest", "insecure": True},
                   "nodeSelector": {"pullman.dev/node": "real"},
@@ -160,9 +164,17 @@ build_order broken "$REGISTRY/base/missing:dev" "never built" | k apply -n "$NS"
 until_true 300 "WorkOrder broken finished" finished broken
 message="$(wo broken '{.status.message}')"
 [[ "$(phase broken)" == Failed ]] || fail "WorkOrder broken is $(phase broken): $message"
-[[ "$message" == *Failed* && "$message" == *step-assemble* && "$message" == *"exit code 1"* ]] \
+[[ "$message" == *": Failed: "* && "$message" == *"container step-assemble exited with code 1"* ]] \
   || fail "WorkOrder broken's message lacks the reason, the step or its exit code: $message"
 ok "WorkOrder broken Failed: $message"
+build_order refused "$REGISTRY/base/busybox:dev" "never built" no-such-strategy | k apply -n "$NS" --server-side -f - >/dev/null
+until_true 120 "WorkOrder refused finished" finished refused
+message="$(wo refused '{.status.message}')"
+[[ "$(phase refused)" == Failed && "$message" == *"was not registered by Shipwright: ClusterBuildStrategyNotFound"* ]] \
+  || fail "WorkOrder refused (a Build of a strategy that does not exist) is $(phase refused): $message"
+[[ -z "$(k get buildruns -n "$NS" -o jsonpath='{.items[?(@.spec.build.name=="refused")].metadata.name}')" ]] \
+  || fail "a Build Shipwright refused got a BuildRun"
+ok "a Build of a strategy that does not exist: Failed with Shipwright's reason, no BuildRun ($message)"
 
 step "3. apply → Succeeded: $SAMPLES trivial builds against $SAMPLES plain Jobs, one at a time"
 elapsed() { # elapsed NAME: seconds from the WorkOrder's creation to its completion

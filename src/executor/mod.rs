@@ -17,6 +17,7 @@
 //!   order's pods sent as its output (docs/design.md §9).
 
 mod apply;
+mod build;
 mod cleanup;
 pub mod container_log;
 mod disrupted;
@@ -40,8 +41,9 @@ use kube::Client;
 use tokio_util::sync::CancellationToken;
 
 pub use apply::{Applied, Applier, EXECUTOR_FIELD_MANAGER, WORK_ORDER_LABEL, apply_rank};
+pub use build::{BUILD_WINDOW, buildrun_name};
 use nodewatch::NodeWatch;
-pub use plan::{BUILD_WINDOW, Plan, buildrun_name};
+pub use plan::Plan;
 pub use podwatch::{PodSubscription, PodWatches, keep_pod_fields};
 pub use verdict::{ObjectVerdict, buildrun_verdict, job_verdict, keep_verdict_fields};
 pub use watch::{WatchEnd, Watches};
@@ -202,7 +204,7 @@ impl KubeCarrier {
                 .iter()
                 .map(|j| (j, logs::JOB_NAME_LABEL))
                 .collect(),
-            Plan::BuildRun { run, .. } => vec![(run, logs::BUILDRUN_LABEL)],
+            Plan::BuildRun(build) => vec![(&build.run, logs::BUILDRUN_LABEL)],
         };
         // Nothing runs in a pod (only objects applied): no output, and no request to resume it.
         if targets.is_empty() {

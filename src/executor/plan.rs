@@ -4,41 +4,28 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::apply::{Applied, Applier, ApplyError, apply_rank};
+use super::build::BuildPlan;
 use super::disruption::Hold;
 use super::held::{JobEnd, JobWatching};
 use super::pods;
-use super::verdict::{ObjectVerdict, buildrun_verdict};
+use super::verdict::{ObjectVerdict, terminal};
 use super::watch::WatchEnd;
 use crate::manifest;
 use crate::pull::Verdict;
 use crate::queue::rules::watch_budget;
 use crate::wire::{RetryOnDisruption, WorkOrder, WorkType};
 
-/// Longest a BuildRun is watched, whatever the budget (docs/design.md §4).
-pub const BUILD_WINDOW: Duration = Duration::from_secs(15 * 60);
-
 /// What an order applied and now waits on.
 #[derive(Debug)]
 pub enum Plan {
     /// A `custom` order: its Jobs to watch in turn, and what was applied without monitoring.
     Jobs(JobsPlan),
-    /// A `build` order: its BuildRun, watched until `window_end`.
-    BuildRun {
-        run: Applied,
-        window_end: Instant,
-        window: Duration,
-    },
-}
-
-fn terminal(message: impl Into<String>) -> Verdict {
-    Verdict::Failure {
-        message: message.into(),
-        retryable: false,
-    }
+    /// A `build` order: its BuildRun ([`super::build`]).
+    BuildRun(BuildPlan),
 }
 
 impl From<ApplyError> for Verdict {
@@ -70,7 +57,9 @@ impl Plan {
         }
         match order.work_type {
             WorkType::Custom => apply_custom(applier, order, docs, deadline, budget, stop).await,
-            WorkType::Build => apply_build(applier, order, docs, deadline, budget).await,
+            WorkType::Build => BuildPlan::apply(applier, order, docs, deadline, budget, stop)
+                .await
+                .map(Plan::BuildRun),
         }
     }
 
@@ -86,38 +75,7 @@ impl Plan {
         let watches = watching.watches;
         match self {
             Plan::Jobs(jobs) => jobs.watch(watching, stop, on_hold).await,
-            Plan::BuildRun {
-                run,
-                window_end,
-                window,
-            } => {
-                match watches
-                    .wait_for(&run, window_end, stop, buildrun_verdict)
-                    .await
-                {
-                    WatchEnd::Verdict(ObjectVerdict::Succeeded(digest)) => {
-                        Verdict::Success { message: digest }
-                    }
-                    WatchEnd::Verdict(ObjectVerdict::Failed { reason, message }) => {
-                        Verdict::Failure {
-                            message: format!("{} failed: {reason}: {message}", run.display()),
-                            retryable: true,
-                        }
-                    }
-                    WatchEnd::Verdict(ObjectVerdict::Pending) => {
-                        unreachable!("wait_for ends only on terminal verdicts")
-                    }
-                    WatchEnd::Deleted => {
-                        terminal(format!("{} was deleted before it finished", run.display()))
-                    }
-                    WatchEnd::DeadlineReached => terminal(format!(
-                        "{} still running after the build window of {} s; the BuildRun is left alone",
-                        run.display(),
-                        window.as_secs()
-                    )),
-                    WatchEnd::Stopped => terminal("stopped"),
-                }
-            }
+            Plan::BuildRun(build) => build.watch(watches, stop).await,
         }
     }
 }
@@ -332,51 +290,4 @@ fn success_message(jobs: &[Applied], finished: &[String], unmonitored: &[Applied
         ));
     }
     Verdict::Success { message }
-}
-
-async fn apply_build(
-    applier: &Applier,
-    order: &WorkOrder,
-    docs: Vec<Value>,
-    deadline: Instant,
-    budget: Duration,
-) -> Result<Plan, Verdict> {
-    let Some(build) = docs
-        .first()
-        .filter(|d| docs.len() == 1 && manifest::is_shipwright_build(d))
-    else {
-        return Err(terminal(
-            "a build work order holds exactly one Build (apiVersion shipwright.io/v1beta1)",
-        ));
-    };
-    let id = order.id.to_string();
-    let build_target = applier.apply(build, &id).await?;
-    // Named by order and attempt: a reclaimed delivery re-attaches to its BuildRun, a retry
-    // after a failure starts a new one.
-    let run_name = buildrun_name(&build_target.name, order);
-    let run = json!({
-        "apiVersion": "shipwright.io/v1beta1",
-        "kind": "BuildRun",
-        "metadata": {"name": run_name, "namespace": build_target.namespace},
-        "spec": {"build": {"name": build_target.name}},
-    });
-    let run = applier.apply(&run, &id).await?;
-    let window = BUILD_WINDOW.min(budget);
-    Ok(Plan::BuildRun {
-        run,
-        window_end: deadline.min(Instant::now() + window),
-        window,
-    })
-}
-
-/// `<build>-<first 8 hex of the order id>-<attempt>`, at most 63 characters.
-pub fn buildrun_name(build: &str, order: &WorkOrder) -> String {
-    let suffix = format!(
-        "-{}-{}",
-        &order.id.simple().to_string()[..8],
-        order.retry_count
-    );
-    let keep = 63usize.saturating_sub(suffix.len());
-    let prefix: String = build.chars().take(keep).collect();
-    format!("{}{suffix}", prefix.trim_end_matches('-'))
 }

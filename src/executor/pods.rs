@@ -1,13 +1,14 @@
 //! Why a Job failed, in the words of its pods: the Job's own `Failed` condition says only
 //! "reached the specified backoff limit", while the user needs the pod, the container and its exit
-//! code (docs/design.md §4, the executor's failure message). Read once, when the verdict is `Failed`.
+//! code (docs/design.md §4, the executor's failure message); a BuildRun's names the failed step
+//! but not how it ended. Read once, when the verdict is `Failed`.
 
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::ListParams;
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 
 use super::apply::Applied;
@@ -34,18 +35,63 @@ pub async fn failed_containers(client: &Client, job: &Applied) -> Option<String>
             .uid
             .unwrap_or_default();
         let selector = format!("batch.kubernetes.io/controller-uid={uid}");
-        Api::<Pod>::namespaced(client.clone(), ns)
+        let pods = Api::<Pod>::namespaced(client.clone(), ns)
             .list(&ListParams::default().labels(&selector))
-            .await
+            .await?;
+        Ok(pods.items)
     };
+    described_within_limit(read, job).await
+}
+
+/// `pod P container C exited with code N (Reason)` for the step a failed Shipwright `BuildRun`
+/// names in `status.failureDetails.location`: its `Failed` condition names the step but not how
+/// it ended (Shipwright v0.20 on the real node, issue #38). Only that container: Tekton ends the
+/// steps after a failed one with code 1 as well, without running them. `None` as for
+/// [`failed_containers`], or when the BuildRun names no pod and container.
+pub async fn failed_build_step(client: &Client, run: &Applied) -> Option<String> {
+    let ns = run.namespace.as_deref()?;
+    let read = async {
+        let object = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &run.resource)
+            .get(&run.name)
+            .await?;
+        let at = |key: &str| {
+            object
+                .data
+                .pointer(&format!("/status/failureDetails/location/{key}"))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        };
+        let (Some(pod), Some(container)) = (at("pod"), at("container")) else {
+            return Ok(vec![]);
+        };
+        let mut pod = Api::<Pod>::namespaced(client.clone(), ns).get(&pod).await?;
+        if let Some(status) = pod.status.as_mut() {
+            for statuses in [
+                &mut status.init_container_statuses,
+                &mut status.container_statuses,
+            ] {
+                if let Some(list) = statuses.as_mut() {
+                    list.retain(|c| c.name == container);
+                }
+            }
+        }
+        Ok(vec![pod])
+    };
+    described_within_limit(read, run).await
+}
+
+async fn described_within_limit(
+    read: impl std::future::Future<Output = kube::Result<Vec<Pod>>>,
+    owner: &Applied,
+) -> Option<String> {
     match tokio::time::timeout(READ_LIMIT, read).await {
-        Ok(Ok(list)) => describe(list.items),
+        Ok(Ok(pods)) => describe(pods),
         Ok(Err(error)) => {
-            tracing::debug!(%error, job = %job.display(), "cannot read the Job's pods for its failure message");
+            tracing::debug!(%error, owner = %owner.display(), "cannot read the pods for the failure message");
             None
         }
         Err(_) => {
-            tracing::debug!(job = %job.display(), "reading the Job's pods took too long; reporting its condition alone");
+            tracing::debug!(owner = %owner.display(), "reading the pods took too long; reporting the condition alone");
             None
         }
     }

@@ -3,6 +3,16 @@
 
 use serde_json::Value;
 
+use crate::pull::Verdict;
+
+/// A failure no retry can mend (refused documents, a deleted object, the window over).
+pub fn terminal(message: impl Into<String>) -> Verdict {
+    Verdict::Failure {
+        message: message.into(),
+        retryable: false,
+    }
+}
+
 /// What a watched object says about the order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ObjectVerdict {
@@ -68,6 +78,28 @@ pub fn buildrun_verdict(run: &Value) -> ObjectVerdict {
         Some("False") => ObjectVerdict::Failed {
             reason: text(c, "reason"),
             message: text(c, "message"),
+        },
+        _ => ObjectVerdict::Pending,
+    }
+}
+
+/// Whether Shipwright registered a `Build` (its `status.registered`, a string condition status):
+/// "True" → `Succeeded` (the message empty), "False" → `Failed` with `status.reason` and
+/// `status.message` (e.g. `ClusterBuildStrategyNotFound`), unset or "Unknown" → `Pending`.
+pub fn build_registration(build: &Value) -> ObjectVerdict {
+    let status = build.get("status");
+    let field = |key: &str| {
+        status
+            .and_then(|s| s.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    match field("registered").as_str() {
+        "True" => ObjectVerdict::Succeeded(String::new()),
+        "False" => ObjectVerdict::Failed {
+            reason: field("reason"),
+            message: field("message"),
         },
         _ => ObjectVerdict::Pending,
     }
@@ -199,6 +231,27 @@ mod tests {
             assert!(after.to_string().len() < 400, "{after}");
             assert_eq!(full.metadata.name.as_deref(), Some("j"));
         }
+    }
+
+    #[test]
+    fn build_registration_reads_status_registered() {
+        assert_eq!(build_registration(&json!({})), ObjectVerdict::Pending);
+        assert_eq!(
+            build_registration(&json!({"status": {"registered": "Unknown"}})),
+            ObjectVerdict::Pending
+        );
+        assert_eq!(
+            build_registration(&json!({"status": {"registered": "True", "reason": "Succeeded"}})),
+            ObjectVerdict::Succeeded(String::new())
+        );
+        assert_eq!(
+            build_registration(&json!({"status": {"registered": "False",
+                "reason": "ClusterBuildStrategyNotFound", "message": "clusterBuildStrategy x does not exist"}})),
+            ObjectVerdict::Failed {
+                reason: "ClusterBuildStrategyNotFound".into(),
+                message: "clusterBuildStrategy x does not exist".into()
+            }
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Shipwright builds (docs/design.md §4 `build`): the executor applies the Build, creates a BuildRun
-//! and reports its verdict. No Shipwright controller runs on the test control plane, so each test
-//! writes the BuildRun's status itself, as the controller would.
+//! and reports its verdict. No Shipwright controller runs on this test control plane, so each test
+//! writes the Build's and the BuildRun's status itself, as the controller would (kwok; the real
+//! controllers build for real in `e2e/shipwright`).
 
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
@@ -23,6 +24,23 @@ fn buildruns(k: &Client, ns: &str) -> Api<DynamicObject> {
             "BuildRun",
         )),
     )
+}
+
+/// Writes Build `name`'s status, as Shipwright's Build controller would once it has validated it.
+async fn register_build(k: &Client, ns: &str, name: &str, status: Value) {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        k.clone(),
+        ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("shipwright.io", "v1beta1", "Build")),
+    );
+    eventually(30, "the Build", || async { api.get_opt(name).await.ok()? }).await;
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .unwrap();
 }
 
 async fn set_buildrun_status(k: &Client, ns: &str, status: Value) -> String {
@@ -60,8 +78,25 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
             "max_retries": 1, "backoff_seconds": 1, "targeting": {"labels": [t.ns.clone()]},
         })
     };
-    // Succeeds: the digest is the message.
+    // Succeeds: the digest is the message. The BuildRun comes once the Build is registered.
     let ok = t.s.order(build_order(600)).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        buildruns(&t.k, &t.ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no BuildRun before Shipwright registered the Build"
+    );
+    register_build(
+        &t.k,
+        &t.ns,
+        "app",
+        json!({"registered": "True", "reason": "Succeeded"}),
+    )
+    .await;
     set_buildrun_status(&t.k, &t.ns, json!({"conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded"}], "output": {"digest": "sha256:feedbeef"}})).await;
     let v = t.s.log_entry(&ok, 30).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
@@ -80,6 +115,28 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
     assert_ne!(first_run, second_run, "a retry starts a new BuildRun");
     let v = t.s.log_entry(&flaky, 30).await;
     assert_eq!(v["message"], "sha256:second");
+
+    // A Build Shipwright refuses: failed at once (no retry), with Shipwright's reason, and no
+    // BuildRun.
+    let refused =
+        t.s.order(json!({
+            "work_type": "build", "claim_timeout_seconds": 600, "max_retries": 1,
+            "yaml_content": BUILD.replace("name: app", "name: refused"),
+            "targeting": {"labels": [t.ns.clone()]},
+        }))
+        .await;
+    register_build(&t.k, &t.ns, "refused", json!({"registered": "False",
+        "reason": "ClusterBuildStrategyNotFound", "message": "clusterBuildStrategy kaniko does not exist"})).await;
+    let v = t.s.log_entry(&refused, 30).await;
+    assert_eq!(v["outcome"], "failed", "{v}");
+    assert_eq!(v["retry_count"], 0, "{v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(message.contains("was not registered by Shipwright: ClusterBuildStrategyNotFound: clusterBuildStrategy kaniko does not exist"), "{v}");
+    let runs = buildruns(&t.k, &t.ns)
+        .list(&ListParams::default().labels(&format!("pullman.dev/work-order={refused}")))
+        .await
+        .unwrap();
+    assert!(runs.items.is_empty(), "a refused Build gets no BuildRun");
 
     // Never finishes: terminal at the window (min(15 min, budget) = 60 s), BuildRun left alone.
     let stuck = t.s.order(build_order(120)).await;
