@@ -101,7 +101,7 @@
 //!   (`holder.rs`, `disrupted_attempt`).
 //! - **A `build` order** (docs/design.md §4): `executor::plan`'s `Plan::apply` hands it to
 //!   `executor::build::BuildPlan::apply` (`src/executor/build.rs`): the Build applied, its
-//!   `status.registered` awaited (`verdict::build_registration`), the attempt's BuildRun applied;
+//!   `status.registered` awaited (`verdict::build_registered`), the attempt's BuildRun applied;
 //!   `BuildPlan::watch` waits on the shared BuildRun watch (`verdict::buildrun_verdict`) and, on a
 //!   failure, adds the failed step's exit code (`pods::failed_build_step`). The real controllers
 //!   run it in `e2e/shipwright`.

@@ -9,6 +9,8 @@
 #                             not the CI job)
 #   free_port                 a TCP port free on 127.0.0.1 now
 #   jsonf EXPR                a field of the JSON document on stdin: EXPR is Python over `d`
+#   until_true SECS WHAT CMD… CMD every second until it succeeds, else fail "WHAT: not within SECS s"
+#                             (e2e/keda and e2e/scenario keep variants that say more)
 # The test control plane's own scripts (e2e/testenv) keep theirs: they log to stderr for
 # `eval "$(up.sh)"`, and their free_port also never hands out a port twice.
 : "${SUITE:?set SUITE before sourcing e2e/lib/check.sh}"
@@ -27,3 +29,9 @@ finish() { echo "$SUITE: $PASSED passed, 0 failed ($((SECONDS - T0))s)"; }
 k() { kubectl --request-timeout=20s "$@"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 jsonf() { python3 -c 'import sys, json; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+until_true() {
+  local secs="$1" what="$2" i
+  shift 2
+  for (( i = 0; i < secs; i++ )); do "$@" && return 0; sleep 1; done
+  fail "$what: not within $secs s"
+}

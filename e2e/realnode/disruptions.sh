@@ -46,12 +46,6 @@ node="${node%% *}"
 [[ -n "$node" ]] || fail "no node labelled pullman.dev/node=real (PULLMAN_TESTENV_REAL_NODE=1)"
 
 now() { date +%s; }
-until_true() { # until_true SECONDS WHAT CMD...: CMD every second until it succeeds, else fail
-  local secs="$1" what="$2" i
-  shift 2
-  for (( i = 0; i < secs; i++ )); do "$@" && return 0; sleep 1; done
-  fail "$what: not within $secs s"
-}
 node_ready() { k get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
 
 WORK="$(mktemp -d /tmp/pullman-disruptions.XXXXXX)"

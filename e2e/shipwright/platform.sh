@@ -63,20 +63,27 @@ platform_up() {
   k apply --server-side --force-conflicts -f "$work/crds.yaml" >/dev/null || fail "applying the CRDs"
   k wait --for condition=Established --timeout=60s -f "$work/crds.yaml" >/dev/null \
     || fail "CRDs not established"
-  k apply --server-side -f "$tekton/config/100-namespace/" -f "$shipwright/deploy/100-namespace.yaml" >/dev/null
-  for f in "$tekton"/config/config-*.yaml; do k apply --server-side --force-conflicts -f "$f" >/dev/null; done
+  k apply --server-side -f "$tekton/config/100-namespace/" -f "$shipwright/deploy/100-namespace.yaml" >/dev/null \
+    || fail "applying the controllers' namespaces"
+  for f in "$tekton"/config/config-*.yaml; do
+    k apply --server-side --force-conflicts -f "$f" >/dev/null || fail "applying Tekton's $(basename "$f")"
+  done
 
-  # Knative's shared main, under Tekton's controller, serves probes on :8080 whatever it is told.
-  ! ss -ltnH 'sport = :8080' 2>/dev/null | grep -q . \
-    || fail "port 8080 is taken here: Tekton's controller (Knative's shared main) serves its probes there, always"
+  # Knative's shared main, under Tekton's controller, serves probes on :8080 whatever it is told,
+  # and Shipwright's controller its metrics on :8383.
+  command -v ss >/dev/null || fail "ss is missing (apt install iproute2)"
+  for port in 8080 8383; do
+    [[ -z "$(ss -ltnH "sport = :$port")" ]] \
+      || fail "port $port is taken here: Tekton's (8080, probes) or Shipwright's (8383, metrics) controller always listens there"
+  done
   # Tekton's controller as its Deployment (config/controller.yaml) starts it, with every image
   # role played by localhost/shipwright-tools:dev and the shell by localhost/busybox:dev; its
-  # probes and metrics on free loopback ports.
+  # probes, profiling and metrics servers on free ports.
   SYSTEM_NAMESPACE=tekton-pipelines KUBERNETES_MIN_VERSION=v1.28.0 \
     CONFIG_DEFAULTS_NAME=config-defaults CONFIG_LOGGING_NAME=config-logging \
     CONFIG_OBSERVABILITY_NAME=config-observability CONFIG_FEATURE_FLAGS_NAME=feature-flags \
     CONFIG_LEADERELECTION_NAME=config-leader-election-controller CONFIG_SPIRE=config-spire \
-    METRICS_DOMAIN=tekton.dev/pipeline PROBES_PORT="$(free_port)" \
+    METRICS_DOMAIN=tekton.dev/pipeline PROBES_PORT="$(free_port)" PROFILING_PORT="$(free_port)" \
     METRICS_PROMETHEUS_HOST=127.0.0.1 METRICS_PROMETHEUS_PORT="$(free_port)" \
     "$SHP_BIN/tekton-controller" -kubeconfig "$KUBECONFIG" -disable-ha \
     -entrypoint-image localhost/shipwright-tools:dev -nop-image localhost/shipwright-tools:dev \
@@ -96,6 +103,11 @@ platform_up() {
     > "$work/shipwright.log" 2>&1 &
   PLATFORM_PIDS+=("$!")
   k apply --server-side -f "$SHP_DIR/strategy.yaml" >/dev/null || fail "applying the build strategy"
+  # A controller that cannot start exits within seconds (a port taken, a CRD missing): say so here
+  # rather than as a build that never ends.
+  sleep 3
+  kill -0 "${PLATFORM_PIDS[1]}" 2>/dev/null || fail "Tekton's controller exited: $(tail -n 3 "$work/tekton.log")"
+  kill -0 "${PLATFORM_PIDS[2]}" 2>/dev/null || fail "Shipwright's controller exited: $(tail -n 3 "$work/shipwright.log")"
   ok "Tekton $(basename "$tekton" | sed 's/.*@//') and Shipwright $(basename "$shipwright" | sed 's/.*@//') controllers started (logs: $work/tekton.log, $work/shipwright.log)"
 }
 

@@ -9,13 +9,14 @@
 #    Tekton's init container included.
 # 2. a strategy step that exits 1 (a base image that is not in the registry): Failed, and the
 #    message carries Shipwright's reason and the step's exit code. A Build of a strategy that
-#    does not exist: Failed with the reason Shipwright registered it with, and no BuildRun.
+#    does not exist: Failed with BuildRegistrationFailed and the reason Shipwright registered it
+#    with.
 # 3. the figure: apply → Succeeded of a trivial build against a plain Job on the same node, in
 #    the same run (BUILDS samples each, default 5), p50 and the slowest.
 #
 # pullman serve (with its controller, for this suite's namespace) and the executor run on this
-# machine, as in e2e/keda: the executor's own RBAC for builds is the chart's, checked by
-# e2e/chart. Needs KUBECONFIG and PULLMAN_TESTENV_STATE of a test control plane with its real node
+# machine, as in e2e/keda, the executor with the test's admin credentials: the Role a `build`
+# executor needs is the `rules` charts/pullman/values.yaml shows for one, not checked here. Needs KUBECONFIG and PULLMAN_TESTENV_STATE of a test control plane with its real node
 # (PULLMAN_TESTENV_REAL_NODE=1), Go, and the pullman binary (PULLMAN_BIN, default
 # target/debug/pullman). Figures are appended to PULLMAN_FIGURES if set. Leaves nothing behind:
 # the controllers and the registry are stopped, the CRDs and namespaces deleted.
@@ -50,26 +51,24 @@ cleanup() {
   set +e
   local pid
   # While serve runs: its controller takes its finalizer off the WorkOrders, which the namespace
-  # waits for.
-  kubectl delete namespace "$NS" --timeout=60s >/dev/null 2>&1
+  # waits for; if serve is gone, the finalizers are taken off here.
+  if ! kubectl delete namespace "$NS" --timeout=60s >/dev/null 2>&1; then
+    for w in $(kubectl get workorders -n "$NS" -o name 2>/dev/null); do
+      kubectl patch -n "$NS" "$w" --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
+    done
+  fi
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
   platform_down
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-until_true() { # until_true SECONDS WHAT CMD...: CMD every second until it succeeds, else fail
-  local secs="$1" what="$2" i
-  shift 2
-  for (( i = 0; i < secs; i++ )); do "$@" && return 0; sleep 1; done
-  fail "$what: not within $secs s"
-}
 
 platform_up "$WORK"
 
 step "pullman serve with its controller for $NS, and an executor on this machine"
 k apply --server-side -f crds/pullman.dev.yaml >/dev/null || fail "applying Pullman's CRDs"
-k create namespace "$NS" >/dev/null
+k create namespace "$NS" >/dev/null || fail "creating namespace $NS"
 PORT="$(free_port)"
 API="http://127.0.0.1:$PORT"
 PULLMAN_ADMIN_TOKEN="$(openssl rand -hex 24)"
@@ -128,7 +127,7 @@ wo() { k get -n "$NS" workorder "$1" -o jsonpath="$2"; }
 
 step "1. a build WorkOrder applied with kubectl: a real BuildRun on $node, its image pushed"
 content="built by Pullman $(openssl rand -hex 4)"
-build_order hello "$REGISTRY/base/busybox:dev" "$content" | k apply -n "$NS" --server-side -f - >/dev/null
+build_order hello "$REGISTRY/base/busybox:dev" "$content" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
 until_true 300 "WorkOrder hello finished" finished hello
 [[ "$(phase hello)" == Succeeded ]] || fail "WorkOrder hello is $(phase hello): $(wo hello '{.status.message}')"
 ok "WorkOrder hello Succeeded"
@@ -141,7 +140,7 @@ run="$(k get buildruns -n "$NS" -o jsonpath='{.items[?(@.spec.build.name=="hello
 managers="$(k get buildrun -n "$NS" "$run" --show-managed-fields -o jsonpath='{.metadata.managedFields[*].operation}')"
 [[ "$managers" == *Apply* ]] || fail "BuildRun $run was not created by server-side apply (operations: $managers)"
 taskrun="$(k get buildrun -n "$NS" "$run" -o jsonpath='{.status.executor.name}')"
-pod_node="$(k get pods -n "$NS" -l "buildrun.shipwright.io/name=$run" -o jsonpath='{.items[0].spec.nodeName}')"
+pod_node="$(k get pods -n "$NS" -l "buildrun.shipwright.io/name=$run" -o jsonpath='{.items[*].spec.nodeName}')"
 [[ -n "$taskrun" && "$pod_node" == "$node" ]] || fail "BuildRun $run: TaskRun '$taskrun', pod on '$pod_node'"
 ok "BuildRun $run (server-side apply) ran TaskRun $taskrun, its pod on $node"
 "$SHP_BIN/crane" export --insecure "$REGISTRY/pullman/hello:latest" "$WORK/hello.tar" \
@@ -160,21 +159,19 @@ done
 ok "the order's output has every step's lines: prepare (init), step-assemble, step-image-processing ($(wc -l < "$WORK/hello.out") lines)"
 
 step "2. a strategy step that exits 1: the order Failed with Shipwright's reason and the exit code"
-build_order broken "$REGISTRY/base/missing:dev" "never built" | k apply -n "$NS" --server-side -f - >/dev/null
+build_order broken "$REGISTRY/base/missing:dev" "never built" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
 until_true 300 "WorkOrder broken finished" finished broken
 message="$(wo broken '{.status.message}')"
 [[ "$(phase broken)" == Failed ]] || fail "WorkOrder broken is $(phase broken): $message"
 [[ "$message" == *": Failed: "* && "$message" == *"container step-assemble exited with code 1"* ]] \
   || fail "WorkOrder broken's message lacks the reason, the step or its exit code: $message"
 ok "WorkOrder broken Failed: $message"
-build_order refused "$REGISTRY/base/busybox:dev" "never built" no-such-strategy | k apply -n "$NS" --server-side -f - >/dev/null
+build_order refused "$REGISTRY/base/busybox:dev" "never built" no-such-strategy | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
 until_true 120 "WorkOrder refused finished" finished refused
 message="$(wo refused '{.status.message}')"
-[[ "$(phase refused)" == Failed && "$message" == *"was not registered by Shipwright: ClusterBuildStrategyNotFound"* ]] \
+[[ "$(phase refused)" == Failed && "$message" == *": BuildRegistrationFailed: "*ClusterBuildStrategyNotFound* ]] \
   || fail "WorkOrder refused (a Build of a strategy that does not exist) is $(phase refused): $message"
-[[ -z "$(k get buildruns -n "$NS" -o jsonpath='{.items[?(@.spec.build.name=="refused")].metadata.name}')" ]] \
-  || fail "a Build Shipwright refused got a BuildRun"
-ok "a Build of a strategy that does not exist: Failed with Shipwright's reason, no BuildRun ($message)"
+ok "a Build of a strategy that does not exist: Failed with Shipwright's reasons ($message)"
 
 step "3. apply → Succeeded: $SAMPLES trivial builds against $SAMPLES plain Jobs, one at a time"
 elapsed() { # elapsed NAME: seconds from the WorkOrder's creation to its completion
@@ -187,11 +184,11 @@ PY
 }
 declare -a build_s job_s
 for (( i = 1; i <= SAMPLES; i++ )); do
-  job_order "plain-$i" | k apply -n "$NS" --server-side -f - >/dev/null
+  job_order "plain-$i" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
   until_true 300 "WorkOrder plain-$i finished" finished "plain-$i"
   [[ "$(phase "plain-$i")" == Succeeded ]] || fail "WorkOrder plain-$i is $(phase "plain-$i")"
   job_s+=("$(elapsed "plain-$i")")
-  build_order "trivial-$i" "$REGISTRY/base/busybox:dev" "$i" | k apply -n "$NS" --server-side -f - >/dev/null
+  build_order "trivial-$i" "$REGISTRY/base/busybox:dev" "$i" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
   until_true 300 "WorkOrder trivial-$i finished" finished "trivial-$i"
   [[ "$(phase "trivial-$i")" == Succeeded ]] || fail "WorkOrder trivial-$i is $(phase "trivial-$i"): $(wo "trivial-$i" '{.status.message}')"
   build_s+=("$(elapsed "trivial-$i")")

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::apply::{Applied, Applier};
 use super::pods;
 use super::verdict::{
-    ObjectVerdict, api_message, build_registration, buildrun_verdict, is_transient, terminal,
+    ObjectVerdict, api_message, build_registered, buildrun_verdict, is_transient, terminal,
 };
 use super::watch::{WatchEnd, Watches};
 use crate::manifest;
@@ -22,8 +22,8 @@ use crate::wire::WorkOrder;
 pub const BUILD_WINDOW: Duration = Duration::from_secs(15 * 60);
 
 /// Longest the executor waits for Shipwright to register a Build before it creates its BuildRun.
-/// Shipwright registers a valid Build in well under a second; a Build still unregistered after
-/// this long has no Shipwright build controller behind it (a retryable failure).
+/// Shipwright registers a Build in well under a second; one still unregistered after this long
+/// has no Shipwright build controller behind it (a retryable failure).
 pub const REGISTER_WAIT: Duration = Duration::from_secs(60);
 
 /// How often the Build is read while it waits to be registered (one GET each).
@@ -39,15 +39,20 @@ pub struct BuildPlan {
 }
 
 impl BuildPlan {
-    /// Applies the order's one Build, waits for Shipwright to register it, and creates the
-    /// attempt's BuildRun. `Err` is the order's verdict: not exactly one Build (terminal), a
-    /// Build Shipwright refused (terminal, with its reason and message), none registered within
-    /// [`REGISTER_WAIT`] or an API error (as [`Applier::apply`] classifies it).
+    /// Applies the order's one Build, waits until Shipwright has registered it, and creates the
+    /// attempt's BuildRun. `Err` is the order's verdict: not exactly one Build (terminal), no
+    /// registration within min([`REGISTER_WAIT`], the budget left) (retryable), a Build that
+    /// cannot be read (terminal) or an API error (as [`Applier::apply`] classifies it).
     ///
     /// Why wait: Shipwright's BuildRun controller reads the Build from its informer cache, and a
-    /// BuildRun created right after its Build fails for good with `BuildNotFound` when that cache
-    /// has not seen the Build yet (1 of 3 trivial builds on the real node). Once Shipwright's
-    /// Build controller has set `status.registered`, the shared cache has it.
+    /// BuildRun created right after its Build failed for good with `BuildNotFound` when that cache
+    /// had not seen the Build yet (1 of 3 trivial builds on the real node, Shipwright v0.20).
+    /// Once Shipwright's Build controller has written `status.registered`, True or False, the
+    /// shared cache has the Build. Whether the Build is valid is left to Shipwright's BuildRun
+    /// controller, which reads the same `registered` and fails the BuildRun with
+    /// `BuildRegistrationFailed` and the Build's reason when it is not True: Build statuses have
+    /// no `observedGeneration`, so a `registered` read here may be the one of an earlier spec of
+    /// the same Build, and only Shipwright can tell (docs/design.md §4).
     pub async fn apply(
         applier: &Applier,
         order: &WorkOrder,
@@ -128,9 +133,10 @@ impl BuildPlan {
     }
 }
 
-/// Reads `build` until Shipwright's `status.registered` says True (Ok) or False (the order's
-/// terminal verdict, with Shipwright's reason), or `until` passes (retryable). A read refused for
-/// good (403: no `get` on Builds in the executor's Role) is a terminal failure that says so.
+/// Reads `build` every [`REGISTER_POLL`] until Shipwright has written its `status.registered`
+/// (Ok), or `until` passes (a retryable failure naming the seconds waited). A Build gone is a
+/// terminal failure, and so is a read refused for good (a 403 says the executor's Role needs
+/// `get` on builds, which it did not before this wait).
 async fn registered(
     applier: &Applier,
     build: &Applied,
@@ -138,18 +144,11 @@ async fn registered(
     stop: &CancellationToken,
 ) -> Result<(), Verdict> {
     let api = build.api(applier.client());
+    let started = Instant::now();
     loop {
         match api.get_opt(&build.name).await {
-            Ok(Some(object)) => match build_registration(&object.data) {
-                ObjectVerdict::Succeeded(_) => return Ok(()),
-                ObjectVerdict::Failed { reason, message } => {
-                    return Err(terminal(format!(
-                        "{} was not registered by Shipwright: {reason}: {message}",
-                        build.display()
-                    )));
-                }
-                ObjectVerdict::Pending => {}
-            },
+            Ok(Some(object)) if build_registered(&object.data) => return Ok(()),
+            Ok(Some(_)) => {}
             Ok(None) => {
                 return Err(terminal(format!(
                     "{} was deleted before its BuildRun was created",
@@ -157,8 +156,14 @@ async fn registered(
                 )));
             }
             Err(error) if !is_transient(&error) => {
+                let hint = match &error {
+                    kube::Error::Api(status) if status.code == 403 => {
+                        " (the executor's Role needs `get` on builds.shipwright.io)"
+                    }
+                    _ => "",
+                };
                 return Err(terminal(format!(
-                    "cannot read {} to see whether Shipwright registered it (the executor needs `get` on builds.shipwright.io): {}",
+                    "cannot read {} to see whether Shipwright registered it{hint}: {}",
                     build.display(),
                     api_message(&error)
                 )));
@@ -170,7 +175,7 @@ async fn registered(
                 message: format!(
                     "{} not registered by Shipwright within {} s: is Shipwright's build controller running?",
                     build.display(),
-                    REGISTER_WAIT.as_secs()
+                    started.elapsed().as_secs()
                 ),
                 retryable: true,
             });

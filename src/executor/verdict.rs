@@ -83,26 +83,13 @@ pub fn buildrun_verdict(run: &Value) -> ObjectVerdict {
     }
 }
 
-/// Whether Shipwright registered a `Build` (its `status.registered`, a string condition status):
-/// "True" → `Succeeded` (the message empty), "False" → `Failed` with `status.reason` and
-/// `status.message` (e.g. `ClusterBuildStrategyNotFound`), unset or "Unknown" → `Pending`.
-pub fn build_registration(build: &Value) -> ObjectVerdict {
-    let status = build.get("status");
-    let field = |key: &str| {
-        status
-            .and_then(|s| s.get(key))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    match field("registered").as_str() {
-        "True" => ObjectVerdict::Succeeded(String::new()),
-        "False" => ObjectVerdict::Failed {
-            reason: field("reason"),
-            message: field("message"),
-        },
-        _ => ObjectVerdict::Pending,
-    }
+/// Whether Shipwright's Build controller has written a `Build`'s `status.registered` (a condition
+/// status string, "True" or "False"): from then on Shipwright's shared cache holds the Build.
+pub fn build_registered(build: &Value) -> bool {
+    build
+        .pointer("/status/registered")
+        .and_then(Value::as_str)
+        .is_some_and(|r| !r.is_empty())
 }
 
 /// Strips a watched object down to what [`job_verdict`] and [`buildrun_verdict`] read (status
@@ -234,24 +221,13 @@ mod tests {
     }
 
     #[test]
-    fn build_registration_reads_status_registered() {
-        assert_eq!(build_registration(&json!({})), ObjectVerdict::Pending);
-        assert_eq!(
-            build_registration(&json!({"status": {"registered": "Unknown"}})),
-            ObjectVerdict::Pending
-        );
-        assert_eq!(
-            build_registration(&json!({"status": {"registered": "True", "reason": "Succeeded"}})),
-            ObjectVerdict::Succeeded(String::new())
-        );
-        assert_eq!(
-            build_registration(&json!({"status": {"registered": "False",
-                "reason": "ClusterBuildStrategyNotFound", "message": "clusterBuildStrategy x does not exist"}})),
-            ObjectVerdict::Failed {
-                reason: "ClusterBuildStrategyNotFound".into(),
-                message: "clusterBuildStrategy x does not exist".into()
-            }
-        );
+    fn a_build_is_registered_once_shipwright_wrote_true_or_false() {
+        assert!(!build_registered(&json!({})));
+        assert!(!build_registered(&json!({"status": {"registered": ""}})));
+        assert!(build_registered(&json!({"status": {"registered": "True"}})));
+        assert!(build_registered(
+            &json!({"status": {"registered": "False", "reason": "ClusterBuildStrategyNotFound"}})
+        ));
     }
 
     #[test]

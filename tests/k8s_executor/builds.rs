@@ -34,6 +34,11 @@ async fn register_build(k: &Client, ns: &str, name: &str, status: Value) {
         &ApiResource::from_gvk(&GroupVersionKind::gvk("shipwright.io", "v1beta1", "Build")),
     );
     eventually(30, "the Build", || async { api.get_opt(name).await.ok()? }).await;
+    write_status(&api, name, status).await;
+}
+
+/// Merges `status` into object `name`'s status, as its controller would.
+async fn write_status(api: &Api<DynamicObject>, name: &str, status: Value) {
     api.patch_status(
         name,
         &PatchParams::default(),
@@ -58,13 +63,7 @@ async fn set_buildrun_status(k: &Client, ns: &str, status: Value) -> String {
         "references the Build"
     );
     let name = run.name_any();
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": status})),
-    )
-    .await
-    .unwrap();
+    write_status(&api, &name, status).await;
     name
 }
 
@@ -116,27 +115,44 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
     let v = t.s.log_entry(&flaky, 30).await;
     assert_eq!(v["message"], "sha256:second");
 
-    // A Build Shipwright refuses: failed at once (no retry), with Shipwright's reason, and no
-    // BuildRun.
+    // A Build Shipwright refused still gets its BuildRun: `registered: False` may be the status of
+    // an earlier spec, and Shipwright's BuildRun controller is the one to say
+    // (BuildRegistrationFailed), which here the test does.
     let refused =
         t.s.order(json!({
-            "work_type": "build", "claim_timeout_seconds": 600, "max_retries": 1,
+            "work_type": "build", "claim_timeout_seconds": 600, "max_retries": 0,
             "yaml_content": BUILD.replace("name: app", "name: refused"),
             "targeting": {"labels": [t.ns.clone()]},
         }))
         .await;
     register_build(&t.k, &t.ns, "refused", json!({"registered": "False",
         "reason": "ClusterBuildStrategyNotFound", "message": "clusterBuildStrategy kaniko does not exist"})).await;
+    let api = buildruns(&t.k, &t.ns);
+    let selector = format!("pullman.dev/work-order={refused}");
+    let run = eventually(30, "the refused Build's BuildRun", || async {
+        let runs = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?;
+        runs.items.into_iter().next()
+    })
+    .await;
+    write_status(
+        &api,
+        &run.name_any(),
+        json!({"conditions": [{"type": "Succeeded", "status": "False",
+        "reason": "BuildRegistrationFailed", "message": "the Build is not registered correctly"}]}),
+    )
+    .await;
     let v = t.s.log_entry(&refused, 30).await;
     assert_eq!(v["outcome"], "failed", "{v}");
-    assert_eq!(v["retry_count"], 0, "{v}");
-    let message = v["message"].as_str().unwrap();
-    assert!(message.contains("was not registered by Shipwright: ClusterBuildStrategyNotFound: clusterBuildStrategy kaniko does not exist"), "{v}");
-    let runs = buildruns(&t.k, &t.ns)
-        .list(&ListParams::default().labels(&format!("pullman.dev/work-order={refused}")))
-        .await
-        .unwrap();
-    assert!(runs.items.is_empty(), "a refused Build gets no BuildRun");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains(": BuildRegistrationFailed: the Build is not registered correctly"),
+        "{v}"
+    );
 
     // Never finishes: terminal at the window (min(15 min, budget) = 60 s), BuildRun left alone.
     let stuck = t.s.order(build_order(120)).await;
