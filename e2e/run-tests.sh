@@ -45,7 +45,7 @@ stage "building the KEDA operator and adapter in the background (cached after th
 in_background 10 "$keda_log" e2e/keda/build.sh
 keda_build=$bg_pid
 
-# Tekton's and Shipwright's controllers and build-pod helpers (e2e/shipwright: ~2.5 min cold) the
+# Tekton's and Shipwright's controllers, build-pod helpers and kaniko (e2e/shipwright: ~4.5 min cold) the
 # same way, for the real node's build scenario.
 if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
   shp_log="$(mktemp /tmp/pullman-shipwright-build.XXXXXX)"

@@ -11,7 +11,10 @@
 #    message carries Shipwright's reason and the step's exit code. A Build of a strategy that
 #    does not exist: Failed with BuildRegistrationFailed and the reason Shipwright registered it
 #    with.
-# 3. the figure: apply → Succeeded of a trivial build against a plain Job on the same node, in
+# 3. a Dockerfile (FROM the registry's busybox, one RUN) built by kaniko (strategy.yaml's
+#    pullman-kaniko) from source pushed as an OCI artifact, which Shipwright's bundle step pulls:
+#    Succeeded with the pushed digest, the RUN's file in the image.
+# 4. the figure: apply → Succeeded of a trivial build against a plain Job on the same node, in
 #    the same run (BUILDS samples each, default 5), p50 and the slowest.
 #
 # pullman serve (with its controller, for this suite's namespace) and the executor run on this
@@ -87,24 +90,33 @@ jsonf 'd["token"]' <<<"$agent" > "$WORK/token"
   > "$WORK/executor.log" 2>&1 &
 PIDS+=("$!")
 
-# build_order NAME BASE CONTENT [STRATEGY]: a `build` WorkOrder whose Build puts CONTENT on BASE
-# with the suite's strategy (or the ClusterBuildStrategy STRATEGY) and pushes
-# $REGISTRY/pullman/NAME:latest; its pod on the real node.
+# build_order NAME STRATEGY PARAMS_JSON [SOURCE_JSON]: a `build` WorkOrder whose Build runs the
+# ClusterBuildStrategy STRATEGY with PARAMS_JSON (an object: name → value) on SOURCE_JSON (a
+# Build `source`, none if not given) and pushes $REGISTRY/pullman/NAME:latest; its pod on the
+# real node.
 build_order() {
-  python3 - "$1" "$2" "$3" "$REGISTRY" "${4:-pullman-file-layer}" <<'PY'
+  python3 - "$1" "$2" "$3" "${4:-null}" "$REGISTRY" <<'PY'
 import json, sys
-name, base, content, registry, strategy = sys.argv[1:]
-build = {"apiVersion": "shipwright.io/v1beta1", "kind": "Build", "metadata": {"name": name},
-         "spec": {"strategy": {"kind": "ClusterBuildStrategy", "name": strategy},
-                  "paramValues": [{"name": "base", "value": base}, {"name": "content", "value": content}],
-                  "output": {"image": f"{registry}/pullman/{name}:latest", "insecure": True},
-                  "nodeSelector": {"pullman.dev/node": "real"},
-                  "tolerations": [{"key": "pullman.dev/node", "operator": "Equal", "value": "real",
-                                   "effect": "NoSchedule"}]}}
+name, strategy, params, source, registry = sys.argv[1:]
+spec = {"strategy": {"kind": "ClusterBuildStrategy", "name": strategy},
+        "paramValues": [{"name": k, "value": v} for k, v in json.loads(params).items()],
+        "output": {"image": f"{registry}/pullman/{name}:latest", "insecure": True},
+        "nodeSelector": {"pullman.dev/node": "real"},
+        "tolerations": [{"key": "pullman.dev/node", "operator": "Equal", "value": "real",
+                         "effect": "NoSchedule"}]}
+if json.loads(source) is not None:
+    spec["source"] = json.loads(source)
+build = {"apiVersion": "shipwright.io/v1beta1", "kind": "Build", "metadata": {"name": name}, "spec": spec}
 print(json.dumps({"apiVersion": "pullman.dev/v1alpha1", "kind": "WorkOrder", "metadata": {"name": name},
                   "spec": {"workType": "build", "claimTimeoutSeconds": 600, "maxRetries": 0,
                            "targeting": {"labels": ["builds"]}, "yamlContent": json.dumps(build)}}))
 PY
+}
+# layer_order NAME BASE CONTENT [STRATEGY]: build_order of strategy.yaml's pullman-file-layer (or
+# STRATEGY), which puts CONTENT on BASE.
+layer_order() {
+  build_order "$1" "${4:-pullman-file-layer}" \
+    "$(python3 -c 'import json, sys; print(json.dumps({"base": sys.argv[1], "content": sys.argv[2]}))' "$2" "$3")"
 }
 # job_order NAME: a `custom` WorkOrder whose Job echoes once on the real node (the baseline).
 job_order() {
@@ -121,13 +133,21 @@ print(json.dumps({"apiVersion": "pullman.dev/v1alpha1", "kind": "WorkOrder", "me
                            "targeting": {"labels": ["builds"]}, "yamlContent": json.dumps(job)}}))
 PY
 }
+elapsed() { # elapsed NAME: seconds from the WorkOrder's creation to its completion
+  python3 - "$(wo "$1" '{.metadata.creationTimestamp}')" "$(wo "$1" '{.status.completedAt}')" <<'PY'
+import sys
+from datetime import datetime
+a, b = (datetime.fromisoformat(x.replace("Z", "+00:00")) for x in sys.argv[1:])
+print(f"{(b - a).total_seconds():.1f}")
+PY
+}
 phase() { k get -n "$NS" workorder "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 finished() { [[ "$(phase "$1")" == Succeeded || "$(phase "$1")" == Failed ]]; }
 wo() { k get -n "$NS" workorder "$1" -o jsonpath="$2"; }
 
 step "1. a build WorkOrder applied with kubectl: a real BuildRun on $node, its image pushed"
 content="built by Pullman $(openssl rand -hex 4)"
-build_order hello "$REGISTRY/base/busybox:dev" "$content" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
+layer_order hello "$REGISTRY/base/busybox:dev" "$content" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
 until_true 300 "WorkOrder hello finished" finished hello
 [[ "$(phase hello)" == Succeeded ]] || fail "WorkOrder hello is $(phase hello): $(wo hello '{.status.message}')"
 ok "WorkOrder hello Succeeded"
@@ -159,36 +179,57 @@ done
 ok "the order's output has every step's lines: prepare (init), step-assemble, step-image-processing ($(wc -l < "$WORK/hello.out") lines)"
 
 step "2. a strategy step that exits 1: the order Failed with Shipwright's reason and the exit code"
-build_order broken "$REGISTRY/base/missing:dev" "never built" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
+layer_order broken "$REGISTRY/base/missing:dev" "never built" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
 until_true 300 "WorkOrder broken finished" finished broken
 message="$(wo broken '{.status.message}')"
 [[ "$(phase broken)" == Failed ]] || fail "WorkOrder broken is $(phase broken): $message"
 [[ "$message" == *": Failed: "* && "$message" == *"container step-assemble exited with code 1"* ]] \
   || fail "WorkOrder broken's message lacks the reason, the step or its exit code: $message"
 ok "WorkOrder broken Failed: $message"
-build_order refused "$REGISTRY/base/busybox:dev" "never built" no-such-strategy | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
+layer_order refused "$REGISTRY/base/busybox:dev" "never built" no-such-strategy | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
 until_true 120 "WorkOrder refused finished" finished refused
 message="$(wo refused '{.status.message}')"
 [[ "$(phase refused)" == Failed && "$message" == *": BuildRegistrationFailed: "*ClusterBuildStrategyNotFound* ]] \
   || fail "WorkOrder refused (a Build of a strategy that does not exist) is $(phase refused): $message"
 ok "a Build of a strategy that does not exist: Failed with Shipwright's reasons ($message)"
 
-step "3. apply → Succeeded: $SAMPLES trivial builds against $SAMPLES plain Jobs, one at a time"
-elapsed() { # elapsed NAME: seconds from the WorkOrder's creation to its completion
-  python3 - "$(wo "$1" '{.metadata.creationTimestamp}')" "$(wo "$1" '{.status.completedAt}')" <<'PY'
-import sys
-from datetime import datetime
-a, b = (datetime.fromisoformat(x.replace("Z", "+00:00")) for x in sys.argv[1:])
-print(f"{(b - a).total_seconds():.1f}")
-PY
-}
+step "3. a Dockerfile built by kaniko from source in an OCI artifact, its RUN step run in the pod"
+mkdir -p "$WORK/src"
+kcontent="run by kaniko $(openssl rand -hex 4)"
+printf '%s\n' "FROM $REGISTRY/base/busybox:dev" \
+  "RUN mkdir -p /pullman && echo '$kcontent' > /pullman/run.txt && echo \"RUN as \$(id -u) on \$(uname -m)\"" \
+  > "$WORK/src/Dockerfile"
+tar -C "$WORK/src" -cf "$WORK/src.tar" Dockerfile
+"$SHP_BIN/crane" append --insecure -f "$WORK/src.tar" -t "$REGISTRY/pullman/source:1" >/dev/null 2>&1 \
+  || fail "pushing the source artifact to $REGISTRY/pullman/source:1"
+build_order dockerfile pullman-kaniko "{\"registry\": \"$REGISTRY\"}" \
+  "{\"type\": \"OCI\", \"ociArtifact\": {\"image\": \"$REGISTRY/pullman/source:1\"}}" \
+  | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
+until_true 300 "WorkOrder dockerfile finished" finished dockerfile
+[[ "$(phase dockerfile)" == Succeeded ]] || fail "WorkOrder dockerfile is $(phase dockerfile): $(wo dockerfile '{.status.message}')"
+pushed="$("$SHP_BIN/crane" digest --insecure "$REGISTRY/pullman/dockerfile:latest")" || fail "no image pushed for dockerfile"
+[[ "$(wo dockerfile '{.status.message}')" == "$pushed" ]] \
+  || fail "WorkOrder dockerfile reported '$(wo dockerfile '{.status.message}')', the registry has $pushed"
+"$SHP_BIN/crane" export --insecure "$REGISTRY/pullman/dockerfile:latest" "$WORK/dockerfile.tar" \
+  || fail "exporting the Dockerfile image's file system"
+got="$(tar -xOf "$WORK/dockerfile.tar" pullman/run.txt)" || fail "no /pullman/run.txt in the Dockerfile image"
+[[ "$got" == "$kcontent" ]] || fail "the Dockerfile image's /pullman/run.txt holds '$got', not '$kcontent'"
+id="$(wo dockerfile '{.status.workOrderId}')"
+"$PULLMAN" work-orders logs "$id" > "$WORK/dockerfile.out" || fail "pullman work-orders logs $id"
+for line in "Pulling image \"$REGISTRY/pullman/source:1\"" "Image content was extracted to /workspace/source" \
+  "Retrieving image $REGISTRY/base/busybox:dev" "RUN as 0 on" "Pushing the image to registry"; do
+  grep -qF "$line" "$WORK/dockerfile.out" || { cat "$WORK/dockerfile.out" >&2; fail "the order's output lacks '$line'"; }
+done
+ok "WorkOrder dockerfile Succeeded in $(elapsed dockerfile) s with the pushed digest ($pushed); its RUN step wrote /pullman/run.txt; output has the source's pull, kaniko's base pull, the RUN's own line and the push"
+
+step "4. apply → Succeeded: $SAMPLES trivial builds against $SAMPLES plain Jobs, one at a time"
 declare -a build_s job_s
 for (( i = 1; i <= SAMPLES; i++ )); do
   job_order "plain-$i" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
   until_true 300 "WorkOrder plain-$i finished" finished "plain-$i"
   [[ "$(phase "plain-$i")" == Succeeded ]] || fail "WorkOrder plain-$i is $(phase "plain-$i")"
   job_s+=("$(elapsed "plain-$i")")
-  build_order "trivial-$i" "$REGISTRY/base/busybox:dev" "$i" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
+  layer_order "trivial-$i" "$REGISTRY/base/busybox:dev" "$i" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
   until_true 300 "WorkOrder trivial-$i finished" finished "trivial-$i"
   [[ "$(phase "trivial-$i")" == Succeeded ]] || fail "WorkOrder trivial-$i is $(phase "trivial-$i"): $(wo "trivial-$i" '{.status.message}')"
   build_s+=("$(elapsed "trivial-$i")")

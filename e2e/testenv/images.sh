@@ -67,17 +67,23 @@ pullman() {
 
 # localhost/shipwright-tools:dev: busybox, and at /ko-app/<name> (where Tekton's and Shipwright's
 # controllers start them, as `ko` lays out their released images) the helpers of build pods
-# (entrypoint, nop, sidecarlogresults, workingdirinit; image-processing, waiter) and crane, from
-# the bin directory of e2e/shipwright/build.sh. One image for every role: the controllers are told
+# (entrypoint, nop, sidecarlogresults, workingdirinit; image-processing, waiter, bundle) and
+# crane, and at /kaniko/executor kaniko's executor, from the bin directory of
+# e2e/shipwright/build.sh. One image for every role: the controllers are told
 # its name for each.
 shipwright_tools() {
   local bin="${1:?usage: images.sh shipwright-tools BIN_DIR}" root="$WORK/shipwright-tools" t
   busybox_rootfs "$root"
   mkdir -p "$root/ko-app"
-  for t in entrypoint nop sidecarlogresults workingdirinit image-processing waiter crane; do
+  for t in entrypoint nop sidecarlogresults workingdirinit image-processing waiter bundle crane; do
     [[ -x "$bin/$t" ]] || die "no $t in $bin (e2e/shipwright/build.sh)"
     cp "$bin/$t" "$root/ko-app/$t"
   done
+  # kaniko where its own image keeps it: a kaniko build empties the container's file system but
+  # for /kaniko (and mounts) before it unpacks the base image.
+  [[ -x "$bin/kaniko-executor" ]] || die "no kaniko-executor in $bin (e2e/shipwright/build.sh)"
+  mkdir -p "$root/kaniko/ssl/certs"
+  cp "$bin/kaniko-executor" "$root/kaniko/executor"
   "$HERE/image.py" --tag localhost/shipwright-tools:dev --rootfs "$root" --cmd '["sh"]' -o "$WORK/shipwright-tools.tar"
   import "$WORK/shipwright-tools.tar" localhost/shipwright-tools:dev
 }

@@ -1,6 +1,6 @@
 // Wrapper module: Tekton Pipelines' controller and the helpers it starts in build pods
 // (entrypoint, nop, sidecarlogresults, workingdirinit), Shipwright's build controller and its
-// image-processing and waiter steps, and go-containerregistry's crane (the test registry and a
+// image-processing, waiter and bundle steps, and go-containerregistry's crane (the test registry and a
 // strategy's image assembly), built together by e2e/shipwright/build.sh into one cached bin
 // directory (issue #38). Both controllers in one module share one build of their Kubernetes,
 // Knative and OpenTelemetry dependencies: Tekton is pinned here at v1.15.0 rather than
@@ -12,6 +12,7 @@ go 1.26.4
 
 tool (
 	github.com/google/go-containerregistry/cmd/crane
+	github.com/shipwright-io/build/cmd/bundle
 	github.com/shipwright-io/build/cmd/image-processing
 	github.com/shipwright-io/build/cmd/shipwright-build-controller
 	github.com/shipwright-io/build/cmd/waiter
@@ -128,6 +129,7 @@ require (
 	github.com/hashicorp/vault/api v1.22.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jbenet/go-context v0.0.0-20150711004518-d14ea06fba99 // indirect
+	github.com/jedib0t/go-pretty/v6 v6.8.1 // indirect
 	github.com/jellydator/ttlcache/v3 v3.4.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kelseyhightower/envconfig v1.4.0 // indirect
@@ -135,6 +137,7 @@ require (
 	github.com/klauspost/compress v1.18.7 // indirect
 	github.com/klauspost/cpuid/v2 v2.3.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/mattn/go-runewidth v0.0.16 // indirect
 	github.com/mitchellh/go-homedir v1.1.0 // indirect
 	github.com/mitchellh/mapstructure v1.5.0 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
@@ -152,6 +155,7 @@ require (
 	github.com/prometheus/common v0.70.1 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.21.0 // indirect
+	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/ryanuber/go-glob v1.0.0 // indirect
 	github.com/secure-systems-lab/go-securesystemslib v0.11.0 // indirect
 	github.com/sergi/go-diff v1.3.2-0.20230802210424-5b0b94c5c0d3 // indirect
