@@ -9,7 +9,7 @@
 #
 # Cold (empty Go module and build caches), on 2 cores: Tekton, Shipwright and crane 171 s (~5
 # CPU-minutes, 1.5 GB of modules through the proxy, 1.4 GB of build cache), kaniko 85 s (~2.5
-# CPU-minutes, 1.5 GB of modules, 0.5 GB of build cache). e2e/run-tests.sh starts it early in the
+# CPU-minutes, 1.5 GB of modules, 0.5 GB of build cache; v1.23.2, before Chainguard's fork). e2e/run-tests.sh starts it early in the
 # background, like KEDA's; the lock makes a second run wait and find the binaries.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,7 +21,7 @@ command -v go >/dev/null || { log "Go >= 1.26 is required to build Tekton and Sh
 modver() { awk -v m="$2" '$1 == m { print $2; exit }' "$1/go.mod"; }
 SHP="$(modver "$MOD" github.com/shipwright-io/build)"
 TKN="$(modver "$MOD" github.com/tektoncd/pipeline)"
-KNK="$(modver "$KMOD" github.com/GoogleContainerTools/kaniko)"
+KNK="$(modver "$KMOD" github.com/chainguard-dev/kaniko)"
 [[ -n "$SHP" && -n "$TKN" && -n "$KNK" ]] \
   || { log "cannot read the Shipwright, Tekton and kaniko versions from $MOD/go.mod and $KMOD/go.mod"; exit 1; }
 BIN="${PULLMAN_TESTENV_CACHE:-$HOME/.cache/pullman-testenv}/shipwright-$SHP-tekton-$TKN-kaniko-$KNK/bin"
@@ -50,7 +50,7 @@ if [[ ! -f "$BIN/.built" ]]; then
   # One `go build` for the ten of one module: they share most packages, each compiled once.
   (cd "$MOD" && go build -trimpath -ldflags "-s -w" -o "$BIN/.tmp/" "${tools[@]}")
   (cd "$KMOD" && go build -trimpath -ldflags "-s -w" -o "$BIN/.tmp/kaniko-executor" \
-    github.com/GoogleContainerTools/kaniko/cmd/executor)
+    github.com/chainguard-dev/kaniko/cmd/executor)
   # Tekton's `controller` keeps a name that says whose it is.
   mv "$BIN/.tmp/controller" "$BIN/.tmp/tekton-controller"
   mv "$BIN/.tmp/"* "$BIN/"
