@@ -144,17 +144,46 @@ PY
 phase() { k get -n "$NS" workorder "$1" -o jsonpath='{.status.phase}' 2>/dev/null; }
 finished() { [[ "$(phase "$1")" == Succeeded || "$(phase "$1")" == Failed ]]; }
 wo() { k get -n "$NS" workorder "$1" -o jsonpath="$2"; }
+# run_order NAME [SECS]: applies the WorkOrder NAME on stdin and waits until it has finished
+# (default 300 s).
+run_order() {
+  k apply -n "$NS" --server-side -f - >/dev/null || fail "applying WorkOrder $1"
+  until_true "${2:-300}" "WorkOrder $1 finished" finished "$1"
+}
+# succeeded NAME: WorkOrder NAME is Succeeded, else fail with its phase and message.
+succeeded() {
+  [[ "$(phase "$1")" == Succeeded ]] || fail "WorkOrder $1 is $(phase "$1"): $(wo "$1" '{.status.message}')"
+}
+# pushed NAME: sets digest to what the registry gives for $REGISTRY/pullman/NAME:latest, which
+# must be WorkOrder NAME's result, and exports the image's file system to $WORK/NAME.tar. (Not
+# for $(…): fail must end the suite, not a subshell.)
+pushed() {
+  local reported
+  digest="$("$SHP_BIN/crane" digest --insecure "$REGISTRY/pullman/$1:latest")" \
+    || fail "no image pushed to $REGISTRY/pullman/$1:latest"
+  reported="$(wo "$1" '{.status.message}')"
+  [[ "$reported" == "$digest" ]] || fail "WorkOrder $1 reported '$reported', the registry has $digest"
+  "$SHP_BIN/crane" export --insecure "$REGISTRY/pullman/$1:latest" "$WORK/$1.tar" \
+    || fail "exporting the file system of $REGISTRY/pullman/$1:latest"
+}
+# output_has NAME LINE...: WorkOrder NAME's output (kept in $WORK/NAME.out) has each LINE.
+output_has() {
+  local name="$1" id line
+  shift
+  id="$(wo "$name" '{.status.workOrderId}')"
+  "$PULLMAN" work-orders logs "$id" > "$WORK/$name.out" || fail "pullman work-orders logs $id"
+  for line in "$@"; do
+    grep -qF "$line" "$WORK/$name.out" || { cat "$WORK/$name.out" >&2; fail "the order's output lacks '$line'"; }
+  done
+}
 
 step "1. a build WorkOrder applied with kubectl: a real BuildRun on $node, its image pushed"
 content="built by Pullman $(openssl rand -hex 4)"
-layer_order hello "$REGISTRY/base/busybox:dev" "$content" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
-until_true 300 "WorkOrder hello finished" finished hello
-[[ "$(phase hello)" == Succeeded ]] || fail "WorkOrder hello is $(phase hello): $(wo hello '{.status.message}')"
+layer_order hello "$REGISTRY/base/busybox:dev" "$content" | run_order hello
+succeeded hello
 ok "WorkOrder hello Succeeded"
-digest="$(wo hello '{.status.message}')"
-pushed="$("$SHP_BIN/crane" digest --insecure "$REGISTRY/pullman/hello:latest")" || fail "no image pushed to $REGISTRY/pullman/hello:latest"
-[[ "$digest" == "$pushed" ]] || fail "the order reported '$digest', the registry has $pushed"
-ok "the order's result is the pushed image's digest ($pushed)"
+pushed hello
+ok "the order's result is the pushed image's digest ($digest)"
 run="$(k get buildruns -n "$NS" -o jsonpath='{.items[?(@.spec.build.name=="hello")].metadata.name}')"
 [[ -n "$run" ]] || fail "no BuildRun of Build hello"
 managers="$(k get buildrun -n "$NS" "$run" --show-managed-fields -o jsonpath='{.metadata.managedFields[*].operation}')"
@@ -163,31 +192,23 @@ taskrun="$(k get buildrun -n "$NS" "$run" -o jsonpath='{.status.executor.name}')
 pod_node="$(k get pods -n "$NS" -l "buildrun.shipwright.io/name=$run" -o jsonpath='{.items[*].spec.nodeName}')"
 [[ -n "$taskrun" && "$pod_node" == "$node" ]] || fail "BuildRun $run: TaskRun '$taskrun', pod on '$pod_node'"
 ok "BuildRun $run (server-side apply) ran TaskRun $taskrun, its pod on $node"
-"$SHP_BIN/crane" export --insecure "$REGISTRY/pullman/hello:latest" "$WORK/hello.tar" \
-  || fail "exporting the pushed image's file system"
 got="$(tar -xOf "$WORK/hello.tar" pullman/message.txt)" || fail "no /pullman/message.txt in the pushed image"
 [[ "$got" == "$content" ]] || fail "the pushed image's /pullman/message.txt holds '$got', not '$content'"
 tar -tf "$WORK/hello.tar" > "$WORK/hello.files"
 grep -qx 'bin/busybox' "$WORK/hello.files" || fail "the pushed image has no bin/busybox: not built on its base"
 ok "the pushed image holds the Build's file on its base image"
-id="$(wo hello '{.status.workOrderId}')"
-"$PULLMAN" work-orders logs "$id" > "$WORK/hello.out" || fail "pullman work-orders logs $id"
-for line in "Entrypoint initialization" "assembling /pullman/message.txt on $REGISTRY/base/busybox:dev" \
-  "assembled " "Pushing the image to registry" "pushed"; do
-  grep -qF "$line" "$WORK/hello.out" || { cat "$WORK/hello.out" >&2; fail "the order's output lacks '$line'"; }
-done
+output_has hello "Entrypoint initialization" "assembling /pullman/message.txt on $REGISTRY/base/busybox:dev" \
+  "assembled " "Pushing the image to registry" "pushed"
 ok "the order's output has every step's lines: prepare (init), step-assemble, step-image-processing ($(wc -l < "$WORK/hello.out") lines)"
 
 step "2. a strategy step that exits 1: the order Failed with Shipwright's reason and the exit code"
-layer_order broken "$REGISTRY/base/missing:dev" "never built" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
-until_true 300 "WorkOrder broken finished" finished broken
+layer_order broken "$REGISTRY/base/missing:dev" "never built" | run_order broken
 message="$(wo broken '{.status.message}')"
 [[ "$(phase broken)" == Failed ]] || fail "WorkOrder broken is $(phase broken): $message"
 [[ "$message" == *": Failed: "* && "$message" == *"container step-assemble exited with code 1"* ]] \
   || fail "WorkOrder broken's message lacks the reason, the step or its exit code: $message"
 ok "WorkOrder broken Failed: $message"
-layer_order refused "$REGISTRY/base/busybox:dev" "never built" no-such-strategy | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
-until_true 120 "WorkOrder refused finished" finished refused
+layer_order refused "$REGISTRY/base/busybox:dev" "never built" no-such-strategy | run_order refused 120
 message="$(wo refused '{.status.message}')"
 [[ "$(phase refused)" == Failed && "$message" == *": BuildRegistrationFailed: "*ClusterBuildStrategyNotFound* ]] \
   || fail "WorkOrder refused (a Build of a strategy that does not exist) is $(phase refused): $message"
@@ -204,40 +225,32 @@ tar -C "$WORK/src" -cf "$WORK/src.tar" Dockerfile
   || fail "pushing the source artifact to $REGISTRY/pullman/source:1"
 build_order dockerfile pullman-kaniko "{\"registry\": \"$REGISTRY\"}" \
   "{\"type\": \"OCI\", \"ociArtifact\": {\"image\": \"$REGISTRY/pullman/source:1\"}}" \
-  | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
-until_true 300 "WorkOrder dockerfile finished" finished dockerfile
-[[ "$(phase dockerfile)" == Succeeded ]] || fail "WorkOrder dockerfile is $(phase dockerfile): $(wo dockerfile '{.status.message}')"
-pushed="$("$SHP_BIN/crane" digest --insecure "$REGISTRY/pullman/dockerfile:latest")" || fail "no image pushed for dockerfile"
-[[ "$(wo dockerfile '{.status.message}')" == "$pushed" ]] \
-  || fail "WorkOrder dockerfile reported '$(wo dockerfile '{.status.message}')', the registry has $pushed"
-"$SHP_BIN/crane" export --insecure "$REGISTRY/pullman/dockerfile:latest" "$WORK/dockerfile.tar" \
-  || fail "exporting the Dockerfile image's file system"
+  | run_order dockerfile
+succeeded dockerfile
+pushed dockerfile
 got="$(tar -xOf "$WORK/dockerfile.tar" pullman/run.txt)" || fail "no /pullman/run.txt in the Dockerfile image"
 [[ "$got" == "$kcontent" ]] || fail "the Dockerfile image's /pullman/run.txt holds '$got', not '$kcontent'"
-id="$(wo dockerfile '{.status.workOrderId}')"
-"$PULLMAN" work-orders logs "$id" > "$WORK/dockerfile.out" || fail "pullman work-orders logs $id"
-for line in "Pulling image \"$REGISTRY/pullman/source:1\"" "Image content was extracted to /workspace/source" \
-  "Retrieving image $REGISTRY/base/busybox:dev" "RUN as 0 on" "Pushing the image to registry"; do
-  grep -qF "$line" "$WORK/dockerfile.out" || { cat "$WORK/dockerfile.out" >&2; fail "the order's output lacks '$line'"; }
-done
-ok "WorkOrder dockerfile Succeeded in $(elapsed dockerfile) s with the pushed digest ($pushed); its RUN step wrote /pullman/run.txt; output has the source's pull, kaniko's base pull, the RUN's own line and the push"
+output_has dockerfile "Pulling image \"$REGISTRY/pullman/source:1\"" \
+  "Image content was extracted to /workspace/source" "Retrieving image $REGISTRY/base/busybox:dev" \
+  "RUN as 0 on" "Pushing the image to registry"
+ok "WorkOrder dockerfile Succeeded in $(elapsed dockerfile) s with the pushed digest ($digest); its RUN step wrote /pullman/run.txt; output has the source's pull, kaniko's base pull, the RUN's own line and the push"
 
 step "4. apply → Succeeded: $SAMPLES trivial builds against $SAMPLES plain Jobs, one at a time"
 declare -a build_s job_s
 for (( i = 1; i <= SAMPLES; i++ )); do
-  job_order "plain-$i" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
-  until_true 300 "WorkOrder plain-$i finished" finished "plain-$i"
-  [[ "$(phase "plain-$i")" == Succeeded ]] || fail "WorkOrder plain-$i is $(phase "plain-$i")"
+  job_order "plain-$i" | run_order "plain-$i"
+  succeeded "plain-$i"
   job_s+=("$(elapsed "plain-$i")")
-  layer_order "trivial-$i" "$REGISTRY/base/busybox:dev" "$i" | k apply -n "$NS" --server-side -f - >/dev/null || fail "applying a WorkOrder"
-  until_true 300 "WorkOrder trivial-$i finished" finished "trivial-$i"
-  [[ "$(phase "trivial-$i")" == Succeeded ]] || fail "WorkOrder trivial-$i is $(phase "trivial-$i"): $(wo "trivial-$i" '{.status.message}')"
+  layer_order "trivial-$i" "$REGISTRY/base/busybox:dev" "$i" | run_order "trivial-$i"
+  succeeded "trivial-$i"
   build_s+=("$(elapsed "trivial-$i")")
 done
-summary() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { printf "p50 %.1f s, slowest %.1f s", v[int((NR + 1) / 2)], v[NR] }'; }
-b="$(summary "${build_s[@]}")" j="$(summary "${job_s[@]}")"
+p50() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+slowest() { printf '%s\n' "$@" | sort -n | tail -n 1; }
+b="p50 $(p50 "${build_s[@]}") s, slowest $(slowest "${build_s[@]}") s"
+j="p50 $(p50 "${job_s[@]}") s, slowest $(slowest "${job_s[@]}") s"
 ok "builds: $b (${build_s[*]}); plain Jobs: $j (${job_s[*]})"
-p50="$(printf '%s\n' "${build_s[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+p50="$(p50 "${build_s[@]}")"
 awk -v p="$p50" 'BEGIN { exit !(p <= 60) }' || fail "a trivial build's p50 apply → Succeeded is $p50 s (goal ≤ 60 s)"
 ok "a trivial build's p50 apply → Succeeded ($p50 s) is within the 60 s goal"
 if [[ -n "${PULLMAN_FIGURES:-}" ]]; then
