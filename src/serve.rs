@@ -133,12 +133,19 @@ pub fn pool_options(max_connections: u32) -> PgPoolOptions {
         .max_connections(max_connections)
         .after_connect(|conn, _meta| {
             Box::pin(async move {
-                sqlx::Executor::execute(&mut *conn, "SET plan_cache_mode = force_generic_plan")
-                    .await?;
                 // A generic plan's costs are estimated without the parameters' values, so a
                 // large or skewed backlog can push a claim past jit_above_cost: PostgreSQL then
                 // compiled every claim (50–100 ms each, where the claim itself takes 1–3 ms).
-                sqlx::Executor::execute(&mut *conn, "SET jit = off").await?;
+                // One round trip for the settings and the primary check.
+                let (_, _, in_recovery): (String, String, bool) = sqlx::query_as(
+                    "SELECT set_config('plan_cache_mode', 'force_generic_plan', false), \
+                     set_config('jit', 'off', false), pg_is_in_recovery()",
+                )
+                .fetch_one(&mut *conn)
+                .await?;
+                if in_recovery {
+                    return Err(crate::queue::standby_refused());
+                }
                 Ok(())
             })
         })

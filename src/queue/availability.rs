@@ -21,11 +21,14 @@ pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 /// Longest a probe waits for the database (connecting included).
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The shared flag and the prober's wake-up.
+/// The shared flag, the prober's wake-up, and what its last probe met.
 #[derive(Default)]
 pub(crate) struct Availability {
     down: AtomicBool,
     wake_prober: Notify,
+    /// The last failed probe's error, for `/readyz` and the log: "refused", "timed out" and "a
+    /// read-only standby" (a failover under way, issue #41) call for different actions.
+    last_probe_error: std::sync::Mutex<Option<String>>,
 }
 
 impl Queue {
@@ -42,11 +45,21 @@ impl Queue {
         }
         self.availability.wake_prober.notify_one();
     }
+
+    /// Why the last probe of a known outage failed, if one has failed.
+    pub(crate) fn last_probe_error(&self) -> Option<String> {
+        self.availability
+            .last_probe_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 /// Runs until `shutdown`: whenever the database is marked down, probes it every
-/// [`PROBE_INTERVAL`] with `SELECT 1` (each bounded by [`PROBE_TIMEOUT`]) and clears the mark
-/// on the first success, logging how long the outage lasted as seen from here.
+/// [`PROBE_INTERVAL`] (each probe bounded by [`PROBE_TIMEOUT`]) and clears the mark
+/// on the first success, logging how long the outage lasted as seen from here, and each new
+/// reason a probe failed.
 pub fn spawn_availability_probe(
     queue: Queue,
     shutdown: CancellationToken,
@@ -63,11 +76,23 @@ pub fn spawn_availability_probe(
             }
             let since = Instant::now();
             loop {
-                let probe = tokio::time::timeout(
-                    PROBE_TIMEOUT,
-                    sqlx::query("SELECT 1").execute(queue.pool()),
-                );
-                if matches!(probe.await, Ok(Ok(_))) {
+                let error = match tokio::time::timeout(PROBE_TIMEOUT, probe(queue.pool())).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some(format!("no answer within {PROBE_TIMEOUT:?}")),
+                };
+                let back = error.is_none();
+                {
+                    let mut last = availability
+                        .last_probe_error
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    if !back && *last != error {
+                        tracing::warn!(error = error.as_deref(), "database still unavailable");
+                    }
+                    *last = error;
+                }
+                if back {
                     availability.down.store(false, Ordering::Release);
                     tracing::info!(
                         down_for_ms = since.elapsed().as_millis() as u64,
@@ -82,4 +107,35 @@ pub fn spawn_availability_probe(
             }
         }
     })
+}
+
+/// One probe: a connection of its own first, so that the reason a connection fails is seen (the
+/// pool retries a failing connection until its acquire timeout and then reports only that), and
+/// a primary; then `SELECT 1` through the pool, which is what requests need.
+async fn probe(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    use sqlx::{ConnectOptions, Connection};
+    let mut conn = pool.connect_options().connect().await?;
+    let (standby,): (bool,) = sqlx::query_as("SELECT pg_is_in_recovery()")
+        .fetch_one(&mut conn)
+        .await?;
+    let _ = conn.close().await;
+    if standby {
+        return Err(standby_refused());
+    }
+    sqlx::query("SELECT 1").execute(pool).await?;
+    Ok(())
+}
+
+/// The error a connection to a standby (`pg_is_in_recovery()`) gets, so that the pool never
+/// holds one (issue #41; `serve::pool_options` checks each new connection): after a failover
+/// the address in `DATABASE_URL` (a CloudNativePG `-rw` Service, a DNS name) may lead to the
+/// demoted primary, now a read-only replica, for a moment. An I/O error, so that
+/// [`super::database_unavailable`] counts it as an outage: requests answer `503
+/// database_unavailable` and `/readyz` says why until a connection reaches a primary.
+pub fn standby_refused() -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        "the database server is a read-only standby (pg_is_in_recovery() is true); \
+         DATABASE_URL must lead to the primary",
+    ))
 }

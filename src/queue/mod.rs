@@ -69,7 +69,7 @@ use sqlx::PgPool;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-pub use availability::spawn_availability_probe;
+pub use availability::{spawn_availability_probe, standby_refused};
 pub use claims::{ClaimRequest, Heartbeat};
 pub use cursor::CursorError;
 pub use keys::{Concurrency, NewConcurrency, OnConflict};
@@ -190,7 +190,10 @@ impl From<sqlx::Error> for QueueError {
 
 /// True for errors that mean "the database is not there right now" rather than "this request
 /// is wrong": no connection (refused, reset, pool exhausted or closed), or the server shutting
-/// down or refusing connections (SQLSTATE class 08, 57P01–57P03, 53300 too_many_connections).
+/// down or refusing connections (SQLSTATE class 08, 57P01–57P03, 53300 too_many_connections),
+/// or not accepting writes now (25006 read_only_sql_transaction: a primary made read-only, as
+/// while a failover is under way; issue #41). A standby is refused when connecting
+/// (`serve::pool_options`), as an I/O error.
 pub fn database_unavailable(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Io(_)
@@ -199,7 +202,8 @@ pub fn database_unavailable(error: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+            code.starts_with("08")
+                || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300" | "25006")
         }),
         _ => false,
     }
@@ -272,7 +276,10 @@ impl Queue {
     /// applied. Returns a reason when not ready.
     pub async fn readiness(&self) -> Result<(), String> {
         if self.database_known_down() {
-            return Err("database not reachable (known down; probing)".into());
+            return Err(match self.last_probe_error() {
+                Some(error) => format!("database not reachable (known down; probing): {error}"),
+                None => "database not reachable (known down; probing)".into(),
+            });
         }
         let applied: Vec<(i64,)> = sqlx::query_as(sql::APPLIED_MIGRATIONS)
             .fetch_all(&self.pool)

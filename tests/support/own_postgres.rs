@@ -35,11 +35,16 @@ impl OwnPostgres {
         .expect("starting the test's own PostgreSQL")
     }
 
-    /// Migrates `pg`'s database and starts a server over it, its pool as `serve` has it (an
-    /// acquire waits 10 s: what an unknown outage costs).
+    /// The data directory, the same across restarts (for `standby.signal`).
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("pg").join("data")
+    }
+
+    /// Migrates `pg`'s database and starts a server over it, its pool as `serve` has it (its
+    /// connection settings and primary check; an acquire waits 10 s: what an unknown outage
+    /// costs).
     pub async fn server(&self, pg: &EmbeddedPostgres) -> TestServer {
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(8)
+        let pool = pullman::serve::pool_options(8)
             .acquire_timeout(Duration::from_secs(10))
             .connect(&pg.url())
             .await
