@@ -137,12 +137,17 @@ pub fn pool_options(max_connections: u32) -> PgPoolOptions {
                 // large or skewed backlog can push a claim past jit_above_cost: PostgreSQL then
                 // compiled every claim (50–100 ms each, where the claim itself takes 1–3 ms).
                 // One round trip for the settings and the primary check.
-                let (_, _, in_recovery): (String, String, bool) = sqlx::query_as(
+                // The simple protocol: nothing prepared for a statement run once per connection,
+                // and a transaction-mode pooler gets as far as `queue::check_delivery`, which
+                // names it.
+                // (A query string without arguments goes as a simple Query message.)
+                let row = sqlx::Executor::fetch_one(
+                    &mut *conn,
                     "SELECT set_config('plan_cache_mode', 'force_generic_plan', false), \
                      set_config('jit', 'off', false), pg_is_in_recovery()",
                 )
-                .fetch_one(&mut *conn)
                 .await?;
+                let in_recovery: bool = sqlx::Row::try_get(&row, 2)?;
                 if in_recovery {
                     return Err(crate::queue::standby_refused());
                 }
@@ -208,6 +213,11 @@ async fn run_server(
     pool: &PgPool,
     listener: tokio::net::TcpListener,
 ) -> anyhow::Result<()> {
+    // Before the migrations: through a transaction-mode pooler they could fail first, with a
+    // message that does not name the cause.
+    queue::check_delivery(pool)
+        .await
+        .map_err(|e| anyhow::anyhow!("checking that notifications arrive: {e}"))?;
     queue::MIGRATOR
         .run(pool)
         .await

@@ -87,3 +87,123 @@ async fn a_standby_behind_the_address_is_refused_until_promoted_then_work_goes_o
     let after = s.order(support::configmap_order("failover")).await;
     assert_ne!(after, before);
 }
+
+/// PgBouncer (Debian's `pgbouncer`) in front of the test PostgreSQL in `pool_mode`, on a free
+/// port, as the `postgres` user when the tests run as root (it refuses root). Killed on drop.
+struct Bouncer {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Bouncer {
+    fn start(pool_mode: &str) -> Bouncer {
+        use std::os::unix::process::CommandExt;
+        let bin = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("pgbouncer is not installed (apt install pgbouncer)");
+        let upstream = reqwest::Url::parse(support::server_url()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let port = support::free_port();
+        std::fs::write(dir.path().join("users.txt"), "\"postgres\" \"\"\n").unwrap();
+        let ini = dir.path().join("pgbouncer.ini");
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\n* = host={} port={}\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
+                 listen_port = {port}\nunix_socket_dir =\nauth_type = trust\nauth_file = {}\n\
+                 pool_mode = {pool_mode}\nignore_startup_parameters = extra_float_digits,options\n",
+                upstream.host_str().unwrap(),
+                upstream.port().unwrap(),
+                dir.path().join("users.txt").display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = std::process::Command::new(bin);
+        cmd.arg(&ini).stdout(std::process::Stdio::null());
+        if nix::unistd::Uid::effective().is_root() {
+            let user = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+            std::os::unix::fs::chown(dir.path(), Some(user.uid.as_raw()), None).unwrap();
+            cmd.uid(user.uid.as_raw()).gid(user.gid.as_raw());
+        }
+        let child = cmd.spawn().expect("starting pgbouncer");
+        Bouncer {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// `url` (a database of the test PostgreSQL) through this PgBouncer.
+    fn through(&self, url: &str) -> String {
+        let mut url = reqwest::Url::parse(url).unwrap();
+        url.set_port(Some(self.port)).unwrap();
+        url.to_string()
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `pullman serve` on `database_url` until it exits or 60 s pass; its exit and stderr.
+fn serve_until_exit(database_url: &str) -> (Option<std::process::ExitStatus>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(support::pullman_bin())
+        .args(["serve", "--controller", "off", "--listen"])
+        .arg(format!("127.0.0.1:{}", support::free_port()))
+        .current_dir(dir.path())
+        .env("DATABASE_URL", database_url)
+        .env("NO_COLOR", "1")
+        .env_remove("PULLMAN_ADMIN_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_transaction_mode_pooler_and_names_it() {
+    let db = support::fresh_database_url().await;
+    let bouncer = Bouncer::start("transaction");
+    let url = bouncer.through(&db);
+    let (status, stderr) = tokio::task::spawn_blocking(move || serve_until_exit(&url))
+        .await
+        .unwrap();
+    let status = status.expect("serve through a transaction-mode pooler kept running");
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("transaction-mode pooler") && stderr.contains("notification"),
+        "the refusal names the cause:\n{stderr}"
+    );
+    // Through the same pooler in session mode, LISTEN works and serve starts.
+    let session = Bouncer::start("session");
+    let dir = tempfile::tempdir().unwrap();
+    let serve = support::serve::Serve::start_on(
+        dir.path(),
+        &session.through(&db),
+        std::process::Stdio::null(),
+    )
+    .await;
+    let r = reqwest::get(serve.url("/readyz")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}

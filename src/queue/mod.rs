@@ -75,7 +75,7 @@ pub use cursor::CursorError;
 pub use keys::{Concurrency, NewConcurrency, OnConflict};
 pub use maintenance::{AgentHealthCounts, MaintenanceReport, run_maintenance};
 pub use model::*;
-pub use notify::{Notifications, spawn_listener};
+pub use notify::{Notifications, check_delivery, spawn_listener};
 pub use orders::{
     Created, IDEMPOTENCY_KEY_RETENTION, IdPrefix, IdempotencyKey, LogFilter, OrderFilter,
 };

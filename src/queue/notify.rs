@@ -153,3 +153,71 @@ async fn listen(pool: &PgPool, n: &Notifications) -> Result<(), sqlx::Error> {
         }
     }
 }
+
+/// How long [`check_delivery`] waits for its own notification.
+pub const DELIVERY_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Checks at start that notifications reach a listening session (issue #41): `LISTEN` on a
+/// connection of its own, `NOTIFY` from a pooled one, the notification within
+/// [`DELIVERY_CHECK_TIMEOUT`]. Through a transaction-mode pooler (PgBouncer's `pool_mode =
+/// transaction`, a CloudNativePG `Pooler` with `poolMode: transaction`) the listening session's
+/// server connection goes back to the pooler after each statement and the notification never
+/// arrives: claim wake-ups, the controller's wake-ups and live output followers would silently
+/// stall, so `serve` refuses to start instead.
+///
+/// # Errors
+/// The notification did not arrive (the message names the likely cause and the fix), or the
+/// database failed.
+pub async fn check_delivery(pool: &PgPool) -> Result<(), String> {
+    let channel = format!("pullman_delivery_check_{}", Uuid::new_v4().simple());
+    let mut listener = PgListener::connect_with(pool)
+        .await
+        .map_err(|e| format!("connecting to LISTEN: {e}"))?;
+    listener
+        .listen(&channel)
+        .await
+        .map_err(|e| format!("LISTEN: {e}"))?;
+    // The simple protocol, as LISTEN's: a transaction-mode pooler gets this far (a prepared
+    // statement may not survive to its execution there). The channel is ours, a bare identifier.
+    let pooled = |what: &str| {
+        format!(
+            "{what}: Pullman needs session connections for LISTEN (claim wake-ups, the \
+             controller, live output). DATABASE_URL seems to lead through a transaction-mode \
+             pooler (PgBouncer pool_mode = transaction, a CloudNativePG Pooler with poolMode: \
+             transaction); point it at the database itself (CloudNativePG: the <cluster>-rw \
+             Service, the <cluster>-app Secret's uri) or at a session-mode pooler"
+        )
+    };
+    match sqlx::raw_sql(&format!("NOTIFY {channel}"))
+        .execute(pool)
+        .await
+    {
+        Ok(_) => {}
+        // The pooler ran the NOTIFY on the server connection the LISTEN had run on, so the
+        // notification came back to the pooled connection that sent it.
+        Err(sqlx::Error::Protocol(m)) if m.contains("NotificationResponse") => {
+            return Err(pooled(
+                "a notification came back on the connection that sent it, not the listening one",
+            ));
+        }
+        Err(e) => return Err(format!("NOTIFY: {e}")),
+    }
+    let arrived = tokio::time::timeout(DELIVERY_CHECK_TIMEOUT, async {
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(n)) if n.channel() == channel => return true,
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => return false,
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    let _ = listener.unlisten(&channel).await;
+    if arrived {
+        return Ok(());
+    }
+    Err(pooled(&format!(
+        "a notification did not reach the listening session within {DELIVERY_CHECK_TIMEOUT:?}"
+    )))
+}

@@ -30,13 +30,29 @@ impl Serve {
         stderr: impl Into<Stdio>,
     ) -> Serve {
         let db = fresh_database_url().await;
+        Serve::start_with(dir, &db, extra, envs, stderr).await
+    }
+
+    /// As [`Serve::start`], on `database_url` (a database of the test PostgreSQL behind a
+    /// pooler, say), with no extra flags or variables.
+    pub async fn start_on(dir: &Path, database_url: &str, stderr: impl Into<Stdio>) -> Serve {
+        Serve::start_with(dir, database_url, &[], &[], stderr).await
+    }
+
+    async fn start_with(
+        dir: &Path,
+        db: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+        stderr: impl Into<Stdio>,
+    ) -> Serve {
         let port = free_port();
         let child = Command::new(pullman_bin())
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--controller", "off"])
             .args(extra)
             .current_dir(dir)
-            .env("DATABASE_URL", &db)
+            .env("DATABASE_URL", db)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .env_remove("PULLMAN_ADMIN_TOKEN")
