@@ -7,7 +7,8 @@
 # (e2e/chart/test.sh) on the same control plane, in their own namespaces; then Pullman's own pods
 # on the real node (e2e/realnode/test.sh, the scenario e2e/kind/run.sh runs on kind), disruptions
 # under running orders there (e2e/realnode/disruptions.sh), `build` orders with real Tekton and
-# Shipwright controllers building and pushing images there (e2e/shipwright/test.sh); KEDA's own
+# Shipwright controllers building and pushing images there (e2e/shipwright/test.sh), PostgreSQL
+# failovers under load from CloudNativePG there (e2e/cnpg/test.sh); KEDA's own
 # operator scaling an Executor on its backlog (e2e/keda/test.sh); schemathesis against a real
 # `pullman serve` (e2e/schemathesis/run.sh); then a client generated from its OpenAPI document
 # with openapi-python-client, checked with mypy --strict and run against a real `pullman serve`
@@ -26,6 +27,7 @@ export PULLMAN_TESTENV_STATE="${PULLMAN_TESTENV_STATE:-$(mktemp -d /tmp/pullman-
 keda_build=""
 tools_build=""
 shp_build=""
+cnpg_build=""
 cleanup() {
   # The background builds run in their own sessions (in_background): stop all of each, go build
   # included. A build already over makes `kill` fail, which under `set -e` ended this function
@@ -33,7 +35,8 @@ cleanup() {
   [[ -n "$keda_build" ]] && { kill -- "-$keda_build" 2>/dev/null || true; }
   [[ -n "$tools_build" ]] && { kill -- "-$tools_build" 2>/dev/null || true; }
   [[ -n "$shp_build" ]] && { kill -- "-$shp_build" 2>/dev/null || true; }
-  rm -f "${keda_log:-}" "${tools_log:-}" "${shp_log:-}"
+  [[ -n "$cnpg_build" ]] && { kill -- "-$cnpg_build" 2>/dev/null || true; }
+  rm -f "${keda_log:-}" "${tools_log:-}" "${shp_log:-}" "${cnpg_log:-}"
   e2e/testenv/down.sh >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -52,6 +55,11 @@ if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
   stage "building Tekton and Shipwright in the background (cached after the first time; log: $shp_log)"
   in_background 10 "$shp_log" e2e/shipwright/build.sh
   shp_build=$bg_pid
+  # CloudNativePG's manager (e2e/cnpg: ~2 min cold), for the failover scenario.
+  cnpg_log="$(mktemp /tmp/pullman-cnpg-build.XXXXXX)"
+  stage "building CloudNativePG in the background (cached after the first time; log: $cnpg_log)"
+  in_background 10 "$cnpg_log" e2e/cnpg/build.sh
+  cnpg_build=$bg_pid
 fi
 
 stage "building the test control plane (cached after the first time)"
@@ -93,6 +101,10 @@ if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
   await_background "Tekton and Shipwright" "$shp_build" "$shp_log"
   shp_build=""
   PULLMAN_BIN="$PWD/target/debug/pullman" e2e/shipwright/test.sh
+  stage "PostgreSQL failovers under load: CloudNativePG on the real node, the fault suite through them (e2e/cnpg/test.sh; waiting for its build)"
+  await_background "CloudNativePG" "$cnpg_build" "$cnpg_log"
+  cnpg_build=""
+  e2e/cnpg/test.sh
 fi
 
 stage "KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use anyhow::{Context, bail};
+
 use crate::cluster::{PgStop, Postgres, Server};
 use crate::http::Recorder;
 use crate::report::progress;
@@ -22,6 +24,10 @@ pub enum Fault {
     TerminateSessions,
     /// PostgreSQL stopped as `how`, kept down for `down`, started again on the same data.
     Postgres { how: PgStop, down: Duration },
+    /// The external database fails over (issue #41): `--failover-hook` runs with `how` as its
+    /// argument (`delete`: the primary's pod deleted; `switchover`: a replica promoted) and
+    /// returns once the new primary is ready.
+    Failover { how: &'static str },
 }
 
 impl Fault {
@@ -45,6 +51,8 @@ impl Fault {
                     format!("{what}, down {} s", down.as_secs())
                 }
             }
+            Fault::Failover { how: "delete" } => "failover: the primary's pod deleted".into(),
+            Fault::Failover { how } => format!("failover: {how}"),
         }
     }
 }
@@ -98,10 +106,26 @@ pub fn plan(full: bool) -> Vec<Phase> {
     phases
 }
 
-/// The processes the faults are done to.
+/// The phases of a failover run (`--failover-hook`): a calm baseline, then the primary's pod
+/// deleted, then a switchover, each with time for the load to go on after the new primary.
+pub fn failover_plan() -> Vec<Phase> {
+    let phase = |fault, length| Phase {
+        fault,
+        length: Duration::from_secs(length),
+    };
+    vec![
+        phase(Fault::Calm, 10),
+        phase(Fault::Failover { how: "delete" }, 45),
+        phase(Fault::Failover { how: "switchover" }, 45),
+    ]
+}
+
+/// The processes the faults are done to: the suite's own PostgreSQL, or none with an external
+/// database (`--database-url`), whose failovers `failover_hook` brings about.
 pub struct Cluster {
-    pub postgres: Postgres,
+    pub postgres: Option<Postgres>,
     pub servers: Vec<Server>,
+    pub failover_hook: Option<String>,
 }
 
 /// When one phase's fault hit, times from the start of the run.
@@ -175,17 +199,48 @@ impl Cluster {
                 (gone, rec.now())
             }
             Fault::TerminateSessions => {
-                let ended = self.postgres.terminate_sessions().await?;
+                let ended = self.own_postgres()?.terminate_sessions().await?;
                 progress(&format!("ended {ended} sessions"));
                 (rec.now(), rec.now())
             }
             Fault::Postgres { how, down } => {
-                self.postgres.stop(how).await?;
+                self.own_postgres()?.stop(how).await?;
                 let gone = rec.now();
                 tokio::time::sleep(down).await;
-                self.postgres.start_again().await?;
+                self.own_postgres()?.start_again().await?;
                 (gone, rec.now())
             }
+            Fault::Failover { how } => {
+                let hook = self
+                    .failover_hook
+                    .as_deref()
+                    .context("a failover phase needs --failover-hook")?;
+                let injected = rec.now();
+                let out = tokio::process::Command::new("sh")
+                    .args(["-c", &format!("{hook} {how}")])
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .await
+                    .with_context(|| format!("running the failover hook {hook:?}"))?;
+                if !out.status.success() {
+                    bail!(
+                        "the failover hook `{hook} {how}` failed ({}): {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
+                }
+                progress(&format!(
+                    "new primary ready after {:.1} s",
+                    (rec.now() - injected).as_secs_f64()
+                ));
+                (injected, rec.now())
+            }
         })
+    }
+
+    fn own_postgres(&mut self) -> anyhow::Result<&mut Postgres> {
+        self.postgres
+            .as_mut()
+            .context("this fault needs the suite's own PostgreSQL, not --database-url")
     }
 }

@@ -1,5 +1,5 @@
 //! Concurrency keys under the faults (docs/design.md §3, issue #40): every other order carries one
-//! of `KEYS` keys, with `max` 1 to 3, and a watcher reads the claims table every
+//! of [`keys_for`] keys, with `max` 1 to 3, and a watcher reads the claims table every
 //! `SAMPLE_EVERY` for the whole run, replicas killed and PostgreSQL restarted included. Each
 //! sample is one statement, so one snapshot: no key may have more claim rows than its `max`, and
 //! each key's slot counter (`concurrency_slots.held`) must equal its claim rows (a key's row stays
@@ -12,17 +12,23 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-/// How many keys the keyed orders share.
-const KEYS: usize = 24;
+/// How many keys the keyed orders of a run of `orders` share: 24, or more for a larger run, so that
+/// a key carries at most ~62 orders (as in the full run's 3,000). A key of `max` 1 works its
+/// orders one at a time, each dead agent's holding a lease (5 s) of it: 200 orders on one such key
+/// took longer than the drain allows.
+pub fn keys_for(orders: usize) -> usize {
+    24.max(orders.div_ceil(125))
+}
 /// How often the watcher samples the claims.
 const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
-/// The `concurrency` of order `seq`: every other order has a key, `k<i>` with `max` 1 + i % 3.
-pub fn concurrency_of(seq: usize) -> Option<Value> {
+/// The `concurrency` of order `seq` of a run with `keys` keys: every other order has a key, `k<i>`
+/// with `max` 1 + i % 3.
+pub fn concurrency_of(seq: usize, keys: usize) -> Option<Value> {
     if seq % 2 == 1 {
         return None;
     }
-    let key = (seq / 2) % KEYS;
+    let key = (seq / 2) % keys;
     Some(json!({"key": format!("k{key}"), "max": 1 + key % 3}))
 }
 

@@ -212,7 +212,9 @@ impl Load {
             "claim_timeout_seconds": 60,
             "targeting": {"labels": [LABEL]},
         });
-        if let Some(concurrency) = crate::keys::concurrency_of(seq) {
+        if let Some(concurrency) =
+            crate::keys::concurrency_of(seq, crate::keys::keys_for(self.settings.orders))
+        {
             body["concurrency"] = concurrency;
         }
         let key = format!("faults-{}-{seq}", self.run);

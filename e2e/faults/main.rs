@@ -15,7 +15,8 @@
 //! agent repeated it (docs/design.md §5 "Retry safety"). Flags: `--full`; `--lenient-5xx` and
 //! `--lenient-retry-safety` (report those findings without failing, to survey an older
 //! server); `--keep` (keep the data and server logs); `--orders=N` (another number of orders
-//! over the same plan).
+//! over the same plan); `--agents=N`; `--database-url=URL` (an empty database elsewhere) with
+//! `--failover-hook=CMD` (the failover plan: `CMD delete`, then `CMD switchover`; e2e/cnpg).
 
 mod checks;
 mod cluster;
@@ -46,6 +47,13 @@ struct Config {
     strict_5xx: bool,
     strict_idempotency: bool,
     keep: bool,
+    /// `--database-url=URL`: an empty database elsewhere (a CloudNativePG cluster, e2e/cnpg)
+    /// instead of the suite's own PostgreSQL; the faults done to PostgreSQL need the suite's own.
+    database_url: Option<String>,
+    /// `--failover-hook=CMD`: run the failover plan, calling `CMD delete` and `CMD switchover`.
+    failover_hook: Option<String>,
+    /// `--agents=N` (default 16, full 50).
+    agents: Option<usize>,
 }
 
 impl Config {
@@ -56,6 +64,9 @@ impl Config {
             strict_5xx: true,
             strict_idempotency: true,
             keep: false,
+            database_url: None,
+            failover_hook: None,
+            agents: None,
         };
         for arg in std::env::args().skip(1) {
             match arg.as_str() {
@@ -63,6 +74,18 @@ impl Config {
                 "--lenient-5xx" => config.strict_5xx = false,
                 "--lenient-retry-safety" => config.strict_idempotency = false,
                 "--keep" => config.keep = true,
+                other if other.starts_with("--database-url=") => {
+                    config.database_url = Some(other["--database-url=".len()..].to_string());
+                }
+                other if other.starts_with("--failover-hook=") => {
+                    config.failover_hook = Some(other["--failover-hook=".len()..].to_string());
+                }
+                other if other.starts_with("--agents=") => {
+                    config.agents = other["--agents=".len()..].parse().ok();
+                    if config.agents.is_none() {
+                        progress(&format!("{other:?}: not a number of agents; ignored"));
+                    }
+                }
                 other if other.starts_with("--orders=") => {
                     config.orders = other["--orders=".len()..].parse().ok();
                     if config.orders.is_none() {
@@ -79,7 +102,7 @@ impl Config {
     fn settings(&self, produce_for: Duration) -> LoadSettings {
         LoadSettings {
             orders: self.orders.unwrap_or(if self.full { 3000 } else { 500 }),
-            agents: if self.full { 50 } else { 16 },
+            agents: self.agents.unwrap_or(if self.full { 50 } else { 16 }),
             produce_for,
             death_rate: 0.03,
             stale_after: Duration::from_secs(10),
@@ -128,8 +151,15 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
         if config.full { "full" } else { "short" },
         dir.path().display()
     ));
-    let postgres = Postgres::start(dir.path().join("postgres")).await?;
-    let db_url = postgres.url().to_string();
+    let postgres = match &config.database_url {
+        Some(_) => None,
+        None => Some(Postgres::start(dir.path().join("postgres")).await?),
+    };
+    let db_url = match (&config.database_url, &postgres) {
+        (Some(url), _) => url.clone(),
+        (None, Some(pg)) => pg.url().to_string(),
+        (None, None) => unreachable!("the suite's own PostgreSQL was started"),
+    };
     let mut servers = Vec::new();
     for index in 0..2 {
         servers.push(Server::start(index, &db_url, dir.path()).await?);
@@ -137,9 +167,16 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
     let logs: Vec<std::path::PathBuf> =
         servers.iter().map(|s| s.log_path().to_path_buf()).collect();
     let api = Api::new(servers.iter().map(Server::base_url).collect());
-    let mut cluster = Cluster { postgres, servers };
+    let mut cluster = Cluster {
+        postgres,
+        servers,
+        failover_hook: config.failover_hook.clone(),
+    };
 
-    let phases = faults::plan(config.full);
+    let phases = match config.failover_hook {
+        Some(_) => faults::failover_plan(),
+        None => faults::plan(config.full),
+    };
     let produce_for = phases.iter().map(|p| p.length).sum();
     let load = Arc::new(Load::new(api, config.settings(produce_for)));
     load.register_agents().await?;
@@ -165,7 +202,10 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
     progress("faults done; waiting for the last creates and the drain");
     let _ = producer.await;
     let pool = checks::connect(&db_url).await?;
-    let drain_deadline = Duration::from_secs(if config.full { 300 } else { 120 });
+    // A larger run (--orders) has a longer backlog to drain after the last phase.
+    let drain_deadline = Duration::from_secs(
+        (if config.full { 300 } else { 120 }).max(load.settings.orders as u64 / 50),
+    );
     let drained = checks::wait_drained(&pool, drain_deadline).await;
     load.finish_stale_completes().await;
     stop.cancel();
@@ -245,7 +285,9 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
     for server in &mut cluster.servers {
         server.kill9();
     }
-    cluster.postgres.shutdown().await?;
+    if let Some(postgres) = cluster.postgres.take() {
+        postgres.shutdown().await?;
+    }
     println!("\nRun took {:.0} s.", started.elapsed().as_secs_f64());
     if failures.is_empty() {
         println!("PASS");

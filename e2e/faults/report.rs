@@ -80,6 +80,46 @@ fn first_after(
         .map_or("—".into(), |at| dur(at.saturating_sub(phase.injected)))
 }
 
+/// The longest stretch of the phase in which no picked answer arrived (from the injection to
+/// the first, between two, from the last to the phase's end): for completes, the write outage
+/// as the agents saw it.
+fn longest_gap(
+    phase: &PhaseRecord,
+    exchanges: &[Exchange],
+    pick: impl Fn(&Exchange) -> bool,
+) -> String {
+    let mut at: Vec<Duration> = exchanges
+        .iter()
+        .map(|e| e.sent + e.took)
+        .zip(exchanges)
+        .filter(|(answered, e)| *answered >= phase.injected && *answered < phase.end && pick(e))
+        .map(|(answered, _)| answered)
+        .collect();
+    at.sort();
+    let mut last = phase.injected;
+    let mut longest = Duration::ZERO;
+    for t in at.into_iter().chain(std::iter::once(phase.end)) {
+        longest = longest.max(t.saturating_sub(last));
+        last = t;
+    }
+    dur(longest)
+}
+
+/// The first picked answer after the component was back, from then.
+fn first_after_back(
+    phase: &PhaseRecord,
+    exchanges: &[Exchange],
+    pick: impl Fn(&Exchange) -> bool,
+) -> String {
+    exchanges
+        .iter()
+        .map(|e| (e.sent + e.took, e))
+        .filter(|(answered, e)| *answered >= phase.back && pick(e))
+        .map(|(answered, _)| answered)
+        .min()
+        .map_or("—".into(), |at| dur(at.saturating_sub(phase.back)))
+}
+
 /// Count of `5xx` answers other than `503`.
 pub fn five_hundreds(exchanges: &[Exchange]) -> usize {
     exchanges
@@ -95,13 +135,16 @@ pub fn print_phases(phases: &[PhaseRecord], exchanges: &[Exchange]) {
         "Times from the injection. *back*: the suite saw the component accept connections / \
          ready again (polled every 50–100 ms); *first 2xx / claim / complete*: first such answer \
          received after the component was down. Answers: to requests sent during the phase; \
-         *slowest non-poll*: the longest wait for any answer but a long-poll's."
+         *slowest non-poll*: the longest wait for any answer but a long-poll's; *longest without \
+         a complete*: the phase's longest stretch with no complete answered 200/202 (the write \
+         outage as agents saw it); *claim after back*: the first claim answered 200 after the \
+         component was back, from then."
     );
     println!();
     println!(
-        "| # | fault | back | first 2xx | first claim | first complete | answers | 2xx | 409/404 | 503 | other 5xx | other 4xx | no answer | slowest non-poll |"
+        "| # | fault | back | first 2xx | first claim | first complete | longest without a complete | claim after back | answers | 2xx | 409/404 | 503 | other 5xx | other 4xx | no answer | slowest non-poll |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, p) in phases.iter().enumerate() {
         let during: Vec<&Exchange> = exchanges
             .iter()
@@ -109,7 +152,7 @@ pub fn print_phases(phases: &[PhaseRecord], exchanges: &[Exchange]) {
             .collect();
         let t = tally(&during);
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             i + 1,
             p.fault.describe(),
             dur(p.back.saturating_sub(p.injected)),
@@ -118,6 +161,10 @@ pub fn print_phases(phases: &[PhaseRecord], exchanges: &[Exchange]) {
                 && e.answer == Answer::Status(200)),
             first_after(p, exchanges, |e| e.endpoint == Endpoint::Complete
                 && matches!(e.answer, Answer::Status(200 | 202))),
+            longest_gap(p, exchanges, |e| e.endpoint == Endpoint::Complete
+                && matches!(e.answer, Answer::Status(200 | 202))),
+            first_after_back(p, exchanges, |e| e.endpoint == Endpoint::ClaimNext
+                && e.answer == Answer::Status(200)),
             t.total,
             t.ok,
             t.refused_409,

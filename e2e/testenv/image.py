@@ -66,10 +66,13 @@ def main():
     ap.add_argument("--user")
     ap.add_argument("--entrypoint")
     ap.add_argument("--cmd")
+    ap.add_argument("--path", help="the image's PATH (default: the usual system directories)")
     ap.add_argument("-o", "--output", required=True)
     a = ap.parse_args()
 
     cfg = {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]}
+    if a.path:
+        cfg["Env"] = ["PATH=" + a.path]
     if a.dockerfile:
         cfg.update(dockerfile_config(a.dockerfile))
     if a.user:

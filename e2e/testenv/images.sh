@@ -5,8 +5,10 @@
 #   images.sh pullman [BINARY]  localhost/pullman:dev: config/image/rootfs.sh on BINARY (default
 #                               target/debug/pullman), USER and ENTRYPOINT from the Dockerfile
 #   images.sh shipwright-tools BIN_DIR  localhost/shipwright-tools:dev (below; e2e/shipwright)
+#   images.sh cnpg-postgresql BIN_DIR   localhost/cnpg-postgresql:<major.minor> (below; e2e/cnpg)
 # Needs STATE (or PULLMAN_TESTENV_STATE) of a running testenv with a real node. Prints nothing on
-# stdout; says in one line what is missing when it cannot build or import.
+# stdout but the name of the image cnpg-postgresql built;
+# says in one line what is missing when it cannot build or import.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -88,9 +90,49 @@ shipwright_tools() {
   import "$WORK/shipwright-tools.tar" localhost/shipwright-tools:dev
 }
 
+# localhost/cnpg-postgresql:<major.minor>, for CloudNativePG (e2e/cnpg): this machine's
+# PostgreSQL server (Debian's postgresql-<major>: its bin and lib directories, its share
+# directory, the shared libraries their loader needs, the time zones), busybox for the
+# archive_command's /bin/sh, user postgres as uid/gid 26 (CloudNativePG's default), and at
+# /manager CloudNativePG's manager from BIN_DIR (e2e/cnpg/build.sh): the bootstrap init container
+# copies it into each pod. The tag is the server's version, which CloudNativePG reads the major
+# version from. Prints the image's name on stdout.
+cnpg_postgresql() {
+  local bin="${1:?usage: images.sh cnpg-postgresql BIN_DIR}" root="$WORK/cnpg-postgresql"
+  local pgbin version major f lib
+  pgbin="$(dirname "$(ls -d /usr/lib/postgresql/*/bin/postgres | sort -V | tail -1)")" \
+    || die "no PostgreSQL server in /usr/lib/postgresql (apt install postgresql)"
+  version="$("$pgbin/postgres" -V | awk '{ print $3 }')"   # "postgres (PostgreSQL) 15.18 (Debian …)"
+  major="${version%%.*}"
+  [[ -x "$bin/manager" ]] || die "no manager in $bin (e2e/cnpg/build.sh)"
+  busybox_rootfs "$root"
+  install -m 0755 "$bin/manager" "$root/manager"
+  mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql" "$root/usr/share"
+  cp -a "/usr/lib/postgresql/$major" "$root/usr/lib/postgresql/"
+  cp -a "/usr/share/postgresql/$major" "$root/usr/share/postgresql/"
+  cp -a /usr/share/zoneinfo "$root/usr/share/"
+  # No JIT: its LLVM would double the image, and Pullman's connections turn it off.
+  rm -rf "$root/usr/lib/postgresql/$major/lib/bitcode" "$root/usr/lib/postgresql/$major/lib/llvmjit"*
+  for f in "$root/usr/lib/postgresql/$major"/bin/* "$root/usr/lib/postgresql/$major"/lib/*.so; do
+    ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
+  done | sort -u | while read -r lib; do
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+  echo 'postgres:x:26:26:PostgreSQL:/var/lib/postgresql:/bin/sh' >> "$root/etc/passwd"
+  echo 'postgres:x:26:' >> "$root/etc/group"
+  mkdir -p "$root/var/lib/postgresql" "$root/var/run/postgresql"
+  chmod 1777 "$root/var/run/postgresql"
+  "$HERE/image.py" --tag "localhost/cnpg-postgresql:$version" --rootfs "$root" --user 26 \
+    --path "/usr/lib/postgresql/$major/bin:/usr/bin:/bin" --cmd '["postgres"]' -o "$WORK/cnpg-postgresql.tar"
+  import "$WORK/cnpg-postgresql.tar" "localhost/cnpg-postgresql:$version"
+  echo "localhost/cnpg-postgresql:$version"
+}
+
 case "${1:-}" in
   base) base ;;
   pullman) shift; pullman "$@" ;;
   shipwright-tools) shift; shipwright_tools "$@" ;;
-  *) echo "usage: images.sh base | pullman [BINARY] | shipwright-tools BIN_DIR" >&2; exit 2 ;;
+  cnpg-postgresql) shift; cnpg_postgresql "$@" ;;
+  *) echo "usage: images.sh base | pullman [BINARY] | shipwright-tools BIN_DIR | cnpg-postgresql BIN_DIR" >&2; exit 2 ;;
 esac
