@@ -104,7 +104,7 @@ if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
   stage "PostgreSQL failovers under load: CloudNativePG on the real node, the fault suite through them (e2e/cnpg/test.sh; waiting for its build)"
   await_background "CloudNativePG" "$cnpg_build" "$cnpg_log"
   cnpg_build=""
-  e2e/cnpg/test.sh
+  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/cnpg/test.sh
 fi
 
 stage "KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"

@@ -136,8 +136,10 @@ pub struct DatabaseArgs {
     #[arg(long, env = "PULLMAN_POSTGRES_BIN_DIR")]
     pub postgres_bin_dir: Option<PathBuf>,
 
-    /// Most database connections this process opens (a pool; connections open as needed).
-    #[arg(long, env = "PULLMAN_DB_MAX_CONNECTIONS", default_value_t = 32)]
+    /// Most database connections this process opens (a pool; connections open as needed). At
+    /// least 2: one is held for LISTEN.
+    #[arg(long, env = "PULLMAN_DB_MAX_CONNECTIONS", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(2..))]
     pub db_max_connections: u32,
 }
 

@@ -34,7 +34,7 @@ async fn a_standby_behind_the_address_is_refused_until_promoted_then_work_goes_o
     };
     eventually(30, "/readyz to name the standby", || async {
         let (st, body) = readyz(&s).await;
-        (st == 503 && body.contains("read-only standby")).then_some(())
+        (st == 503 && body.contains("read-only") && body.contains("standby")).then_some(())
     })
     .await;
     for _ in 0..5 {

@@ -40,8 +40,8 @@ case "${1:-}" in
     ;;
   *) echo "usage: failover.sh delete | switchover" >&2; exit 2 ;;
 esac
-for (( i = 0; i < 240; i++ )); do
-  new="$(primary)"
+while (( SECONDS - t0 < 120 )); do
+  new="$(primary)" || new=""
   if [[ -n "$new" && "$new" != "$old" ]] && serves_writes "$new"; then
     echo "failover.sh: $1: primary $old -> $new, ready after $((SECONDS - t0)) s" >&2
     exit 0

@@ -4,9 +4,10 @@
 # e2e/lib/check.sh), then:
 #   cnpg_up WORK    builds or finds the manager (build.sh), imports the PostgreSQL image
 #       (e2e/testenv/images.sh cnpg-postgresql), applies CloudNativePG's CRDs from its Go module,
-#       starts the operator on this machine (log in WORK), makes five hostPath volumes under WORK
-#       and applies the Cluster (below); waits until its three instances are ready. Sets
-#       CNPG_NS, CNPG_CLUSTER and CNPG_IMAGE.
+#       starts the operator on this machine (log in WORK), makes five hostPath volumes under WORK,
+#       and creates the namespace and the Cluster of charts/pullman/README.md's CloudNativePG
+#       section (readme.py), with what this environment adds (below); waits until its three
+#       instances are ready. Sets CNPG_NS, CNPG_CLUSTER and CNPG_IMAGE.
 #   cnpg_primary    the current primary's pod name (the Cluster's status.currentPrimary)
 #   cnpg_down       stops the operator, deletes the Cluster, its volumes, the namespace and the CRDs.
 #
@@ -18,15 +19,14 @@
 # holds the same manager at /manager. It finds its architecture by the file
 # operator/manager_<arch> beside its working directory, as in its own image.
 #
-# The Cluster: 3 instances, `synchronous: {method: any, number: 1, dataDurability: required}`
-# (a commit waits for one standby), on the real node (its label and taint, e2e/testenv/node.sh),
-# storage on hostPath volumes of a no-provisioner
-# StorageClass (the node has no provisioner). `smartShutdownTimeout: 5`: a deleted primary stops
-# taking part after 5 s, not after CloudNativePG's default 180 s, during which a pooled client
-# such as Pullman keeps working on it through the sessions it already has.
+# The Cluster is the README's (3 instances, `synchronous: {method: any, number: 1,
+# dataDurability: required}`: a commit waits for one standby; `smartShutdownTimeout: 5`), with
+# what only this environment needs: its image, `imagePullPolicy: Never` (no registry), the real
+# node (its label and taint, e2e/testenv/node.sh), storage on hostPath volumes of a
+# no-provisioner StorageClass (the node has no provisioner), and a small shared_buffers.
 CNPG_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CNPG_NS=pullman-cnpg
-CNPG_CLUSTER=pullman-db
+CNPG_NS="$("$CNPG_DIR/readme.py" namespace)"
+CNPG_CLUSTER=""
 CNPG_IMAGE=""
 CNPG_PID=""
 CNPG_CRDS=""
@@ -60,7 +60,16 @@ cnpg_up() {
   kill -0 "$CNPG_PID" 2>/dev/null || fail "CloudNativePG's operator exited: $(tail -n 3 "$work/operator.log")"
   ok "operator started (log: $work/operator.log)"
 
+  # A run just before may have left it terminating (its pods stop within their grace period).
+  if k get namespace "$CNPG_NS" >/dev/null 2>&1; then
+    k wait --for=delete "namespace/$CNPG_NS" --timeout=180s >/dev/null 2>&1 \
+      || fail "namespace $CNPG_NS exists (from another run?) and was not deleted within 180 s"
+  fi
   k create namespace "$CNPG_NS" >/dev/null || fail "creating namespace $CNPG_NS"
+  local label
+  for label in $("$CNPG_DIR/readme.py" labels); do
+    k label namespace "$CNPG_NS" "$label" >/dev/null || fail "labelling namespace $CNPG_NS $label"
+  done
   {
     printf '%s\n' "apiVersion: storage.k8s.io/v1" "kind: StorageClass" \
       "metadata: {name: $CNPG_NS}" "provisioner: kubernetes.io/no-provisioner" \
@@ -75,29 +84,17 @@ cnpg_up() {
     done
   } > "$work/volumes.yaml"
   k apply -f "$work/volumes.yaml" >/dev/null || fail "applying the StorageClass and volumes"
-  cat > "$work/cluster.yaml" <<YAML
-apiVersion: postgresql.cnpg.io/v1
-kind: Cluster
-metadata: {name: $CNPG_CLUSTER, namespace: $CNPG_NS}
-spec:
-  instances: 3
-  imageName: $CNPG_IMAGE
-  imagePullPolicy: Never
-  smartShutdownTimeout: 5
-  stopDelay: 60
-  switchoverDelay: 60
-  storage: {storageClass: $CNPG_NS, size: 1Gi}
-  affinity:
-    nodeSelector: {pullman.dev/node: real}
-    tolerations: [{key: pullman.dev/node, operator: Equal, value: real, effect: NoSchedule}]
-  bootstrap:
-    initdb: {database: pullman, owner: pullman}
-  postgresql:
-    parameters: {shared_buffers: 64MB, max_connections: "200"}
-    synchronous: {method: any, number: 1, dataDurability: required}
-YAML
-  k apply -f "$work/cluster.yaml" >/dev/null || fail "applying the Cluster"
-  step "Cluster $CNPG_NS/$CNPG_CLUSTER: 3 instances, synchronous replication"
+  "$CNPG_DIR/readme.py" cluster "$(cat <<JSON
+{"spec": {"imageName": "$CNPG_IMAGE", "imagePullPolicy": "Never",
+  "storage": {"storageClass": "$CNPG_NS"},
+  "affinity": {"nodeSelector": {"pullman.dev/node": "real"},
+    "tolerations": [{"key": "pullman.dev/node", "operator": "Equal", "value": "real", "effect": "NoSchedule"}]},
+  "postgresql": {"parameters": {"shared_buffers": "64MB", "max_connections": "200"}}}}
+JSON
+)" > "$work/cluster.yaml" || fail "reading the Cluster of charts/pullman/README.md"
+  CNPG_CLUSTER="$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$work/cluster.yaml")"
+  k apply -n "$CNPG_NS" -f "$work/cluster.yaml" >/dev/null || fail "applying the Cluster"
+  step "Cluster $CNPG_NS/$CNPG_CLUSTER (charts/pullman/README.md): 3 instances, synchronous replication"
   until_true 300 "the Cluster's 3 instances ready" cnpg_ready 3
   ok "3 instances ready, primary $(cnpg_primary)"
 }
@@ -114,8 +111,10 @@ cnpg_primary() {
 }
 
 cnpg_down() {
-  if [[ -n "$CNPG_PID" ]]; then
+  if [[ -n "$CNPG_PID" && -n "$CNPG_CLUSTER" ]]; then
     kubectl delete cluster -n "$CNPG_NS" "$CNPG_CLUSTER" --ignore-not-found --timeout=60s >/dev/null 2>&1 || true
+  fi
+  if [[ -n "$CNPG_PID" ]]; then
     kill -TERM "$CNPG_PID" 2>/dev/null || true
     wait "$CNPG_PID" 2>/dev/null || true
     CNPG_PID=""

@@ -24,8 +24,8 @@ pub enum Fault {
     TerminateSessions,
     /// PostgreSQL stopped as `how`, kept down for `down`, started again on the same data.
     Postgres { how: PgStop, down: Duration },
-    /// The external database fails over (issue #41): `--failover-hook` runs with `how` as its
-    /// argument (`delete`: the primary's pod deleted; `switchover`: a replica promoted) and
+    /// The external database fails over (issue #41): the `--failover-hook` program runs with
+    /// `how` as its argument (`delete`: the primary's pod deleted; `switchover`: a replica promoted) and
     /// returns once the new primary is ready.
     Failover { how: &'static str },
 }
@@ -216,8 +216,8 @@ impl Cluster {
                     .as_deref()
                     .context("a failover phase needs --failover-hook")?;
                 let injected = rec.now();
-                let out = tokio::process::Command::new("sh")
-                    .args(["-c", &format!("{hook} {how}")])
+                let out = tokio::process::Command::new(hook)
+                    .arg(how)
                     .stdin(std::process::Stdio::null())
                     .output()
                     .await

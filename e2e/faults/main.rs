@@ -50,7 +50,8 @@ struct Config {
     /// `--database-url=URL`: an empty database elsewhere (a CloudNativePG cluster, e2e/cnpg)
     /// instead of the suite's own PostgreSQL; the faults done to PostgreSQL need the suite's own.
     database_url: Option<String>,
-    /// `--failover-hook=CMD`: run the failover plan, calling `CMD delete` and `CMD switchover`.
+    /// `--failover-hook=PROGRAM`: run the failover plan, calling `PROGRAM delete` and `PROGRAM
+    /// switchover`.
     failover_hook: Option<String>,
     /// `--agents=N` (default 16, full 50).
     agents: Option<usize>,
@@ -151,6 +152,12 @@ async fn run(config: &Config) -> anyhow::Result<bool> {
         if config.full { "full" } else { "short" },
         dir.path().display()
     ));
+    if config.database_url.is_some() != config.failover_hook.is_some() {
+        anyhow::bail!(
+            "--database-url and --failover-hook go together: the other faults need the suite's \
+             own PostgreSQL, and a failover needs a database that fails over"
+        );
+    }
     let postgres = match &config.database_url {
         Some(_) => None,
         None => Some(Postgres::start(dir.path().join("postgres")).await?),

@@ -100,8 +100,9 @@ shipwright_tools() {
 cnpg_postgresql() {
   local bin="${1:?usage: images.sh cnpg-postgresql BIN_DIR}" root="$WORK/cnpg-postgresql"
   local pgbin version major f lib
-  pgbin="$(dirname "$(ls -d /usr/lib/postgresql/*/bin/postgres | sort -V | tail -1)")" \
-    || die "no PostgreSQL server in /usr/lib/postgresql (apt install postgresql)"
+  pgbin="$(ls -d /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sort -V | tail -n 1)"
+  [[ -n "$pgbin" ]] || die "no PostgreSQL server in /usr/lib/postgresql (apt install postgresql)"
+  pgbin="$(dirname "$pgbin")"
   version="$("$pgbin/postgres" -V | awk '{ print $3 }')"   # "postgres (PostgreSQL) 15.18 (Debian …)"
   major="${version%%.*}"
   [[ -x "$bin/manager" ]] || die "no manager in $bin (e2e/cnpg/build.sh)"

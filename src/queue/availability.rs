@@ -18,7 +18,8 @@ use super::Queue;
 
 /// Pause between probes while the database is down.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
-/// Longest a probe waits for the database (connecting included).
+/// Longest a probe waits on the pool, and then (when the pool did not answer) on a connection
+/// of its own that finds out why.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The shared flag, the prober's wake-up, and what its last probe met.
@@ -76,10 +77,12 @@ pub fn spawn_availability_probe(
             }
             let since = Instant::now();
             loop {
-                let error = match tokio::time::timeout(PROBE_TIMEOUT, probe(queue.pool())).await {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(_) => Some(format!("no answer within {PROBE_TIMEOUT:?}")),
+                let error = match probe(queue.pool()).await {
+                    Ok(()) => None,
+                    Err(sqlx::Error::PoolTimedOut) => {
+                        Some(format!("no answer within {PROBE_TIMEOUT:?}"))
+                    }
+                    Err(e) => Some(e.to_string()),
                 };
                 let back = error.is_none();
                 {
@@ -109,10 +112,38 @@ pub fn spawn_availability_probe(
     })
 }
 
-/// One probe: a connection of its own first, so that the reason a connection fails is seen (the
-/// pool retries a failing connection until its acquire timeout and then reports only that), and
-/// a primary; then `SELECT 1` through the pool, which is what requests need.
+/// One probe, through the pool (what requests need; a pool still holding connections answers
+/// even when no new connection can be made, as at PostgreSQL's connection limit): the server
+/// must accept writes, neither a standby nor read-only by `default_transaction_read_only` (else
+/// every write would mark the outage again at once). A connection that finds it read-only is
+/// closed, not returned. When the pool cannot answer within [`PROBE_TIMEOUT`], a connection of
+/// its own says why (the pool retries a failing connection until its acquire timeout and then
+/// reports only that).
 async fn probe(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    let through_pool = async {
+        let mut conn = pool.acquire().await?;
+        let (read_only,): (bool,) = sqlx::query_as(
+            "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool",
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if read_only {
+            let _ = sqlx::Connection::close(conn.detach()).await;
+            return Err(standby_refused());
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(PROBE_TIMEOUT, through_pool).await {
+        Ok(result) => result,
+        Err(_) => match tokio::time::timeout(PROBE_TIMEOUT, why_no_connection(pool)).await {
+            Ok(Err(e)) => Err(e),
+            _ => Err(sqlx::Error::PoolTimedOut),
+        },
+    }
+}
+
+/// A connection of its own with the pool's options: the error the pool would not name.
+async fn why_no_connection(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     use sqlx::{ConnectOptions, Connection};
     let mut conn = pool.connect_options().connect().await?;
     let (standby,): (bool,) = sqlx::query_as("SELECT pg_is_in_recovery()")
@@ -122,20 +153,21 @@ async fn probe(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
     if standby {
         return Err(standby_refused());
     }
-    sqlx::query("SELECT 1").execute(pool).await?;
     Ok(())
 }
 
-/// The error a connection to a standby (`pg_is_in_recovery()`) gets, so that the pool never
-/// holds one (issue #41; `serve::pool_options` checks each new connection): after a failover
-/// the address in `DATABASE_URL` (a CloudNativePG `-rw` Service, a DNS name) may lead to the
-/// demoted primary, now a read-only replica, for a moment. An I/O error, so that
-/// [`super::database_unavailable`] counts it as an outage: requests answer `503
-/// database_unavailable` and `/readyz` says why until a connection reaches a primary.
+/// The error a connection to a read-only server gets (issue #41): a standby
+/// (`pg_is_in_recovery()`), which `serve::pool_options` refuses for every new connection so the
+/// pool never holds one (after a failover the address in `DATABASE_URL`, a CloudNativePG `-rw`
+/// Service or a DNS name, may lead to the demoted primary, now a replica, for a moment), or a
+/// primary with `transaction_read_only` on, which the probe finds. An I/O error, so that
+/// [`super::database_unavailable`] counts it as an outage (`503 database_unavailable`). sqlx
+/// retries a connection its `after_connect` refused until the acquire timeout and then reports
+/// `PoolTimedOut`, also an outage; the probe names this reason in `/readyz` and the log.
 pub fn standby_refused() -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(
         std::io::ErrorKind::ConnectionRefused,
-        "the database server is a read-only standby (pg_is_in_recovery() is true); \
-         DATABASE_URL must lead to the primary",
+        "the database server is read-only (a standby: pg_is_in_recovery() is true, or \
+         transaction_read_only is on); DATABASE_URL must lead to a primary that accepts writes",
     ))
 }

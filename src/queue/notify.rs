@@ -156,19 +156,43 @@ async fn listen(pool: &PgPool, n: &Notifications) -> Result<(), sqlx::Error> {
 
 /// How long [`check_delivery`] waits for its own notification.
 pub const DELIVERY_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest [`check_delivery`] takes in all (connecting, LISTEN, NOTIFY and the wait): a NOTIFY
+/// commits, and a commit that waits for a synchronous standby that is not there waits for ever.
+pub const DELIVERY_CHECK_LIMIT: Duration = Duration::from_secs(30);
 
 /// Checks at start that notifications reach a listening session (issue #41): `LISTEN` on a
 /// connection of its own, `NOTIFY` from a pooled one, the notification within
 /// [`DELIVERY_CHECK_TIMEOUT`]. Through a transaction-mode pooler (PgBouncer's `pool_mode =
 /// transaction`, a CloudNativePG `Pooler` with `poolMode: transaction`) the listening session's
-/// server connection goes back to the pooler after each statement and the notification never
-/// arrives: claim wake-ups, the controller's wake-ups and live output followers would silently
-/// stall, so `serve` refuses to start instead.
+/// server connection goes back to the pooler after each statement: the notification never
+/// arrives, or comes back on the connection that sent it. Claim wake-ups, the controller's
+/// wake-ups and live output followers would silently stall, so `serve` refuses to start instead.
 ///
 /// # Errors
-/// The notification did not arrive (the message names the likely cause and the fix), or the
-/// database failed.
+/// The notification did not arrive or came back (the message names the likely cause and the
+/// fix); the database failed (its error, not a guess); the whole check took longer than
+/// [`DELIVERY_CHECK_LIMIT`].
 pub async fn check_delivery(pool: &PgPool) -> Result<(), String> {
+    tokio::time::timeout(DELIVERY_CHECK_LIMIT, delivery(pool))
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "the database did not complete LISTEN and NOTIFY within {DELIVERY_CHECK_LIMIT:?} \
+                 (a commit waiting for a synchronous standby that is not there?)"
+            ))
+        })
+}
+
+async fn delivery(pool: &PgPool) -> Result<(), String> {
+    let pooled = |what: &str| {
+        format!(
+            "{what}: Pullman needs session connections for LISTEN (claim wake-ups, the \
+             controller, live output). DATABASE_URL seems to lead through a transaction-mode \
+             pooler (PgBouncer pool_mode = transaction, a CloudNativePG Pooler with poolMode: \
+             transaction); point it at the database itself (CloudNativePG: the <cluster>-rw \
+             Service, the <cluster>-app Secret's uri) or at a session-mode pooler"
+        )
+    };
     let channel = format!("pullman_delivery_check_{}", Uuid::new_v4().simple());
     let mut listener = PgListener::connect_with(pool)
         .await
@@ -179,15 +203,6 @@ pub async fn check_delivery(pool: &PgPool) -> Result<(), String> {
         .map_err(|e| format!("LISTEN: {e}"))?;
     // The simple protocol, as LISTEN's: a transaction-mode pooler gets this far (a prepared
     // statement may not survive to its execution there). The channel is ours, a bare identifier.
-    let pooled = |what: &str| {
-        format!(
-            "{what}: Pullman needs session connections for LISTEN (claim wake-ups, the \
-             controller, live output). DATABASE_URL seems to lead through a transaction-mode \
-             pooler (PgBouncer pool_mode = transaction, a CloudNativePG Pooler with poolMode: \
-             transaction); point it at the database itself (CloudNativePG: the <cluster>-rw \
-             Service, the <cluster>-app Secret's uri) or at a session-mode pooler"
-        )
-    };
     match sqlx::raw_sql(&format!("NOTIFY {channel}"))
         .execute(pool)
         .await
@@ -202,22 +217,23 @@ pub async fn check_delivery(pool: &PgPool) -> Result<(), String> {
         }
         Err(e) => return Err(format!("NOTIFY: {e}")),
     }
-    let arrived = tokio::time::timeout(DELIVERY_CHECK_TIMEOUT, async {
+    let received = tokio::time::timeout(DELIVERY_CHECK_TIMEOUT, async {
         loop {
             match listener.try_recv().await {
-                Ok(Some(n)) if n.channel() == channel => return true,
+                Ok(Some(n)) if n.channel() == channel => return Ok(()),
                 Ok(Some(_)) => continue,
-                Ok(None) | Err(_) => return false,
+                Ok(None) => return Err("the listening connection was lost".to_string()),
+                Err(e) => return Err(format!("waiting for the notification: {e}")),
             }
         }
     })
-    .await
-    .unwrap_or(false);
-    let _ = listener.unlisten(&channel).await;
-    if arrived {
-        return Ok(());
+    .await;
+    match received {
+        // The listener's connection goes back to the pool when dropped (after its UNLISTEN).
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(pooled(&format!(
+            "a notification did not reach the listening session within {DELIVERY_CHECK_TIMEOUT:?}"
+        ))),
     }
-    Err(pooled(&format!(
-        "a notification did not reach the listening session within {DELIVERY_CHECK_TIMEOUT:?}"
-    )))
 }
