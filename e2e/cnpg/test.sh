@@ -15,7 +15,8 @@
 # (whose Cluster platform.sh applied) on the Cluster's `<cluster>-app` Secret, with an Executor:
 # `helm test`; a WorkOrder's Job; then the primary's pod deleted while a Job prints 40 lines that
 # `pullman work-orders logs -f` follows from this machine and WorkOrders are applied: every line
-# arrives once and in order, every WorkOrder succeeds, and no serve pod restarts.
+# arrives once and in order, every WorkOrder succeeds, and no serve pod restarts; then a
+# `pullman worker` on this machine completes an order through the chart's Service.
 #
 # Needs KUBECONFIG and PULLMAN_TESTENV_STATE of a test control plane with its real node
 # (PULLMAN_TESTENV_REAL_NODE=1), Go, openssl, and the fault suite's binary (FAULTS_BIN, default the
@@ -196,5 +197,17 @@ ok "$(cat "$WORK/failover.log" | sed 's/^failover.sh: //'); the follower got eve
 [[ "$(restarts "$CNPG_NS" app.kubernetes.io/component=server,app.kubernetes.io/instance=pullman)" == "$serve_restarts" ]] \
   || fail "a serve pod restarted through the failover: $(restarts "$CNPG_NS" app.kubernetes.io/component=server,app.kubernetes.io/instance=pullman)"
 ok "no serve pod restarted (restart counts: $serve_restarts)"
+
+step "pullman worker on this machine, through the chart's Service, after the failover"
+"$PULLMAN" agents create --name host-worker --label host --token-out "$WORK/host.token" >/dev/null \
+  || fail "pullman agents create through $URL"
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-host}\n' > "$WORK/order.yaml"
+hid="$("$PULLMAN" work-orders create -f "$WORK/order.yaml" --label host -o name)" \
+  || fail "pullman work-orders create through $URL"
+timeout 120 "$PULLMAN" worker --server "$URL" --token-file "$WORK/host.token" --once --wait 30 \
+  --exec 'echo handled on the host' > "$WORK/worker.log" 2>&1 \
+  || { cat "$WORK/worker.log" >&2; fail "pullman worker --once through $URL"; }
+"$PULLMAN" work-orders wait "$hid" --timeout 30s >/dev/null || fail "the host worker's order ${hid:0:8} did not succeed"
+ok "pullman worker on this machine completed order ${hid:0:8} through $URL"
 
 finish

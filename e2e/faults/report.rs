@@ -71,13 +71,22 @@ fn first_after(
     exchanges: &[Exchange],
     pick: impl Fn(&Exchange) -> bool,
 ) -> String {
+    first_answer(exchanges, phase.down, pick)
+        .map_or("—".into(), |at| dur(at.saturating_sub(phase.injected)))
+}
+
+/// When the first answer satisfying `pick` arrived at or after `since`.
+fn first_answer(
+    exchanges: &[Exchange],
+    since: Duration,
+    pick: impl Fn(&Exchange) -> bool,
+) -> Option<Duration> {
     exchanges
         .iter()
         .map(|e| (e.sent + e.took, e))
-        .filter(|(answered, e)| *answered >= phase.down && pick(e))
+        .filter(|(answered, e)| *answered >= since && pick(e))
         .map(|(answered, _)| answered)
         .min()
-        .map_or("—".into(), |at| dur(at.saturating_sub(phase.injected)))
 }
 
 /// The longest stretch of the phase in which no picked answer arrived (from the injection to
@@ -111,12 +120,7 @@ fn first_after_back(
     exchanges: &[Exchange],
     pick: impl Fn(&Exchange) -> bool,
 ) -> String {
-    exchanges
-        .iter()
-        .map(|e| (e.sent + e.took, e))
-        .filter(|(answered, e)| *answered >= phase.back && pick(e))
-        .map(|(answered, _)| answered)
-        .min()
+    first_answer(exchanges, phase.back, pick)
         .map_or("—".into(), |at| dur(at.saturating_sub(phase.back)))
 }
 
