@@ -207,3 +207,50 @@ async fn serve_refuses_a_transaction_mode_pooler_and_names_it() {
     let r = reqwest::get(serve.url("/readyz")).await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
 }
+
+/// While a failover moves the Service, its address can lead for a moment to something that is
+/// not PostgreSQL: with no rules for it, to the default route, where this CI machine's network
+/// answers any port with `HTTP/1.1 400` (CI saw three `500`s from it, issue #41). Such a peer is
+/// an outage, `503` and retried, not a server error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_is_not_postgresql_is_an_outage_not_a_server_error() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = answered.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 8];
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            if socket.read_exact(&mut request).await.is_ok() {
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    let url = format!("postgres://pullman:secret@127.0.0.1:{port}/pullman");
+    let pool = pullman::serve::pool_options(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy(&url)
+        .unwrap();
+    let error = sqlx::query("SELECT 1").execute(&pool).await.unwrap_err();
+    assert!(
+        answered.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the peer never answered: {error}"
+    );
+    assert!(
+        matches!(&error, sqlx::Error::Protocol(m) if m.contains("SSLRequest")),
+        "the peer's HTTP answer should fail the start-up handshake, got {error:?}"
+    );
+    assert!(
+        pullman::queue::database_unavailable(&error),
+        "{error} should count as the database being unavailable (503), not a server error"
+    );
+    assert!(matches!(
+        pullman::queue::QueueError::from(error),
+        pullman::queue::QueueError::Unavailable(_)
+    ));
+}

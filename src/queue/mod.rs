@@ -193,9 +193,16 @@ impl From<sqlx::Error> for QueueError {
 /// down or refusing connections (SQLSTATE class 08, 57P01–57P03, 53300 too_many_connections),
 /// or not accepting writes now (25006 read_only_sql_transaction: a primary made read-only, as
 /// while a failover is under way; issue #41). A standby is refused when connecting
-/// (`serve::pool_options`), as an I/O error.
+/// (`serve::pool_options`), as an I/O error. A peer that does not speak PostgreSQL's start-up
+/// is an outage too: while a failover moves a Service, its address can lead for a moment to
+/// something else (no rules yet, so a default route and whatever answers there; seen in CI as
+/// an HTTP `400` to the SSLRequest). That error comes before any statement ran.
 pub fn database_unavailable(error: &sqlx::Error) -> bool {
     match error {
+        sqlx::Error::Protocol(message) => {
+            message.starts_with("unexpected response from SSLRequest")
+                || message.starts_with("establish: unexpected message")
+        }
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::PoolTimedOut
