@@ -42,6 +42,14 @@ chmod 755 "$WORK"
 PG_PID=""
 cleanup() {
   set +e
+  # The release and the scenario's namespaces go before their database: left running, its pods
+  # would probe a PostgreSQL that is gone for the rest of the run, beside the later suites.
+  # The demo namespace first, while the controller is there to clear its objects' finalizers.
+  if [[ -n "${NS:-}" ]]; then
+    kubectl delete namespace scenario-demo --ignore-not-found --timeout=30s >/dev/null 2>&1
+    "$HELM_BIN/helm" uninstall pullman -n "$NS" --timeout 60s >/dev/null 2>&1
+    kubectl delete namespace "$NS" --ignore-not-found --wait=false >/dev/null 2>&1
+  fi
   # The postmaster itself (runuser does not pass signals on): immediate shutdown, which does not
   # wait for the serve pods' connections to close, and a bounded wait.
   if [[ -f "$WORK/pg/data/postmaster.pid" ]]; then
