@@ -217,13 +217,18 @@ print(done, "; ".join(bad))
 PY
 }
 
+# new_order LABEL YAML: a custom order for agents labelled LABEL that applies YAML (written as in a
+# JSON string: \n, \"); prints its id.
+new_order() {
+  curl -fsS -X POST "$API/api/v1/work-orders" -H "Authorization: Bearer $ADMIN" \
+    -H 'Content-Type: application/json' \
+    -d "{\"work_type\":\"custom\",\"targeting\":{\"labels\":[\"$1\"]},\"yaml_content\":\"$2\"}" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+}
 step "5 orders for label keda-burst"
 IDS=()
 for i in 1 2 3 4 5; do
-  IDS+=("$(curl -fsS -X POST "$API/api/v1/work-orders" -H "Authorization: Bearer $ADMIN" \
-    -H 'Content-Type: application/json' \
-    -d "{\"work_type\":\"custom\",\"targeting\":{\"labels\":[\"keda-burst\"]},\"yaml_content\":\"apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: keda-order-$i\\ndata: {n: \\\"$i\\\"}\\n\"}" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
+  IDS+=("$(new_order keda-burst "apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: keda-order-$i\\ndata: {n: \\\"$i\\\"}\\n")")
 done
 step "backlog as KEDA reads it: $(backlog)"
 watch_until 60 "KEDA scales burst-executor up from 0" is_up
@@ -293,10 +298,7 @@ sleep 3; run_jobs
 ok "ScaledJob ci-worker: no Job while the backlog is empty (3s)"
 CI_IDS=()
 for i in 1 2 3 4 5; do
-  CI_IDS+=("$(curl -fsS -X POST "$API/api/v1/work-orders" -H "Authorization: Bearer $ADMIN" \
-    -H 'Content-Type: application/json' \
-    -d "{\"work_type\":\"custom\",\"targeting\":{\"labels\":[\"keda-ci\"]},\"yaml_content\":\"apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: ci-order-$i\\n\"}" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
+  CI_IDS+=("$(new_order keda-ci "apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: ci-order-$i\\n")")
 done
 ci_done() {
   local id
