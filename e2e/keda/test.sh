@@ -223,7 +223,7 @@ new_order() {
   curl -fsS -X POST "$API/api/v1/work-orders" -H "Authorization: Bearer $ADMIN" \
     -H 'Content-Type: application/json' \
     -d "{\"work_type\":\"custom\",\"targeting\":{\"labels\":[\"$1\"]},\"yaml_content\":\"$2\"}" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'
+    | jsonf 'd["id"]'
 }
 step "5 orders for label keda-burst"
 IDS=()
@@ -244,7 +244,7 @@ watch_until 120 "the 5 orders succeeded" all_succeeded
 for i in 1 2 3 4 5; do k -n "$NS" get configmap "keda-order-$i" >/dev/null || fail "ConfigMap keda-order-$i missing"; done
 UID_="$(k -n "$NS" get executor burst -o jsonpath='{.metadata.uid}')"
 for id in "${IDS[@]}"; do
-  by="$(curl -fsS -H "Authorization: Bearer $ADMIN" "$API/api/v1/work-order-log/$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["claimed_by"])')"
+  by="$(curl -fsS -H "Authorization: Bearer $ADMIN" "$API/api/v1/work-order-log/$id" | jsonf 'd["claimed_by"]')"
   [[ "$by" == "$UID_" ]] || fail "order $id was claimed by $by, not by the Executor's agent $UID_"
 done
 ok "their ConfigMaps exist; each was claimed by the Executor's agent (a stand-in executor process)"
