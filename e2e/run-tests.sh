@@ -40,6 +40,14 @@ cleanup() {
   e2e/testenv/down.sh >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
+# await_build WHAT VAR LOG: waits for the background build whose pid VAR names (await_background),
+# then empties VAR: cleanup has nothing of it to stop.
+await_build() {
+  await_background "$1" "${!2}" "$3"
+  printf -v "$2" '%s' ""
+}
+# on_pullman SUITE [ARGS...]: runs SUITE on the pullman binary cargo test built (target/debug/pullman).
+on_pullman() { PULLMAN_BIN="$PWD/target/debug/pullman" "$@"; }
 
 # The KEDA operator and adapter (e2e/keda: ~300 MB of modules, a long cold build) builds in the background,
 # at a lower priority, overlapping everything up to its test at the end.
@@ -87,30 +95,26 @@ if [[ -n "${PULLMAN_CARGO_TEST_DONE:-}" ]]; then touch "$PULLMAN_CARGO_TEST_DONE
 
 if [[ "${PULLMAN_SKIP_CHART_TESTS:-0}" != 1 ]]; then
   stage "Helm chart tests (e2e/chart/test.sh; waiting for their tools' build)"
-  await_background "the chart tests' tools" "$tools_build" "$tools_log"
-  tools_build=""
-  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/chart/test.sh
+  await_build "the chart tests' tools" tools_build "$tools_log"
+  on_pullman e2e/chart/test.sh
 fi
 
 if [[ "${PULLMAN_TESTENV_REAL_NODE:-1}" == 1 ]]; then
   stage "Pullman in real pods on the real node: the shared scenario (e2e/realnode/test.sh)"
-  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/test.sh
+  on_pullman e2e/realnode/test.sh
   stage "disruptions under running orders: a node that stops reporting, a drain (e2e/realnode/disruptions.sh, docs/design.md §12)"
-  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/realnode/disruptions.sh
+  on_pullman e2e/realnode/disruptions.sh
   stage "build orders with real Tekton and Shipwright on the real node (e2e/shipwright/test.sh; waiting for their build)"
-  await_background "Tekton and Shipwright" "$shp_build" "$shp_log"
-  shp_build=""
-  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/shipwright/test.sh
+  await_build "Tekton and Shipwright" shp_build "$shp_log"
+  on_pullman e2e/shipwright/test.sh
   stage "PostgreSQL failovers under load: CloudNativePG on the real node, the fault suite through them (e2e/cnpg/test.sh; waiting for its build)"
-  await_background "CloudNativePG" "$cnpg_build" "$cnpg_log"
-  cnpg_build=""
-  PULLMAN_BIN="$PWD/target/debug/pullman" e2e/cnpg/test.sh
+  await_build "CloudNativePG" cnpg_build "$cnpg_log"
+  on_pullman e2e/cnpg/test.sh
 fi
 
 stage "KEDA scales an Executor on its backlog (e2e/keda/test.sh; waiting for its build)"
-await_background "KEDA's operator and adapter" "$keda_build" "$keda_log"
-keda_build=""
-PULLMAN_BIN="$PWD/target/debug/pullman" e2e/keda/test.sh
+await_build "KEDA's operator and adapter" keda_build "$keda_log"
+on_pullman e2e/keda/test.sh
 
 stage "schemathesis against the served OpenAPI (uses target/debug/pullman, built by cargo test)"
 # A fixed seed keeps the suite's verdict repeatable; PULLMAN_ST_SEED=random explores new cases

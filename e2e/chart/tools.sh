@@ -7,11 +7,13 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 TOOLS="$HERE/../testenv/tools"
-log() { echo "tools.sh: $*" >&2; }
+LOG_AS=tools.sh
+# shellcheck source=../lib/gobuild.sh
+. "$HERE/../lib/gobuild.sh"
 
 BIN="$(PULLMAN_TESTENV_HELM=1 "$HERE/../testenv/build.sh" | tail -n1)"
 
-modver() { awk -v m="$2" '$1 == m || ($1 == "require" && $2 == m) { print ($1 == "require") ? $3 : $2; exit }' "$TOOLS/$1/go.mod"; }
+modver() { go_mod_version "$TOOLS/$1" "$2"; }
 
 build_tool() { # build_tool <name> <module dir> <package> <version> [ldflags]
   local name="$1" dir="$2" pkg="$3" version="$4" ld="-s -w ${5:-}" stamp
@@ -19,9 +21,7 @@ build_tool() { # build_tool <name> <module dir> <package> <version> [ldflags]
   if [[ -x "$BIN/$name" && -f "$stamp" ]]; then return; fi
   log "building $name $version"
   local t0=$SECONDS
-  (cd "$dir" && CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
-    GOFLAGS="-mod=readonly -p=${PULLMAN_TESTENV_JOBS:-2} -buildvcs=false" \
-    go build -trimpath -ldflags "$ld" -o "$BIN/.$name.tmp" "$pkg")
+  (cd "$dir" && go_env && go build -trimpath -ldflags "$ld" -o "$BIN/.$name.tmp" "$pkg")
   mv "$BIN/.$name.tmp" "$BIN/$name"
   rm -f "$BIN/.$name-"*
   touch "$stamp"

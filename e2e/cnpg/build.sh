@@ -10,18 +10,14 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MOD="$HERE/../testenv/tools/cnpg"
-log() { echo "cnpg/build.sh: $*" >&2; }
-command -v go >/dev/null || { log "Go >= 1.26 is required to build CloudNativePG"; exit 1; }
+LOG_AS=cnpg/build.sh
+# shellcheck source=../lib/gobuild.sh
+. "$HERE/../lib/gobuild.sh"
+need_go CloudNativePG
 
-VER="$(awk '$1 == "github.com/cloudnative-pg/cloudnative-pg" { print $2; exit }' "$MOD/go.mod")"
+VER="$(go_mod_version "$MOD" github.com/cloudnative-pg/cloudnative-pg)"
 [[ -n "$VER" ]] || { log "cannot read CloudNativePG's version from $MOD/go.mod"; exit 1; }
-BIN="${PULLMAN_TESTENV_CACHE:-$HOME/.cache/pullman-testenv}/cnpg-$VER/bin"
-mkdir -p "$BIN"
-exec 9>"$BIN/.build.lock"
-if command -v flock >/dev/null; then flock 9; fi
-
-export CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
-  GOFLAGS="-mod=readonly -p=${PULLMAN_TESTENV_JOBS:-2} -buildvcs=false"
+go_cache_bin "cnpg-$VER"
 if [[ ! -f "$BIN/.built" ]]; then
   log "building CloudNativePG $VER"
   t0=$SECONDS
@@ -31,6 +27,5 @@ if [[ ! -f "$BIN/.built" ]]; then
   touch "$BIN/.built"
   log "built in $((SECONDS - t0))s"
 fi
-(cd "$MOD" && go mod download -json github.com/cloudnative-pg/cloudnative-pg \
-  | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') > "$BIN/cnpg"
+go_mod_dir "$MOD" github.com/cloudnative-pg/cloudnative-pg > "$BIN/cnpg"
 echo "$BIN"

@@ -33,10 +33,9 @@ SUITE=cnpg
 # shellcheck source=platform.sh
 . e2e/cnpg/platform.sh
 : "${KUBECONFIG:?KUBECONFIG must point at the test control plane (e2e/testenv/up.sh)}"
-export PULLMAN_TESTENV_STATE="${PULLMAN_TESTENV_STATE:-/tmp/pullman-testenv}"
+# shellcheck source=../lib/realnode.sh
+. e2e/lib/realnode.sh
 AGENTS="${AGENTS:-50}" ORDERS="${ORDERS:-10000}"
-PULLMAN="${PULLMAN_BIN:-$PWD/target/debug/pullman}"
-[[ -x "$PULLMAN" ]] || fail "no pullman binary at $PULLMAN (cargo build --bin pullman)"
 FAULTS="${FAULTS_BIN:-$(find target/debug/deps -maxdepth 1 -type f -executable -name 'faults-*' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2)}"
 [[ -x "$FAULTS" ]] || fail "no fault suite binary (cargo test --test faults --no-run, or FAULTS_BIN)"
 

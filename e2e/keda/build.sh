@@ -7,22 +7,18 @@
 #
 # Cold (empty Go module and build caches): ~300 MB of modules, 3.3 GB of build cache, ~17.5
 # CPU-minutes (e2e/keda/README.md). .ci/run and e2e/run-tests.sh start it early, in the background,
-# so it overlaps the other builds; the lock below makes a second run wait and find the binary.
+# so it overlaps the other builds; the lock (go_cache_bin) makes a second run wait and find the binary.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MOD="$HERE/../testenv/tools/keda"
-log() { echo "keda/build.sh: $*" >&2; }
-command -v go >/dev/null || { log "Go >= 1.26 is required to build the KEDA operator"; exit 1; }
+LOG_AS=keda/build.sh
+# shellcheck source=../lib/gobuild.sh
+. "$HERE/../lib/gobuild.sh"
+need_go "the KEDA operator"
 
-VERSION="$(awk '$1 == "github.com/kedacore/keda/v2" || ($1 == "require" && $2 == "github.com/kedacore/keda/v2") { print ($1 == "require") ? $3 : $2; exit }' "$MOD/go.mod")"
+VERSION="$(go_mod_version "$MOD" github.com/kedacore/keda/v2)"
 [[ -n "$VERSION" ]] || { log "cannot read the KEDA version from $MOD/go.mod"; exit 1; }
-BIN="${PULLMAN_TESTENV_CACHE:-$HOME/.cache/pullman-testenv}/keda-$VERSION/bin"
-mkdir -p "$BIN"
-exec 9>"$BIN/.build.lock"
-if command -v flock >/dev/null; then flock 9; fi
-
-export CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
-  GOFLAGS="-mod=readonly -p=${PULLMAN_TESTENV_JOBS:-2} -buildvcs=false"
+go_cache_bin "keda-$VERSION"
 # Both binaries in one `go build`: the adapter shares most of its packages with the operator, so
 # building them together compiles each package once.
 if [[ ! -x "$BIN/keda-operator" || ! -x "$BIN/keda-adapter" || ! -f "$BIN/.keda-$VERSION" ]]; then
@@ -38,7 +34,7 @@ if [[ ! -x "$BIN/keda-operator" || ! -x "$BIN/keda-adapter" || ! -f "$BIN/.keda-
   log "built keda-operator and keda-adapter $VERSION in $((SECONDS - t0))s"
 fi
 # KEDA's CRDs come from the module itself (config/crd/bases), never from a copy in this repository.
-dir="$(cd "$MOD" && go mod download -json github.com/kedacore/keda/v2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+dir="$(go_mod_dir "$MOD" github.com/kedacore/keda/v2)"
 [[ -d "$dir/config/crd/bases" ]] || { log "no config/crd/bases in $dir"; exit 1; }
 echo "$dir/config/crd/bases" > "$BIN/crds"
 echo "$BIN"

@@ -217,13 +217,18 @@ print(done, "; ".join(bad))
 PY
 }
 
+# new_order LABEL YAML: a custom order for agents labelled LABEL that applies YAML (written as in a
+# JSON string: \n, \"); prints its id.
+new_order() {
+  curl -fsS -X POST "$API/api/v1/work-orders" -H "Authorization: Bearer $ADMIN" \
+    -H 'Content-Type: application/json' \
+    -d "{\"work_type\":\"custom\",\"targeting\":{\"labels\":[\"$1\"]},\"yaml_content\":\"$2\"}" \
+    | jsonf 'd["id"]'
+}
 step "5 orders for label keda-burst"
 IDS=()
 for i in 1 2 3 4 5; do
-  IDS+=("$(curl -fsS -X POST "$API/api/v1/work-orders" -H "Authorization: Bearer $ADMIN" \
-    -H 'Content-Type: application/json' \
-    -d "{\"work_type\":\"custom\",\"targeting\":{\"labels\":[\"keda-burst\"]},\"yaml_content\":\"apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: keda-order-$i\\ndata: {n: \\\"$i\\\"}\\n\"}" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
+  IDS+=("$(new_order keda-burst "apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: keda-order-$i\\ndata: {n: \\\"$i\\\"}\\n")")
 done
 step "backlog as KEDA reads it: $(backlog)"
 watch_until 60 "KEDA scales burst-executor up from 0" is_up
@@ -239,7 +244,7 @@ watch_until 120 "the 5 orders succeeded" all_succeeded
 for i in 1 2 3 4 5; do k -n "$NS" get configmap "keda-order-$i" >/dev/null || fail "ConfigMap keda-order-$i missing"; done
 UID_="$(k -n "$NS" get executor burst -o jsonpath='{.metadata.uid}')"
 for id in "${IDS[@]}"; do
-  by="$(curl -fsS -H "Authorization: Bearer $ADMIN" "$API/api/v1/work-order-log/$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["claimed_by"])')"
+  by="$(curl -fsS -H "Authorization: Bearer $ADMIN" "$API/api/v1/work-order-log/$id" | jsonf 'd["claimed_by"]')"
   [[ "$by" == "$UID_" ]] || fail "order $id was claimed by $by, not by the Executor's agent $UID_"
 done
 ok "their ConfigMaps exist; each was claimed by the Executor's agent (a stand-in executor process)"
@@ -293,10 +298,7 @@ sleep 3; run_jobs
 ok "ScaledJob ci-worker: no Job while the backlog is empty (3s)"
 CI_IDS=()
 for i in 1 2 3 4 5; do
-  CI_IDS+=("$(curl -fsS -X POST "$API/api/v1/work-orders" -H "Authorization: Bearer $ADMIN" \
-    -H 'Content-Type: application/json' \
-    -d "{\"work_type\":\"custom\",\"targeting\":{\"labels\":[\"keda-ci\"]},\"yaml_content\":\"apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: ci-order-$i\\n\"}" \
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')")
+  CI_IDS+=("$(new_order keda-ci "apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: ci-order-$i\\n")")
 done
 ci_done() {
   local id

@@ -1,4 +1,6 @@
-# What the e2e suites (e2e/chart, e2e/scenario, e2e/keda) print, count and call, in one place.
+# shellcheck shell=bash
+# What the e2e suites (e2e/chart, e2e/scenario, e2e/keda; on the real node e2e/realnode/disruptions.sh,
+# e2e/shipwright, e2e/cnpg, whose preamble is e2e/lib/realnode.sh) print, count and call, in one place.
 # Set SUITE (the suite's name in its log) and source this file; then:
 #   step WHAT                 "==> [SUITE 12s] WHAT": a section of the suite begins
 #   ok WHAT                   "    ok: WHAT", counted in PASSED

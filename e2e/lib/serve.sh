@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # A throwaway `pullman serve` on an embedded PostgreSQL, for the e2e scripts that test the HTTP API
 # as a client would (e2e/schemathesis/run.sh, e2e/openapi/client.sh). Source it, then:
 #   serve_start BIN WORK [serve arguments…]  starts BIN serve (controller off, data in WORK/data,
@@ -5,6 +6,10 @@
 #       and returns once /readyz answers; exits 1 with the log's end if serve dies or is not ready
 #       within 60 s. PULLMAN_ADMIN_TOKEN, if set, is its admin token.
 #   serve_stop  SIGTERM, up to 10 s to exit, then SIGKILL; safe to call when none was started.
+#   serve_bin   sets bin to the pullman binary (PULLMAN_BIN, default target/debug/pullman, from the
+#       current directory) as an absolute path; exits 1 saying so when there is none.
+#   serve_work NAME  sets work to a fresh /tmp/pullman-NAME.XXXXXX, and traps: on exit serve_stop
+#       and work removed; SIGINT and SIGTERM exit 130 (through that exit trap).
 # WORK must exist; it is made world-readable, since as root serve runs the embedded PostgreSQL as
 # the `postgres` user, which must reach the data directory.
 serve_pid=""
@@ -26,6 +31,23 @@ serve_start() {
     sleep 0.5
   done
   curl -sf "$base/readyz" >/dev/null || { tail -50 "$work/serve.log" >&2; echo "serve not ready" >&2; exit 1; }
+}
+
+serve_bin() {
+  bin="${PULLMAN_BIN:-target/debug/pullman}"
+  [ -x "$bin" ] || { echo "no pullman binary at $bin (cargo build first, or set PULLMAN_BIN)" >&2; exit 1; }
+  bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+}
+
+serve_work() {
+  work="$(mktemp -d "/tmp/pullman-$1.XXXXXX")"
+  trap serve_cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+
+serve_cleanup() {
+  serve_stop
+  rm -rf "$work"
 }
 
 serve_stop() {

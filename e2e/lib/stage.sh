@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Stage timing and background builds for the CI scripts (.ci/run, e2e/run-tests.sh): source it,
 # then call
 #   stage "what starts now"   prints how long the previous stage took and the total so far, then

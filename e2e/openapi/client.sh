@@ -16,12 +16,12 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cd "$root"
+# shellcheck source=../lib/serve.sh
+. "$root/e2e/lib/serve.sh"
 
 # The generator, the checker and the generated client's runtime dependencies.
 PINS=(openapi-python-client==0.29.1 mypy==2.4.1 httpx==0.28.1 attrs==26.1.0)
-bin="${PULLMAN_BIN:-target/debug/pullman}"
-[ -x "$bin" ] || { echo "no pullman binary at $bin (cargo build first, or set PULLMAN_BIN)" >&2; exit 1; }
-bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+serve_bin
 
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/pullman-openapi-client"
 stamp="$venv/pins"
@@ -35,15 +35,7 @@ fi
 # The generator runs ruff (a dependency of it) from PATH to format what it writes.
 export PATH="$venv/bin:$PATH"
 
-work="$(mktemp -d /tmp/pullman-openapi-client.XXXXXX)"
-# shellcheck source=../lib/serve.sh
-. "$root/e2e/lib/serve.sh"
-cleanup() {
-  serve_stop
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+serve_work openapi-client
 
 admin_token="client-admin-$(python3 -c 'import secrets; print(secrets.token_hex(24))')"
 PULLMAN_ADMIN_TOKEN="$admin_token" serve_start "$bin" "$work"

@@ -34,16 +34,12 @@ SUITE=disruptions
 # shellcheck source=../lib/serve.sh
 . e2e/lib/serve.sh
 : "${KUBECONFIG:?KUBECONFIG must point at the test control plane (e2e/testenv/up.sh)}"
-STATE="${PULLMAN_TESTENV_STATE:-/tmp/pullman-testenv}"
-export PULLMAN_TESTENV_STATE="$STATE"
-PULLMAN="${PULLMAN_BIN:-$PWD/target/debug/pullman}"
+# shellcheck source=../lib/realnode.sh
+. e2e/lib/realnode.sh
 DOWN="${NODE_LOST_DOWN_SECONDS:-100}"
-[[ -x "$PULLMAN" ]] || fail "no pullman binary at $PULLMAN (cargo build --bin pullman)"
 # The node must stay away long enough to be seen NotReady (~50 s) and the order to say so.
 (( DOWN >= 90 )) || fail "NODE_LOST_DOWN_SECONDS=$DOWN: at least 90 (the node goes NotReady after ~50 s)"
-node="$(k get nodes -l pullman.dev/node=real -o jsonpath='{.items[*].metadata.name}')"
-node="${node%% *}"
-[[ -n "$node" ]] || fail "no node labelled pullman.dev/node=real (PULLMAN_TESTENV_REAL_NODE=1)"
+real_node
 
 now() { date +%s; }
 node_ready() { k get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
@@ -79,7 +75,6 @@ step "a server and an executor on this machine; a Job on the real node"
 PULLMAN_ADMIN_TOKEN="$(openssl rand -hex 16)"
 export PULLMAN_ADMIN_TOKEN
 serve_start "$PULLMAN" "$WORK"
-admin() { curl -sS --fail-with-body -H "Authorization: Bearer $PULLMAN_ADMIN_TOKEN" -H 'content-type: application/json' "$@"; }
 # real_job NAME CMD [POD_SPEC_LINES [CONTAINER_LINES [TOLERATION]]]: a Job of one pod on the real
 # node running `sh -c CMD` (one line, no single quotes), with no retries of its own, so its
 # verdict is its pod's; TOLERATION (a YAML flow mapping) is added to the pod's tolerations.

@@ -18,12 +18,12 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cd "$root"
+# shellcheck source=../lib/serve.sh
+. "$root/e2e/lib/serve.sh"
 
 ST_VERSION=4.32.5
 OSV_VERSION=0.9.0
-bin="${PULLMAN_BIN:-target/debug/pullman}"
-[ -x "$bin" ] || { echo "no pullman binary at $bin (cargo build first, or set PULLMAN_BIN)" >&2; exit 1; }
-bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
+serve_bin
 
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/pullman-schemathesis"
 if [ "$("$venv/bin/st" --version 2>/dev/null | grep -o '[0-9][0-9.]*' | head -1)" != "$ST_VERSION" ]; then
@@ -37,15 +37,7 @@ if [ "$("$venv/bin/pip" show openapi-spec-validator 2>/dev/null | sed -n 's/^Ver
   "$venv/bin/pip" install --quiet --disable-pip-version-check "openapi-spec-validator==$OSV_VERSION"
 fi
 
-work="$(mktemp -d /tmp/pullman-schemathesis.XXXXXX)"
-# shellcheck source=../lib/serve.sh
-. "$root/e2e/lib/serve.sh"
-cleanup() {
-  serve_stop
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+serve_work schemathesis
 
 export PULLMAN_ADMIN_TOKEN="st-admin-$(python3 -c 'import secrets; print(secrets.token_hex(24))')"
 serve_start "$bin" "$work" --maintenance-interval-seconds 1

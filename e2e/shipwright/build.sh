@@ -15,22 +15,17 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MOD="$HERE/../testenv/tools/shipwright"
 KMOD="$HERE/../testenv/tools/kaniko"
-log() { echo "shipwright/build.sh: $*" >&2; }
-command -v go >/dev/null || { log "Go >= 1.26 is required to build Tekton and Shipwright"; exit 1; }
+LOG_AS=shipwright/build.sh
+# shellcheck source=../lib/gobuild.sh
+. "$HERE/../lib/gobuild.sh"
+need_go "Tekton and Shipwright"
 
-modver() { awk -v m="$2" '$1 == m { print $2; exit }' "$1/go.mod"; }
-SHP="$(modver "$MOD" github.com/shipwright-io/build)"
-TKN="$(modver "$MOD" github.com/tektoncd/pipeline)"
-KNK="$(modver "$KMOD" github.com/chainguard-dev/kaniko)"
+SHP="$(go_mod_version "$MOD" github.com/shipwright-io/build)"
+TKN="$(go_mod_version "$MOD" github.com/tektoncd/pipeline)"
+KNK="$(go_mod_version "$KMOD" github.com/chainguard-dev/kaniko)"
 [[ -n "$SHP" && -n "$TKN" && -n "$KNK" ]] \
   || { log "cannot read the Shipwright, Tekton and kaniko versions from $MOD/go.mod and $KMOD/go.mod"; exit 1; }
-BIN="${PULLMAN_TESTENV_CACHE:-$HOME/.cache/pullman-testenv}/shipwright-$SHP-tekton-$TKN-kaniko-$KNK/bin"
-mkdir -p "$BIN"
-exec 9>"$BIN/.build.lock"
-if command -v flock >/dev/null; then flock 9; fi
-
-export CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-local}" \
-  GOFLAGS="-mod=readonly -p=${PULLMAN_TESTENV_JOBS:-2} -buildvcs=false"
+go_cache_bin "shipwright-$SHP-tekton-$TKN-kaniko-$KNK"
 tools=(
   github.com/tektoncd/pipeline/cmd/controller
   github.com/tektoncd/pipeline/cmd/entrypoint
@@ -58,7 +53,6 @@ if [[ ! -f "$BIN/.built" ]]; then
   touch "$BIN/.built"
   log "built in $((SECONDS - t0))s"
 fi
-moddir() { (cd "$MOD" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'); }
-moddir github.com/tektoncd/pipeline > "$BIN/tekton"
-moddir github.com/shipwright-io/build > "$BIN/shipwright"
+go_mod_dir "$MOD" github.com/tektoncd/pipeline > "$BIN/tekton"
+go_mod_dir "$MOD" github.com/shipwright-io/build > "$BIN/shipwright"
 echo "$BIN"

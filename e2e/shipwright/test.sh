@@ -31,13 +31,10 @@ SUITE=shipwright
 # shellcheck source=platform.sh
 . e2e/shipwright/platform.sh
 : "${KUBECONFIG:?KUBECONFIG must point at the test control plane (e2e/testenv/up.sh)}"
-export PULLMAN_TESTENV_STATE="${PULLMAN_TESTENV_STATE:-/tmp/pullman-testenv}"
-PULLMAN="${PULLMAN_BIN:-$PWD/target/debug/pullman}"
+# shellcheck source=../lib/realnode.sh
+. e2e/lib/realnode.sh
 SAMPLES="${BUILDS:-5}"
-[[ -x "$PULLMAN" ]] || fail "no pullman binary at $PULLMAN (cargo build --bin pullman)"
-node="$(k get nodes -l pullman.dev/node=real -o jsonpath='{.items[*].metadata.name}')"
-node="${node%% *}"
-[[ -n "$node" ]] || fail "no node labelled pullman.dev/node=real (PULLMAN_TESTENV_REAL_NODE=1)"
+real_node
 
 WORK="$(mktemp -d /tmp/pullman-shipwright.XXXXXX)"
 chmod 0755 "$WORK" # serve's embedded PostgreSQL runs as `postgres` and needs its data directory
@@ -82,7 +79,6 @@ serve_pid=$!
 PIDS+=("$serve_pid")
 serve_ready() { kill -0 "$serve_pid" 2>/dev/null || fail "pullman serve exited"; curl -fs -o /dev/null "$API/readyz"; }
 until_true 120 "pullman serve ready" serve_ready
-admin() { curl -sS --fail-with-body -H "Authorization: Bearer $PULLMAN_ADMIN_TOKEN" -H 'content-type: application/json' "$@"; }
 agent="$(admin -X POST "$API/api/v1/agents" -d '{"name": "builds", "labels": ["builds"]}')" \
   || fail "registering the agent: $agent"
 jsonf 'd["token"]' <<<"$agent" > "$WORK/token"
