@@ -51,13 +51,14 @@
 //!   `queue::Queue::claim_next_waiting` (`src/queue/long_poll.rs`: try, sleep until woken or the
 //!   deadline, try again); each try is `claim_next_as` in `src/queue/claims/mod.rs`
 //!   (`Queue::claim_next` is the same try without the wait). The statement is
-//!   `src/queue/sql/claim_next.sql` (and `claim_next_capped.sql` for an agent with
-//!   `max_concurrency`), four `-- @include` fragments beside it, put in place by `build.rs`, in
-//!   this order: `claiming_agent.sql` (the agent's row, `FOR KEY SHARE`), `handout_walk.sql` (the
+//!   `src/queue/sql/claim_next.sql`, four `-- @include` fragments beside it, put in place by
+//!   `build.rs`, in this order: `claiming_agent.sql` (the agent's row, `FOR KEY SHARE`), `handout_walk.sql` (the
 //!   walk over claimable orders, which includes the eligibility rule `eligible.sql` and the key
 //!   check `key_full.sql`), `take_claim.sql` (the claim row and the `CLAIMED` state), and
-//!   `claim_next_result.sql` (the answer, with `claimed_order.sql`). The capped statement starts
-//!   with `capped_agent.sql` instead of `claiming_agent.sql`. Tenants take turns while several
+//!   `claim_next_result.sql` (the answer, with `claimed_order.sql`). For an agent with
+//!   `max_concurrency` that statement walks nothing (`walks` is false) and only returns the agent;
+//!   `claim_next_as` then runs `claim_next_capped` (a transaction: its room counted, then
+//!   `claim_next_capped.sql`, which starts with `capped_agent.sql` instead of `claiming_agent.sql`). Tenants take turns while several
 //!   compete (`queue::turns`: `claim_next_fair.sql` and `claim_next_capped_fair.sql`, which walk
 //!   `turn_walk.sql` instead of `handout_walk.sql`); an order's concurrency key is a slot its claim
 //!   row takes and gives back (`queue::keys`: the triggers of migration
@@ -119,6 +120,8 @@
 //! 6. `queue::waiting::classify` matches by `eligibility::agent_may_see`, then picks the first reason.
 //! 7. Only for `queued`, `queue_position.sql` counts the orders the same takers take first.
 //! 8. `waiting::explanation` builds the answer, a `queue::model::Explanation`, sent as JSON.
+//! 9. The CLI turns `409 not_waiting` and `404 finished` into a "running" or "finished" answer
+//!    with exit 0 (`admin::explain`'s `running` and `finished`, which ask for the order or the log).
 //!
 //! The `Schedulable` condition asks the same classifier from the controller:
 //! 1. `controller::workorders::apply` asks `waiting_reason` about an unclaimed order.
@@ -144,7 +147,10 @@
 //!    `sql/output_insert.sql`, also sends `pg_notify('pullman_output', order)`.
 //! 10. The `queue::notify` listener (`listen`) passes that on to `Notifications::output_stored`'s
 //!     subscribers.
-//! 11. `…/output?follow=true`: `api::output::read`'s `Follower` reads `Queue::read_output` when woken.
+//! 11. `…/output?follow=true`: `api::output::read`'s `Follower` reads `Queue::read_output` when woken
+//!     (and about once a minute without a wake-up, `FOLLOW_POLL`, should a notification be lost).
+//! 11a. The order's end: its follower row (`Queue::follow_output`, written before the first read)
+//!     makes the move to the log `NOTIFY pullman_output` too, so the stream ends with the order.
 //! 12. `work-orders logs -f`: `admin::logs::logs`, whose `follow_once` reads `Client::follow_output`.
 
 // Printing to stdout goes through `stdout` (a closed pipe must not panic).

@@ -63,7 +63,8 @@ pub struct Verdict<'a> {
 }
 
 /// The reason `order` waits (docs/design.md §10), given its `status`, whether its retry is `due`
-/// (as `sql/claim_candidate.sql` reads it), whether its concurrency key is `limited` (every slot
+/// (read by `sql/waiting_order.sql` and `waiting_orders.sql` as a claim by id,
+/// `sql/claim_candidate.sql`, reads it), whether its concurrency key is `limited` (every slot
 /// held, as `sql/key_full.sql` reads it) and every live agent. `None` for a claimed order,
 /// which does not wait.
 pub fn classify<'a>(
