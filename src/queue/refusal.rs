@@ -1,5 +1,23 @@
 //! Why a heartbeat or complete was refused (docs/design.md §5): the `code` of the `409`; and the
 //! replay of a complete whose first answer was lost (docs/design.md §5 "Retry safety").
+//!
+//! The fencing itself is the statement's: a complete or heartbeat touches only the live claim
+//! (`sql/live_claim.sql`). What this module decides, once nothing matched, in this order:
+//!
+//! | the order | this agent's claim (`claim_id` if named) | answer |
+//! |---|---|---|
+//! | any | ended by its own complete, same outcome | that complete's answer again (replay) |
+//! | any | ended by its own complete, other outcome | `already_completed` |
+//! | active | last held by this agent (lease or timeout ran out, or superseded) | `reclaimed` |
+//! | active | released by the reaper or a retirement | `reclaimed` |
+//! | active | another agent's, or none | `not_claim_holder` |
+//! | in the log, cancelled | this agent's last claim | `cancelled` |
+//! | in the log, ended by the reaper | this agent's last claim | `reclaimed` |
+//! | in the log, otherwise | | `not_claim_holder` |
+//! | unknown | | `404` |
+//!
+//! Replays need the `claim_id` ([`Queue::replay_or_refuse`]); the rest is
+//! [`Queue::explain_refusal`] (`sql/refusal_active.sql`, then `sql/refusal_finished.sql`).
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
