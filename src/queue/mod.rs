@@ -384,8 +384,7 @@ impl From<OrderRow> for WorkOrder {
     }
 }
 
-/// A log entry, as every statement returning log entries selects it (`sql/get_log_entry.sql`
-/// and others).
+/// A log entry, as every statement returning log entries selects it (`sql/log_columns.sql`).
 #[derive(sqlx::FromRow)]
 pub(crate) struct LogRow {
     id: Uuid,
