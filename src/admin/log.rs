@@ -25,16 +25,7 @@ pub fn print_message(message: &str) {
     }
 }
 
-const LOG_HEADERS: &[&str] = &[
-    "ID",
-    "TYPE",
-    "OUTCOME",
-    "RETRIES",
-    "RECLAIMS",
-    "AGENT",
-    "COMPLETED",
-    "MESSAGE",
-];
+/// Columns of `log list -o wide` (`log_rows` adds the last three).
 const LOG_WIDE_HEADERS: &[&str] = &[
     "ID",
     "TYPE",
@@ -48,6 +39,8 @@ const LOG_WIDE_HEADERS: &[&str] = &[
     "CREATED",
     "CLAIM ID",
 ];
+/// Columns of `log list`: the first eight of the wide table.
+const LOG_HEADERS: &[&str] = LOG_WIDE_HEADERS.split_at(8).0;
 
 fn log_rows(entries: &[LogEntry], names: &HashMap<Uuid, String>, wide: bool) -> Vec<Vec<String>> {
     let now = Utc::now();

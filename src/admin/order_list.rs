@@ -14,10 +14,9 @@ use super::{collect_pages, query};
 use crate::client::Client;
 use crate::wire::{OrderStatus, WorkOrder};
 
-/// Columns of `work-orders list` and of `--watch` lines.
-pub const ORDER_HEADERS: &[&str] = &[
-    "ID", "TYPE", "STATUS", "RETRIES", "RECLAIMS", "AGENT", "NEXT", "CREATED",
-];
+/// Columns of `work-orders list` and of `--watch` lines: the first eight of the wide table.
+pub const ORDER_HEADERS: &[&str] = ORDER_WIDE_HEADERS.split_at(8).0;
+/// Columns of `work-orders list -o wide` (`order_rows` adds the last four).
 const ORDER_WIDE_HEADERS: &[&str] = &[
     "ID",
     "TYPE",
