@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -95,15 +95,7 @@ async fn seen(queue: &Queue, agent: Uuid, seconds_ago: Option<i32>) {
 
 /// Makes an order `RETRY_PENDING` with its retry `hours` from now (negative: due).
 async fn backing_off(queue: &Queue, order: Uuid, hours: i32) {
-    sqlx::query(
-        "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = 1, \
-         next_retry_after = now() + make_interval(hours => $2::int) WHERE id = $1",
-    )
-    .bind(order)
-    .bind(hours)
-    .execute(queue.pool())
-    .await
-    .unwrap();
+    crate::testing::retry_pending(queue, order, Some(hours)).await;
 }
 
 async fn explain(queue: &Queue, order: Uuid) -> Explanation {
@@ -435,15 +427,7 @@ fn waiting_agreement() {
         .unwrap();
     let _context = rt.enter();
     let queue = rt.block_on(async { Queue::new(crate::testing::fresh_pool(4).await) });
-    let cases: u32 = std::env::var("PULLMAN_PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(48);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = crate::testing::proptest_runner(crate::testing::proptest_cases(48));
     let strategy = (
         proptest::collection::vec(agent_case(), 1..=3),
         proptest::collection::vec(order_case(), 1..=4),
