@@ -18,8 +18,8 @@ use super::eligibility::{self, AgentProfile, OrderProfile, at_capacity, room};
 use super::sql;
 use super::wake::WakeFilter;
 use super::{
-    ConflictCode, OrderRow, OrderStatus, Page, Queue, QueueError, Targeting, WorkOrder, WorkType,
-    cursor,
+    ConflictCode, OrderRow, OrderStatus, Page, Queue, QueueError, Targeting, TargetingColumns,
+    WorkOrder, WorkType, cursor,
 };
 
 /// Who claims, and with what lease (seconds; `None` = no lease, docs/design.md §2).
@@ -418,10 +418,8 @@ pub(in crate::queue) async fn claim_in(
     struct Candidate {
         work_type: String,
         tenant: Option<String>,
-        target_agent_ids: Vec<Uuid>,
-        target_agent_names: Vec<String>,
-        target_labels: Vec<String>,
-        target_annotations: Json<BTreeMap<String, String>>,
+        #[sqlx(flatten)]
+        targeting: TargetingColumns,
         status: String,
         next_retry_after: Option<DateTime<Utc>>,
         due: bool,
@@ -438,12 +436,7 @@ pub(in crate::queue) async fn claim_in(
         id: order_id.to_string(),
     };
     let c = candidate.ok_or_else(not_found)?;
-    let targeting = Targeting {
-        agent_ids: c.target_agent_ids,
-        agent_names: c.target_agent_names,
-        labels: c.target_labels,
-        annotations: c.target_annotations.0,
-    };
+    let targeting = Targeting::from(c.targeting);
     let work_type = WorkType::parse(&c.work_type).unwrap_or(WorkType::Custom);
     let visible = eligibility::agent_may_see(
         &claimer.profile,
