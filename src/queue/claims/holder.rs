@@ -14,6 +14,8 @@
 //!   order and writing it.
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryAs;
 use uuid::Uuid;
 
 use super::Heartbeat;
@@ -204,7 +206,27 @@ struct EndedAttempt<'a> {
 /// The error recorded for a disrupted attempt reported without a message.
 const DISRUPTED_WITHOUT_MESSAGE: &str = "the agent reported a disruption without a message";
 
-impl EndedAttempt<'_> {
+impl<'a> EndedAttempt<'a> {
+    /// The order runs again (the `202`): `query`, `sql/schedule_retry.sql` or
+    /// `sql/requeue_disrupted.sql` with its leading parameters bound, takes `error` and the ended
+    /// claim as its last four, keeps the claim as an attempt without finishing the order, and
+    /// answers when the order may be claimed again.
+    async fn run_again(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        query: QueryAs<'a, sqlx::Postgres, (DateTime<Utc>,), PgArguments>,
+        error: &'a str,
+    ) -> Result<CompletionResult, QueueError> {
+        let (next_retry_after,) = query
+            .bind(error)
+            .bind(self.claim.claim_id)
+            .bind(self.claim.agent_id)
+            .bind(self.claim.claimed_at)
+            .fetch_one(&mut **tx)
+            .await?;
+        Ok(CompletionResult::RetryScheduled { next_retry_after })
+    }
+
     /// The end of an attempt that failed (docs/design.md §2), in the caller's transaction: a
     /// retry (`sql/schedule_retry.sql`, the `202`) or the log as failed.
     async fn failed(
@@ -226,19 +248,12 @@ impl EndedAttempt<'_> {
                 retry_count,
                 delay_seconds,
             } => {
-                // The claim ends here without finishing the order: it is kept as an attempt.
-                // $1 order, $2 retry count, $3 delay, $4 error, $5–$7 the ended claim.
-                let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(sql::SCHEDULE_RETRY)
+                // $1 order, $2 retry count, $3 delay; the rest as `run_again` binds them.
+                let query = sqlx::query_as(sql::SCHEDULE_RETRY)
                     .bind(self.order_id)
                     .bind(retry_count)
-                    .bind(delay_seconds as f64)
-                    .bind(error)
-                    .bind(self.claim.claim_id)
-                    .bind(self.claim.agent_id)
-                    .bind(self.claim.claimed_at)
-                    .fetch_one(&mut **tx)
-                    .await?;
-                CompletionResult::RetryScheduled { next_retry_after }
+                    .bind(delay_seconds as f64);
+                self.run_again(tx, query, error).await?
             }
             FailureDecision::Fail => CompletionResult::Finished(Box::new(
                 finish(
@@ -270,16 +285,9 @@ impl EndedAttempt<'_> {
         let error = self.message.unwrap_or(DISRUPTED_WITHOUT_MESSAGE);
         match rules::decide_disruption(policy, stopped, order.reclaim_count, order.max_reclaims) {
             DisruptionDecision::RunAgain => {
-                // $1 order, $2 error, $3–$5 the ended claim.
-                let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(sql::REQUEUE_DISRUPTED)
-                    .bind(self.order_id)
-                    .bind(error)
-                    .bind(self.claim.claim_id)
-                    .bind(self.claim.agent_id)
-                    .bind(self.claim.claimed_at)
-                    .fetch_one(&mut **tx)
-                    .await?;
-                Ok(CompletionResult::RetryScheduled { next_retry_after })
+                // $1 order; the rest as `run_again` binds them.
+                let query = sqlx::query_as(sql::REQUEUE_DISRUPTED).bind(self.order_id);
+                self.run_again(tx, query, error).await
             }
             DisruptionDecision::Fail { why_not } => {
                 let why_not = why_not.unwrap_or_default();
