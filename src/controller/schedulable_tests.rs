@@ -21,6 +21,25 @@ fn with(c: Option<Condition>) -> WorkOrderStatus {
     }
 }
 
+/// The condition, at `at`, of a pending order `wo` waiting for `reason` with no scale-ups
+/// awaited, after `prev`.
+fn pending_condition(
+    reason: WaitReason,
+    prev: Option<&WorkOrderStatus>,
+    at: &Time,
+) -> Option<Condition> {
+    let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
+    condition_of(
+        "wo",
+        &pending,
+        Some(&wait(reason)),
+        &ScaleUps::default(),
+        prev,
+        None,
+        at,
+    )
+}
+
 #[test]
 fn false_only_when_no_agent_can_take_it() {
     let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
@@ -207,18 +226,7 @@ fn claimed_is_true_finished_keeps_the_last_and_unknown_has_none() {
 
 #[test]
 fn the_event_comes_once_when_it_becomes_unschedulable() {
-    let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
-    let of = |r, prev: Option<&WorkOrderStatus>| {
-        with(condition_of(
-            "wo",
-            &pending,
-            Some(&wait(r)),
-            &ScaleUps::default(),
-            prev,
-            None,
-            &now(),
-        ))
-    };
+    let of = |r, prev: Option<&WorkOrderStatus>| with(pending_condition(r, prev, &now()));
     let none = of(WaitReason::NoMatchingAgent, None);
     let e = unschedulable_event(None, &none).expect("an Event on the first False");
     assert_eq!(e.reason, UNSCHEDULABLE_EVENT);
@@ -241,37 +249,10 @@ fn the_event_comes_once_when_it_becomes_unschedulable() {
 
 #[test]
 fn the_transition_time_moves_with_the_status_only() {
-    let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
     let early = Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap());
-    let first = with(condition_of(
-        "wo",
-        &pending,
-        Some(&wait(WaitReason::NoMatchingAgent)),
-        &ScaleUps::default(),
-        None,
-        None,
-        &early,
-    ));
-    let later = condition_of(
-        "wo",
-        &pending,
-        Some(&wait(WaitReason::NoAgentConnected)),
-        &ScaleUps::default(),
-        Some(&first),
-        None,
-        &now(),
-    )
-    .unwrap();
+    let first = with(pending_condition(WaitReason::NoMatchingAgent, None, &early));
+    let later = pending_condition(WaitReason::NoAgentConnected, Some(&first), &now()).unwrap();
     assert_eq!(later.last_transition_time, early, "still False");
-    let matched = condition_of(
-        "wo",
-        &pending,
-        Some(&wait(WaitReason::Queued)),
-        &ScaleUps::default(),
-        Some(&first),
-        None,
-        &now(),
-    )
-    .unwrap();
+    let matched = pending_condition(WaitReason::Queued, Some(&first), &now()).unwrap();
     assert_ne!(matched.last_transition_time, early, "False to True");
 }
