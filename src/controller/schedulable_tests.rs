@@ -21,23 +21,25 @@ fn with(c: Option<Condition>) -> WorkOrderStatus {
     }
 }
 
-/// The condition, at `at`, of a pending order `wo` waiting for `reason` with no scale-ups
-/// awaited, after `prev`.
+/// The condition of WorkOrder `wo` at `at` for `lookup` and `wait`, after `prev`, with no
+/// scale-ups awaited and no generation.
+fn condition_at(
+    lookup: &Lookup,
+    wait: Option<&Wait>,
+    prev: Option<&WorkOrderStatus>,
+    at: &Time,
+) -> Option<Condition> {
+    condition_of("wo", lookup, wait, &ScaleUps::default(), prev, None, at)
+}
+
+/// [`condition_at`] of a pending order waiting for `reason`.
 fn pending_condition(
     reason: WaitReason,
     prev: Option<&WorkOrderStatus>,
     at: &Time,
 ) -> Option<Condition> {
     let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
-    condition_of(
-        "wo",
-        &pending,
-        Some(&wait(reason)),
-        &ScaleUps::default(),
-        prev,
-        None,
-        at,
-    )
+    condition_at(&pending, Some(&wait(reason)), prev, at)
 }
 
 #[test]
@@ -164,63 +166,19 @@ fn an_executor_scaled_to_zero_is_awaited_not_unschedulable() {
 #[test]
 fn claimed_is_true_finished_keeps_the_last_and_unknown_has_none() {
     let claimed = Lookup::Active(Box::new(active(OrderStatus::Claimed)));
-    let c = condition_of(
-        "wo",
-        &claimed,
-        None,
-        &ScaleUps::default(),
-        None,
-        None,
-        &now(),
-    )
-    .unwrap();
+    let c = condition_at(&claimed, None, None, &now()).unwrap();
     assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Claimed"));
     assert!(c.message.starts_with("WorkOrder wo was claimed by agent "));
 
     let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
-    let unschedulable = with(condition_of(
-        "wo",
-        &pending,
-        Some(&wait(WaitReason::NoMatchingAgent)),
-        &ScaleUps::default(),
-        None,
-        None,
-        &now(),
-    ));
+    let unschedulable = with(pending_condition(WaitReason::NoMatchingAgent, None, &now()));
     let finished = finished(Outcome::Cancelled, None);
-    let kept = condition_of(
-        "wo",
-        &finished,
-        None,
-        &ScaleUps::default(),
-        Some(&unschedulable),
-        None,
-        &now(),
-    );
+    let kept = condition_at(&finished, None, Some(&unschedulable), &now());
     assert_eq!(kept.as_ref(), unschedulable.conditions.first());
     // Unknown reason now: the last one stays rather than vanishing.
-    let kept = condition_of(
-        "wo",
-        &pending,
-        None,
-        &ScaleUps::default(),
-        Some(&unschedulable),
-        None,
-        &now(),
-    );
+    let kept = condition_at(&pending, None, Some(&unschedulable), &now());
     assert_eq!(kept.as_ref(), unschedulable.conditions.first());
-    assert!(
-        condition_of(
-            "wo",
-            &Lookup::Unknown,
-            None,
-            &ScaleUps::default(),
-            None,
-            None,
-            &now()
-        )
-        .is_none()
-    );
+    assert!(condition_at(&Lookup::Unknown, None, None, &now()).is_none());
     assert!(waits(&pending) && !waits(&claimed) && !waits(&finished));
 }
 
