@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::agents::resolve_agent;
 use super::args::{OrderListFilter, Output};
-use super::render::{one_line, opt, print_document, print_table, relative};
+use super::render::{one_line, opt, print_document, print_list, relative};
 use super::{collect_pages, query};
 use crate::client::Client;
 use crate::wire::{OrderStatus, WorkOrder};
@@ -133,19 +133,14 @@ pub fn print_orders(
     if print_document(output, &orders)? {
         return Ok(());
     }
-    match output {
-        Output::Name => orders.iter().for_each(|o| crate::outln!("{}", o.id)),
-        Output::Wide => print_table(
-            ORDER_WIDE_HEADERS,
-            &order_rows(orders, names, true),
-            Some(STATE_COLUMN),
-        ),
-        _ => print_table(
-            ORDER_HEADERS,
-            &order_rows(orders, names, false),
-            Some(STATE_COLUMN),
-        ),
-    }
+    print_list(
+        output,
+        orders,
+        |o| o.id.to_string(),
+        (ORDER_HEADERS, ORDER_WIDE_HEADERS),
+        |wide| order_rows(orders, names, wide),
+        STATE_COLUMN,
+    );
     Ok(())
 }
 
