@@ -45,11 +45,7 @@ enum Claim {
 
 async fn would_claim(queue: &Queue, order: Uuid, agent: Uuid) -> Claim {
     let mut tx = queue.pool().begin().await.unwrap();
-    let req = ClaimRequest {
-        agent_id: agent,
-        lease_seconds: None,
-    };
-    let got = claim_in(&mut tx, order, &req).await;
+    let got = claim_in(&mut tx, order, &claim_as(agent)).await;
     tx.rollback().await.unwrap();
     match got {
         Ok(_) => Claim::Taken,
@@ -62,6 +58,14 @@ async fn would_claim(queue: &Queue, order: Uuid, agent: Uuid) -> Claim {
             other => panic!("unexpected conflict {other:?}"),
         },
         Err(e) => panic!("claim by id failed: {e}"),
+    }
+}
+
+/// A claim by `agent` with the default lease.
+fn claim_as(agent: Uuid) -> ClaimRequest {
+    ClaimRequest {
+        agent_id: agent,
+        lease_seconds: None,
     }
 }
 
@@ -225,13 +229,7 @@ async fn check(
                 }),
             )
             .await;
-            let mut tx = queue.pool().begin().await.unwrap();
-            let req = ClaimRequest {
-                agent_id: id,
-                lease_seconds: None,
-            };
-            claim_in(&mut tx, filler, &req).await.unwrap();
-            tx.commit().await.unwrap();
+            queue.claim(filler, &claim_as(id)).await.unwrap();
         }
         match a.contact {
             Contact::Never => seen(queue, id, None).await,
@@ -269,13 +267,7 @@ async fn check(
                        "concurrency": {"key": k, "max": 1}}),
             )
             .await;
-            let mut tx = queue.pool().begin().await.unwrap();
-            let req = ClaimRequest {
-                agent_id: holder,
-                lease_seconds: None,
-            };
-            claim_in(&mut tx, held, &req).await.unwrap();
-            tx.commit().await.unwrap();
+            queue.claim(held, &claim_as(holder)).await.unwrap();
         }
     }
     let mut created = vec![];
