@@ -4,6 +4,8 @@
 //!
 //! Built only with the `testing` feature, which the crate's own dev-dependency on itself turns on
 //! for tests and benches; `pullman` as shipped does not contain it.
+//! The crate's own unit tests also find here (`cfg(test)`) how its property tests against the
+//! database run.
 
 mod api;
 mod poll;
