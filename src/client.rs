@@ -279,9 +279,18 @@ impl Client {
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
+    /// [`Self::json`] of a request without a body.
+    async fn json_without_body<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+    ) -> Result<T, ClientError> {
+        self.json(method, path, None::<&()>).await
+    }
+
     /// `GET /whoami`: which principal the token is.
     pub async fn whoami(&self) -> Result<WhoAmI, ClientError> {
-        self.json(Method::GET, "/whoami", None::<&()>).await
+        self.json_without_body(Method::GET, "/whoami").await
     }
 
     /// `POST /work-orders` with a create body.
@@ -291,7 +300,7 @@ impl Client {
 
     /// `GET /work-orders?…`; `query` is the query string without `?`.
     pub async fn list_work_orders(&self, query: &str) -> Result<Page<WorkOrder>, ClientError> {
-        self.json(Method::GET, &format!("/work-orders?{query}"), None::<&()>)
+        self.json_without_body(Method::GET, &format!("/work-orders?{query}"))
             .await
     }
 
@@ -301,55 +310,43 @@ impl Client {
         path: &str,
         query: &str,
     ) -> Result<Page<T>, ClientError> {
-        self.json(Method::GET, &format!("{path}?{query}"), None::<&()>)
+        self.json_without_body(Method::GET, &format!("{path}?{query}"))
             .await
     }
 
     /// `GET /work-orders/{id}`.
     pub async fn get_work_order(&self, id: Uuid) -> Result<WorkOrder, ClientError> {
-        self.json(Method::GET, &format!("/work-orders/{id}"), None::<&()>)
+        self.json_without_body(Method::GET, &format!("/work-orders/{id}"))
             .await
     }
 
     /// `GET /work-orders/{id}/explain`: why the order waits (docs/design.md §10).
     pub async fn explain_work_order(&self, id: Uuid) -> Result<Explanation, ClientError> {
-        self.json(
-            Method::GET,
-            &format!("/work-orders/{id}/explain"),
-            None::<&()>,
-        )
-        .await
+        self.json_without_body(Method::GET, &format!("/work-orders/{id}/explain"))
+            .await
     }
 
     /// `DELETE /work-orders/{id}`.
     pub async fn cancel_work_order(&self, id: Uuid) -> Result<LogEntry, ClientError> {
-        self.json(Method::DELETE, &format!("/work-orders/{id}"), None::<&()>)
+        self.json_without_body(Method::DELETE, &format!("/work-orders/{id}"))
             .await
     }
 
     /// `POST /work-orders/{id}/rerun`: a new order from a finished one.
     pub async fn rerun_work_order(&self, id: Uuid) -> Result<WorkOrder, ClientError> {
-        self.json(
-            Method::POST,
-            &format!("/work-orders/{id}/rerun"),
-            None::<&()>,
-        )
-        .await
+        self.json_without_body(Method::POST, &format!("/work-orders/{id}/rerun"))
+            .await
     }
 
     /// `GET /work-order-log?…`.
     pub async fn list_log(&self, query: &str) -> Result<Page<LogEntry>, ClientError> {
-        self.json(
-            Method::GET,
-            &format!("/work-order-log?{query}"),
-            None::<&()>,
-        )
-        .await
+        self.json_without_body(Method::GET, &format!("/work-order-log?{query}"))
+            .await
     }
 
     /// `GET /work-order-log/{id}`.
     pub async fn get_log_entry(&self, id: Uuid) -> Result<LogEntry, ClientError> {
-        self.json(Method::GET, &format!("/work-order-log/{id}"), None::<&()>)
+        self.json_without_body(Method::GET, &format!("/work-order-log/{id}"))
             .await
     }
 
@@ -360,25 +357,25 @@ impl Client {
 
     /// `GET /agents?…`.
     pub async fn list_agents(&self, query: &str) -> Result<Page<Agent>, ClientError> {
-        self.json(Method::GET, &format!("/agents?{query}"), None::<&()>)
+        self.json_without_body(Method::GET, &format!("/agents?{query}"))
             .await
     }
 
     /// `GET /agents/{id}`.
     pub async fn get_agent(&self, id: Uuid) -> Result<Agent, ClientError> {
-        self.json(Method::GET, &format!("/agents/{id}"), None::<&()>)
+        self.json_without_body(Method::GET, &format!("/agents/{id}"))
             .await
     }
 
     /// `DELETE /agents/{id}`.
     pub async fn retire_agent(&self, id: Uuid) -> Result<Agent, ClientError> {
-        self.json(Method::DELETE, &format!("/agents/{id}"), None::<&()>)
+        self.json_without_body(Method::DELETE, &format!("/agents/{id}"))
             .await
     }
 
     /// `POST /agents/{id}/token`.
     pub async fn rotate_token(&self, id: Uuid) -> Result<AgentWithToken, ClientError> {
-        self.json(Method::POST, &format!("/agents/{id}/token"), None::<&()>)
+        self.json_without_body(Method::POST, &format!("/agents/{id}/token"))
             .await
     }
 
@@ -457,10 +454,9 @@ impl Client {
             follow: None,
             ..query.clone()
         };
-        self.json(
+        self.json_without_body(
             Method::GET,
             &format!("/work-orders/{order_id}/output?{}", query.to_query_string()),
-            None::<&()>,
         )
         .await
     }

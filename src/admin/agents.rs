@@ -7,7 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::args::{AgentsCommand, Connection, Output};
-use super::render::{opt, print_document, print_table, relative, when};
+use super::render::{opt, print_document, print_list, relative, when};
 use super::{MAX_PAGE, collect_pages, query};
 use crate::client::Client;
 use crate::wire::{Agent, AgentHealth, NewAgent};
@@ -142,11 +142,14 @@ const AGENT_WIDE_HEADERS: &[&str] = &[
 ];
 
 fn print_agents(output: Output, agents: &[Agent]) -> anyhow::Result<()> {
-    match output {
-        Output::Name => agents.iter().for_each(|a| crate::outln!("{}", a.name)),
-        Output::Wide => print_table(AGENT_WIDE_HEADERS, &agent_rows(agents, true), Some(2)),
-        _ => print_table(AGENT_HEADERS, &agent_rows(agents, false), Some(2)),
-    }
+    print_list(
+        output,
+        agents,
+        |a| a.name.clone(),
+        (AGENT_HEADERS, AGENT_WIDE_HEADERS),
+        |wide| agent_rows(agents, wide),
+        2,
+    );
     Ok(())
 }
 

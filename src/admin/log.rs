@@ -10,7 +10,7 @@ use super::args::{Connection, LogCommand, Output};
 use super::history::print_attempts;
 use super::lookup::{Scope, resolve_order};
 use super::render::{
-    CUT_NOTE, message_parts, one_line, opt, print_document, print_fields, print_table, relative,
+    CUT_NOTE, message_parts, one_line, opt, print_document, print_fields, print_list, relative,
     relative_and_exact, when,
 };
 use super::{collect_pages, query};
@@ -25,16 +25,7 @@ pub fn print_message(message: &str) {
     }
 }
 
-const LOG_HEADERS: &[&str] = &[
-    "ID",
-    "TYPE",
-    "OUTCOME",
-    "RETRIES",
-    "RECLAIMS",
-    "AGENT",
-    "COMPLETED",
-    "MESSAGE",
-];
+/// Columns of `log list -o wide` (`log_rows` adds the last three).
 const LOG_WIDE_HEADERS: &[&str] = &[
     "ID",
     "TYPE",
@@ -48,6 +39,8 @@ const LOG_WIDE_HEADERS: &[&str] = &[
     "CREATED",
     "CLAIM ID",
 ];
+/// Columns of `log list`: the first eight of the wide table.
+const LOG_HEADERS: &[&str] = LOG_WIDE_HEADERS.split_at(8).0;
 
 fn log_rows(entries: &[LogEntry], names: &HashMap<Uuid, String>, wide: bool) -> Vec<Vec<String>> {
     let now = Utc::now();
@@ -89,11 +82,14 @@ fn print_entries(
     if print_document(output, &entries)? {
         return Ok(());
     }
-    match output {
-        Output::Name => entries.iter().for_each(|e| crate::outln!("{}", e.id)),
-        Output::Wide => print_table(LOG_WIDE_HEADERS, &log_rows(entries, names, true), Some(2)),
-        _ => print_table(LOG_HEADERS, &log_rows(entries, names, false), Some(2)),
-    }
+    print_list(
+        output,
+        entries,
+        |e| e.id.to_string(),
+        (LOG_HEADERS, LOG_WIDE_HEADERS),
+        |wide| log_rows(entries, names, wide),
+        2,
+    );
     Ok(())
 }
 

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::args::{LogsArgs, Output};
 use super::render::one_line;
-use super::wait::exit_code_of;
+use super::wait::{eprint_finished, exit_code_of};
 use super::wait_note::note_while_waiting;
 use crate::client::{Client, ClientError};
 use crate::queue::limits::MAX_OUTPUT_TAIL;
@@ -101,13 +101,7 @@ async fn follow(
                 // A clean end: the order finished (or the server is stopping: look).
                 match client.get_log_entry(id).await {
                     Ok(entry) => {
-                        eprintln!(
-                            "work order {} {} (retries {}, reclaims {})",
-                            entry.id,
-                            entry.outcome.as_str(),
-                            entry.retry_count,
-                            entry.reclaim_count
-                        );
+                        eprint_finished(&entry);
                         return Ok(ExitCode::from(exit_code_of(entry.outcome)));
                     }
                     Err(e) if is_not_found(&e) || e.is_transient() => {}

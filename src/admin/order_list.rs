@@ -9,15 +9,14 @@ use uuid::Uuid;
 
 use super::agents::resolve_agent;
 use super::args::{OrderListFilter, Output};
-use super::render::{one_line, opt, print_document, print_table, relative};
+use super::render::{one_line, opt, print_document, print_list, relative};
 use super::{collect_pages, query};
 use crate::client::Client;
 use crate::wire::{OrderStatus, WorkOrder};
 
-/// Columns of `work-orders list` and of `--watch` lines.
-pub const ORDER_HEADERS: &[&str] = &[
-    "ID", "TYPE", "STATUS", "RETRIES", "RECLAIMS", "AGENT", "NEXT", "CREATED",
-];
+/// Columns of `work-orders list` and of `--watch` lines: the first eight of the wide table.
+pub const ORDER_HEADERS: &[&str] = ORDER_WIDE_HEADERS.split_at(8).0;
+/// Columns of `work-orders list -o wide` (`order_rows` adds the last four).
 const ORDER_WIDE_HEADERS: &[&str] = &[
     "ID",
     "TYPE",
@@ -134,19 +133,14 @@ pub fn print_orders(
     if print_document(output, &orders)? {
         return Ok(());
     }
-    match output {
-        Output::Name => orders.iter().for_each(|o| crate::outln!("{}", o.id)),
-        Output::Wide => print_table(
-            ORDER_WIDE_HEADERS,
-            &order_rows(orders, names, true),
-            Some(STATE_COLUMN),
-        ),
-        _ => print_table(
-            ORDER_HEADERS,
-            &order_rows(orders, names, false),
-            Some(STATE_COLUMN),
-        ),
-    }
+    print_list(
+        output,
+        orders,
+        |o| o.id.to_string(),
+        (ORDER_HEADERS, ORDER_WIDE_HEADERS),
+        |wide| order_rows(orders, names, wide),
+        STATE_COLUMN,
+    );
     Ok(())
 }
 

@@ -52,6 +52,24 @@ pub fn print_table(headers: &[&str], rows: &[Vec<String>], state_column: Option<
     }
 }
 
+/// A list as `-o name` (one `name` a line) or as a table: `-o wide` under `wide_headers` with
+/// `rows(true)`, otherwise under `headers` with `rows(false)`, column `state_column` coloured.
+/// Documents (`-o json`, `-o yaml`) are the caller's to print first.
+pub fn print_list<T>(
+    output: Output,
+    items: &[T],
+    name: impl Fn(&T) -> String,
+    (headers, wide_headers): (&[&str], &[&str]),
+    rows: impl Fn(bool) -> Vec<Vec<String>>,
+    state_column: usize,
+) {
+    match output {
+        Output::Name => items.iter().for_each(|i| crate::outln!("{}", name(i))),
+        Output::Wide => print_table(wide_headers, &rows(true), Some(state_column)),
+        _ => print_table(headers, &rows(false), Some(state_column)),
+    }
+}
+
 /// Rows only, no header: the lines `--watch` appends under the first table.
 pub fn print_rows(headers: &[&str], rows: &[Vec<String>], state_column: Option<usize>) {
     for line in table_lines(headers, rows, state_column, colour_enabled())

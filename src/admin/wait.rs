@@ -38,6 +38,17 @@ pub fn exit_code_of(outcome: Outcome) -> u8 {
     }
 }
 
+/// The one line on stderr that says how an order ended, for `wait` and `logs --follow` alike.
+pub fn eprint_finished(entry: &LogEntry) {
+    eprintln!(
+        "work order {} {} (retries {}, reclaims {})",
+        entry.id,
+        entry.outcome.as_str(),
+        entry.retry_count,
+        entry.reclaim_count
+    );
+}
+
 /// Where an order is now.
 enum State {
     Active(Box<WorkOrder>),
@@ -145,13 +156,7 @@ fn print_finished(entry: &LogEntry, output: Output) -> anyhow::Result<()> {
         crate::outln!("{}", entry.id);
         return Ok(());
     }
-    eprintln!(
-        "work order {} {} (retries {}, reclaims {})",
-        entry.id,
-        entry.outcome.as_str(),
-        entry.retry_count,
-        entry.reclaim_count
-    );
+    eprint_finished(entry);
     if let Some(m) = &entry.message {
         print_message(m);
     }

@@ -21,6 +21,27 @@ fn with(c: Option<Condition>) -> WorkOrderStatus {
     }
 }
 
+/// The condition of WorkOrder `wo` at `at` for `lookup` and `wait`, after `prev`, with no
+/// scale-ups awaited and no generation.
+fn condition_at(
+    lookup: &Lookup,
+    wait: Option<&Wait>,
+    prev: Option<&WorkOrderStatus>,
+    at: &Time,
+) -> Option<Condition> {
+    condition_of("wo", lookup, wait, &ScaleUps::default(), prev, None, at)
+}
+
+/// [`condition_at`] of a pending order waiting for `reason`.
+fn pending_condition(
+    reason: WaitReason,
+    prev: Option<&WorkOrderStatus>,
+    at: &Time,
+) -> Option<Condition> {
+    let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
+    condition_at(&pending, Some(&wait(reason)), prev, at)
+}
+
 #[test]
 fn false_only_when_no_agent_can_take_it() {
     let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
@@ -145,80 +166,25 @@ fn an_executor_scaled_to_zero_is_awaited_not_unschedulable() {
 #[test]
 fn claimed_is_true_finished_keeps_the_last_and_unknown_has_none() {
     let claimed = Lookup::Active(Box::new(active(OrderStatus::Claimed)));
-    let c = condition_of(
-        "wo",
-        &claimed,
-        None,
-        &ScaleUps::default(),
-        None,
-        None,
-        &now(),
-    )
-    .unwrap();
+    let c = condition_at(&claimed, None, None, &now()).unwrap();
     assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Claimed"));
     assert!(c.message.starts_with("WorkOrder wo was claimed by agent "));
 
     let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
-    let unschedulable = with(condition_of(
-        "wo",
-        &pending,
-        Some(&wait(WaitReason::NoMatchingAgent)),
-        &ScaleUps::default(),
-        None,
-        None,
-        &now(),
-    ));
+    let unschedulable = with(pending_condition(WaitReason::NoMatchingAgent, None, &now()));
     let finished = finished(Outcome::Cancelled, None);
-    let kept = condition_of(
-        "wo",
-        &finished,
-        None,
-        &ScaleUps::default(),
-        Some(&unschedulable),
-        None,
-        &now(),
-    );
+    let kept = condition_at(&finished, None, Some(&unschedulable), &now());
     assert_eq!(kept.as_ref(), unschedulable.conditions.first());
     // Unknown reason now: the last one stays rather than vanishing.
-    let kept = condition_of(
-        "wo",
-        &pending,
-        None,
-        &ScaleUps::default(),
-        Some(&unschedulable),
-        None,
-        &now(),
-    );
+    let kept = condition_at(&pending, None, Some(&unschedulable), &now());
     assert_eq!(kept.as_ref(), unschedulable.conditions.first());
-    assert!(
-        condition_of(
-            "wo",
-            &Lookup::Unknown,
-            None,
-            &ScaleUps::default(),
-            None,
-            None,
-            &now()
-        )
-        .is_none()
-    );
+    assert!(condition_at(&Lookup::Unknown, None, None, &now()).is_none());
     assert!(waits(&pending) && !waits(&claimed) && !waits(&finished));
 }
 
 #[test]
 fn the_event_comes_once_when_it_becomes_unschedulable() {
-    let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
-    let of = |r, prev: Option<&WorkOrderStatus>| {
-        with(condition_of(
-            "wo",
-            &pending,
-            Some(&wait(r)),
-            &ScaleUps::default(),
-            prev,
-            None,
-            &now(),
-        ))
-    };
+    let of = |r, prev: Option<&WorkOrderStatus>| with(pending_condition(r, prev, &now()));
     let none = of(WaitReason::NoMatchingAgent, None);
     let e = unschedulable_event(None, &none).expect("an Event on the first False");
     assert_eq!(e.reason, UNSCHEDULABLE_EVENT);
@@ -241,37 +207,10 @@ fn the_event_comes_once_when_it_becomes_unschedulable() {
 
 #[test]
 fn the_transition_time_moves_with_the_status_only() {
-    let pending = Lookup::Active(Box::new(active(OrderStatus::Pending)));
     let early = Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap());
-    let first = with(condition_of(
-        "wo",
-        &pending,
-        Some(&wait(WaitReason::NoMatchingAgent)),
-        &ScaleUps::default(),
-        None,
-        None,
-        &early,
-    ));
-    let later = condition_of(
-        "wo",
-        &pending,
-        Some(&wait(WaitReason::NoAgentConnected)),
-        &ScaleUps::default(),
-        Some(&first),
-        None,
-        &now(),
-    )
-    .unwrap();
+    let first = with(pending_condition(WaitReason::NoMatchingAgent, None, &early));
+    let later = pending_condition(WaitReason::NoAgentConnected, Some(&first), &now()).unwrap();
     assert_eq!(later.last_transition_time, early, "still False");
-    let matched = condition_of(
-        "wo",
-        &pending,
-        Some(&wait(WaitReason::Queued)),
-        &ScaleUps::default(),
-        Some(&first),
-        None,
-        &now(),
-    )
-    .unwrap();
+    let matched = pending_condition(WaitReason::Queued, Some(&first), &now()).unwrap();
     assert_ne!(matched.last_transition_time, early, "False to True");
 }

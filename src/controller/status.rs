@@ -348,6 +348,7 @@ pub(super) mod tests {
         }
     }
 
+    /// [`active`]'s order as the log holds it once it ended in `outcome`.
     pub(crate) fn finished(outcome: Outcome, message: Option<&str>) -> Lookup {
         let o = active(OrderStatus::Claimed);
         Lookup::Finished(Box::new(LogEntry {
@@ -357,15 +358,15 @@ pub(super) mod tests {
             outcome,
             success: outcome == Outcome::Succeeded,
             message: message.map(str::to_string),
-            max_retries: 3,
-            backoff_seconds: 10,
-            claim_timeout_seconds: 3600,
-            max_reclaims: 5,
-            priority: 0,
-            concurrency: None,
-            tenant: None,
-            targeting: Targeting::default(),
-            retry_on_disruption: Default::default(),
+            max_retries: o.max_retries,
+            backoff_seconds: o.backoff_seconds,
+            claim_timeout_seconds: o.claim_timeout_seconds,
+            max_reclaims: o.max_reclaims,
+            priority: o.priority,
+            concurrency: o.concurrency,
+            tenant: o.tenant,
+            targeting: o.targeting,
+            retry_on_disruption: o.retry_on_disruption,
             retry_count: 0,
             reclaim_count: 0,
             last_error: None,

@@ -287,35 +287,34 @@ async fn a_node_without_logs_is_said_once_and_retried_quietly_until_the_verdict(
     );
 }
 
-#[tokio::test]
-async fn a_refusal_is_said_once_and_final() {
+/// What is said of a running container's log, never read before, whose one open fails with
+/// `error`; it is not opened again.
+async fn said_when_the_first_open_fails(error: OpenError) -> Vec<String> {
     let script = Script::new(
         kubelet_log(&[(t(1), b"x")]),
-        vec![Open::Fail(OpenError::Final("pods/log is forbidden".into()))],
+        vec![Open::Fail(error)],
         vec![RunState::Running],
     );
     let sink = run(&script, None, &CancellationToken::new()).await;
+    assert_eq!(script.opened.lock().unwrap().len(), 1);
+    sink.texts()
+}
+
+#[tokio::test]
+async fn a_refusal_is_said_once_and_final() {
     assert_eq!(
-        sink.texts(),
+        said_when_the_first_open_fails(OpenError::Final("pods/log is forbidden".into())).await,
         ["[pullman] no logs from this container: pods/log is forbidden"]
     );
-    assert_eq!(script.opened.lock().unwrap().len(), 1);
 }
 
 #[tokio::test]
 async fn a_refusal_is_final_for_a_log_never_read_and_retried_for_one_read_before() {
     let forbidden = || OpenError::Refused("RBAC: role \"executor\" not found".into());
-    let never_read = Script::new(
-        kubelet_log(&[(t(1), b"x")]),
-        vec![Open::Fail(forbidden())],
-        vec![RunState::Running],
-    );
-    let sink = run(&never_read, None, &CancellationToken::new()).await;
     assert_eq!(
-        sink.texts(),
+        said_when_the_first_open_fails(forbidden()).await,
         ["[pullman] no logs from this container: RBAC: role \"executor\" not found"]
     );
-    assert_eq!(never_read.opened.lock().unwrap().len(), 1);
     // An API server restarted mid-stream refuses until its authorizer has the Roles again.
     let restarted = broken_halfway(
         6,

@@ -151,12 +151,18 @@ mod tests {
         pieces.iter().map(|p| p.text.as_str()).collect()
     }
 
+    /// `input` cut by a fresh cutter (a 64-byte budget) reading `read` bytes at a time, for every
+    /// `read` shorter than `input`.
+    fn every_read_size(input: &[u8]) -> impl Iterator<Item = (usize, Vec<Piece>)> + '_ {
+        (1..input.len()).map(|read| {
+            let mut c = LineCutter::new(Redactor::default(), 64);
+            (read, cut_all(&mut c, input, read))
+        })
+    }
+
     #[test]
     fn lines_end_at_newlines_whatever_the_reads() {
-        let input = b"one\r\ntwo\n\nthree";
-        for read in 1..input.len() {
-            let mut c = LineCutter::new(Redactor::default(), 64);
-            let pieces = cut_all(&mut c, input, read);
+        for (read, pieces) in every_read_size(b"one\r\ntwo\n\nthree") {
             assert_eq!(
                 texts(&pieces),
                 ["one", "two", "", "three"],
@@ -169,9 +175,7 @@ mod tests {
     #[test]
     fn invalid_utf8_becomes_a_replacement_and_the_stream_goes_on() {
         let input = b"ok \xff\xfe end\nnext \xe2\x82\n\xc3\xa9t\xc3\xa9\n";
-        for read in 1..input.len() {
-            let mut c = LineCutter::new(Redactor::default(), 64);
-            let pieces = cut_all(&mut c, input, read);
+        for (read, pieces) in every_read_size(input) {
             assert_eq!(
                 texts(&pieces),
                 ["ok \u{fffd}\u{fffd} end", "next \u{fffd}", "été"],

@@ -110,14 +110,7 @@ async fn a_chunk_of_colour_codes_stays_under_the_servers_body_limit() {
         h.push("stdout", &line, Utc::now()).await;
     }
     let (lines, _, _) = take_chunk(&mut h.shared.buffer(), CHUNK_BUDGET_BYTES);
-    let chunk = OutputChunk {
-        agent_id: Uuid::nil(),
-        claim_id: Uuid::nil(),
-        seq: 0,
-        dropped_bytes: None,
-        dropped_reason: None,
-        lines,
-    };
+    let chunk = OutputChunk::of_lines(lines);
     let body = serde_json::to_vec(&chunk).unwrap().len();
     assert!(
         body <= crate::queue::output::MAX_CHUNK_BYTES,

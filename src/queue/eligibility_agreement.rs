@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -219,15 +219,7 @@ async fn check(
                     State::RetryLater => Some(1),
                     _ => None,
                 };
-                sqlx::query(
-                    "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = 1, \
-                     next_retry_after = now() + make_interval(hours => $2::int) WHERE id = $1",
-                )
-                .bind(id)
-                .bind(due)
-                .execute(queue.pool())
-                .await
-                .unwrap();
+                crate::testing::retry_pending(queue, id, due).await;
             }
             batch.push((id, o));
         }
@@ -383,15 +375,7 @@ fn eligibility_agreement() {
         (Queue::new(pool), listener)
     });
     let listener = std::cell::RefCell::new(listener);
-    let cases: u32 = std::env::var("PULLMAN_PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(48);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = crate::testing::proptest_runner(crate::testing::proptest_cases(48));
     let strategy = (agent_case(), proptest::collection::vec(order_case(), 1..=5));
     let result = runner.run(&strategy, |(agent, orders)| {
         rt.block_on(check(&queue, &mut listener.borrow_mut(), agent, orders))
@@ -415,11 +399,7 @@ fn claim_liveness_agreement() {
          AS deadline, now() + $2::bigint * interval '1 microsecond' AS lease_expires_at) AS c",
         super::eligibility::LIVE_CLAIM_SQL
     );
-    let mut runner = TestRunner::new(Config {
-        cases: 256,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = crate::testing::proptest_runner(256);
     let result = runner.run(&strategy, |(deadline, lease)| {
         let (now, live): (chrono::DateTime<chrono::Utc>, bool) = rt.block_on(
             sqlx::query_as(&statement)

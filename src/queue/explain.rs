@@ -17,8 +17,8 @@ use super::registry::AgentProfileRow;
 use super::rules::agent_health;
 use super::waiting::{self, AgentState, MATCHING_AGENTS_SHOWN, OrderFacts, ReasonCount, Wait};
 use super::{
-    ConflictCode, Explanation, KeyWait, Lookup, OrderStatus, Queue, QueueError, Targeting,
-    WaitReason, WorkType, keys, limits, sql,
+    ConflictCode, Explanation, KeyWait, OrderStatus, Queue, QueueError, Targeting,
+    TargetingColumns, WaitReason, WorkType, keys, limits, sql,
 };
 
 /// The order's side of eligibility and its state, as both statements below return them.
@@ -26,10 +26,8 @@ use super::{
 struct WaitingColumns {
     work_type: String,
     tenant: Option<String>,
-    target_agent_ids: Vec<Uuid>,
-    target_agent_names: Vec<String>,
-    target_labels: Vec<String>,
-    target_annotations: Json<BTreeMap<String, String>>,
+    #[sqlx(flatten)]
+    targeting: TargetingColumns,
     status: String,
     due: bool,
     /// Its concurrency key's slots are all held (`sql/key_full.sql`).
@@ -39,12 +37,7 @@ struct WaitingColumns {
 impl WaitingColumns {
     /// Why such an order waits among `agents` (`waiting::classify`); `None` when it is claimed.
     fn verdict(self, agents: &[AgentState]) -> Option<waiting::Verdict<'_>> {
-        let targeting = Targeting {
-            agent_ids: self.target_agent_ids,
-            agent_names: self.target_agent_names,
-            labels: self.target_labels,
-            annotations: self.target_annotations.0,
-        };
+        let targeting = Targeting::from(self.targeting);
         let order = OrderProfile {
             work_type: WorkType::parse(&self.work_type).unwrap_or(WorkType::Custom),
             tenant: self.tenant.as_deref(),
@@ -254,26 +247,17 @@ impl Queue {
         if let Some(explanation) = self.waiting(id).await? {
             return Ok(explanation);
         }
-        match self.lookup(id, false).await? {
-            Lookup::Active(order) => Err(QueueError::conflict(
-                ConflictCode::NotWaiting,
-                match (order.claimed_by, order.claimed_at) {
-                    (Some(agent), Some(at)) => format!(
-                        "work order {id} is not waiting: agent {agent} claimed it at {}",
-                        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-                    ),
-                    _ => format!("work order {id} is not waiting: it is claimed"),
-                },
-            )),
-            Lookup::Finished(entry) => Err(QueueError::Finished {
-                id,
-                outcome: entry.outcome.as_str(),
-            }),
-            Lookup::Unknown => Err(QueueError::NotFound {
-                what: "work order",
-                id: id.to_string(),
-            }),
-        }
+        let order = self.lookup(id, false).await?.into_active(id)?;
+        Err(QueueError::conflict(
+            ConflictCode::NotWaiting,
+            match (order.claimed_by, order.claimed_at) {
+                (Some(agent), Some(at)) => format!(
+                    "work order {id} is not waiting: agent {agent} claimed it at {}",
+                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+                _ => format!("work order {id} is not waiting: it is claimed"),
+            },
+        ))
     }
 
     /// Why work order `id` waits, with its place in line (`explain`): for a claimed order, what

@@ -62,6 +62,23 @@ pub struct MaintenanceReport {
 /// moment. Until then an idle turn is parked (docs/design.md §3), out of the claims' way.
 const TURN_DROP_INTERVAL: Duration = Duration::from_secs(60);
 
+/// Runs `batch`, a statement taking at most [`BATCH`] rows, until a batch comes back short;
+/// returns the rows it affected in all.
+async fn until_short<F, Fut>(mut batch: F) -> Result<u64, QueueError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<sqlx::postgres::PgQueryResult, sqlx::Error>>,
+{
+    let mut total = 0;
+    loop {
+        let n = batch().await?.rows_affected();
+        total += n;
+        if (n as i64) < BATCH {
+            return Ok(total);
+        }
+    }
+}
+
 impl Queue {
     /// Releases claims older than `claim_timeout_seconds` or whose lease expired (docs/design.md §2):
     /// back to `PENDING` with `reclaim_count + 1` and `retry_count` unchanged, or to the log as
@@ -131,18 +148,12 @@ impl Queue {
     /// Makes due `RETRY_PENDING` orders `PENDING`, which wakes long-polling claimers through
     /// `NOTIFY`. (Claims accept due retries even before this runs; promotion is for the wake-up.)
     pub async fn promote_due_retries(&self) -> Result<u64, QueueError> {
-        let mut promoted = 0;
-        loop {
-            let n = sqlx::query(sql::PROMOTE_DUE_RETRIES)
+        until_short(|| {
+            sqlx::query(sql::PROMOTE_DUE_RETRIES)
                 .bind(BATCH)
                 .execute(&self.pool)
-                .await?
-                .rows_affected();
-            promoted += n;
-            if (n as i64) < BATCH {
-                return Ok(promoted);
-            }
-        }
+        })
+        .await
     }
 
     /// Time until the earliest backing-off order is due (zero if one is already due), or `None`
@@ -209,19 +220,13 @@ impl Queue {
         statement: &str,
         retention: Duration,
     ) -> Result<u64, QueueError> {
-        let mut deleted = 0;
-        loop {
-            let n = sqlx::query(statement)
+        until_short(|| {
+            sqlx::query(statement)
                 .bind(retention.as_secs_f64())
                 .bind(BATCH)
                 .execute(&self.pool)
-                .await?
-                .rows_affected();
-            deleted += n;
-            if (n as i64) < BATCH {
-                return Ok(deleted);
-            }
-        }
+        })
+        .await
     }
 
     /// Age in seconds of the oldest claimable order, for the `pullman_queue_lag_seconds` gauge:

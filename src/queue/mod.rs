@@ -301,6 +301,27 @@ impl Queue {
     }
 }
 
+/// An active order's targeting as its `target_*` columns hold it (the log keeps it as one
+/// `targeting` document instead).
+#[derive(sqlx::FromRow)]
+pub(crate) struct TargetingColumns {
+    target_agent_ids: Vec<Uuid>,
+    target_agent_names: Vec<String>,
+    target_labels: Vec<String>,
+    target_annotations: Json<BTreeMap<String, String>>,
+}
+
+impl From<TargetingColumns> for Targeting {
+    fn from(c: TargetingColumns) -> Self {
+        Targeting {
+            agent_ids: c.target_agent_ids,
+            agent_names: c.target_agent_names,
+            labels: c.target_labels,
+            annotations: c.target_annotations.0,
+        }
+    }
+}
+
 /// An active order joined with its live claim, as every statement returning orders selects it
 /// (`sql/get_order.sql` and others).
 #[derive(sqlx::FromRow)]
@@ -319,10 +340,8 @@ pub(crate) struct OrderRow {
     concurrency_on_conflict: Option<String>,
     retry_on_disruption: String,
     tenant: Option<String>,
-    target_agent_ids: Vec<Uuid>,
-    target_agent_names: Vec<String>,
-    target_labels: Vec<String>,
-    target_annotations: Json<BTreeMap<String, String>>,
+    #[sqlx(flatten)]
+    targeting: TargetingColumns,
     retry_count: i32,
     reclaim_count: i32,
     last_error: Option<String>,
@@ -356,12 +375,7 @@ impl From<OrderRow> for WorkOrder {
                 r.concurrency_on_conflict,
             ),
             tenant: r.tenant,
-            targeting: Targeting {
-                agent_ids: r.target_agent_ids,
-                agent_names: r.target_agent_names,
-                labels: r.target_labels,
-                annotations: r.target_annotations.0,
-            },
+            targeting: r.targeting.into(),
             // The column's CHECK allows only the two spellings.
             retry_on_disruption: RetryOnDisruption::parse(&r.retry_on_disruption)
                 .unwrap_or_default(),
@@ -384,8 +398,7 @@ impl From<OrderRow> for WorkOrder {
     }
 }
 
-/// A log entry, as every statement returning log entries selects it (`sql/get_log_entry.sql`
-/// and others).
+/// A log entry, as every statement returning log entries selects it (`sql/log_columns.sql`).
 #[derive(sqlx::FromRow)]
 pub(crate) struct LogRow {
     id: Uuid,

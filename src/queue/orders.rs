@@ -114,6 +114,24 @@ pub(crate) struct FinalClaim {
     pub claimed_at: DateTime<Utc>,
 }
 
+impl Lookup {
+    /// The active order `id` found, or the error an order route answers without one:
+    /// `Finished` for an order in the log, `NotFound` for an unknown id.
+    pub(super) fn into_active(self, id: Uuid) -> Result<Box<WorkOrder>, QueueError> {
+        match self {
+            Lookup::Active(order) => Ok(order),
+            Lookup::Finished(entry) => Err(QueueError::Finished {
+                id,
+                outcome: entry.outcome.as_str(),
+            }),
+            Lookup::Unknown => Err(QueueError::NotFound {
+                what: "work order",
+                id: id.to_string(),
+            }),
+        }
+    }
+}
+
 impl Queue {
     /// Creates the work order of id `id` (a WorkOrder resource's uid, docs/design.md §6) and returns
     /// it as the insert wrote it (`PENDING`), or, idempotently, the order of that id as it is
@@ -259,17 +277,10 @@ impl Queue {
 
     /// One active order; `404` (`Finished` when it is in the log) otherwise.
     pub async fn get_work_order(&self, id: Uuid) -> Result<WorkOrder, QueueError> {
-        match self.lookup(id, true).await? {
-            Lookup::Active(order) => Ok(*order),
-            Lookup::Finished(entry) => Err(QueueError::Finished {
-                id,
-                outcome: entry.outcome.as_str(),
-            }),
-            Lookup::Unknown => Err(QueueError::NotFound {
-                what: "work order",
-                id: id.to_string(),
-            }),
-        }
+        self.lookup(id, true)
+            .await?
+            .into_active(id)
+            .map(|order| *order)
     }
 
     pub(crate) async fn get_active(

@@ -494,16 +494,16 @@ mod tests {
             waiting_seconds: 7,
             key: None,
         };
+        let wait_among = |agents: &[AgentState]| {
+            wait(
+                &facts,
+                &classify(&order, Pending, false, false, agents).unwrap(),
+            )
+        };
         let busy = [agent(1, Active, Some(1), 1)];
         let room = [agent(1, Active, Some(1), 0)];
-        let when_busy = wait(
-            &facts,
-            &classify(&order, Pending, false, false, &busy).unwrap(),
-        );
-        let with_room = wait(
-            &facts,
-            &classify(&order, Pending, false, false, &room).unwrap(),
-        );
+        let when_busy = wait_among(&busy);
+        let with_room = wait_among(&room);
         assert_eq!(when_busy.reason, WaitReason::AgentsBusy);
         assert_eq!(with_room.reason, WaitReason::Queued);
         assert_eq!(when_busy.message, with_room.message);
@@ -513,22 +513,13 @@ mod tests {
             agent(2, Active, None, 3),
             agent(3, Stale, None, 0),
         ];
-        let with_more = wait(
-            &facts,
-            &classify(&order, Pending, false, false, &more).unwrap(),
-        );
+        let with_more = wait_among(&more);
         assert_eq!(with_more.message, with_room.message);
         assert!(!with_room.message.contains("a1"), "{}", with_room.message);
         let stale = [agent(1, Stale, None, 0)];
         let stale_more = [agent(1, Stale, None, 0), agent(2, NeverSeen, None, 0)];
-        let one = wait(
-            &facts,
-            &classify(&order, Pending, false, false, &stale).unwrap(),
-        );
-        let two = wait(
-            &facts,
-            &classify(&order, Pending, false, false, &stale_more).unwrap(),
-        );
+        let one = wait_among(&stale);
+        let two = wait_among(&stale_more);
         assert_eq!(one.reason, WaitReason::NoAgentConnected);
         assert_eq!(one.message, two.message);
         assert!(!one.message.contains("a1"), "{}", one.message);

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -45,11 +45,7 @@ enum Claim {
 
 async fn would_claim(queue: &Queue, order: Uuid, agent: Uuid) -> Claim {
     let mut tx = queue.pool().begin().await.unwrap();
-    let req = ClaimRequest {
-        agent_id: agent,
-        lease_seconds: None,
-    };
-    let got = claim_in(&mut tx, order, &req).await;
+    let got = claim_in(&mut tx, order, &claim_as(agent)).await;
     tx.rollback().await.unwrap();
     match got {
         Ok(_) => Claim::Taken,
@@ -62,6 +58,14 @@ async fn would_claim(queue: &Queue, order: Uuid, agent: Uuid) -> Claim {
             other => panic!("unexpected conflict {other:?}"),
         },
         Err(e) => panic!("claim by id failed: {e}"),
+    }
+}
+
+/// A claim by `agent` with the default lease.
+fn claim_as(agent: Uuid) -> ClaimRequest {
+    ClaimRequest {
+        agent_id: agent,
+        lease_seconds: None,
     }
 }
 
@@ -95,15 +99,7 @@ async fn seen(queue: &Queue, agent: Uuid, seconds_ago: Option<i32>) {
 
 /// Makes an order `RETRY_PENDING` with its retry `hours` from now (negative: due).
 async fn backing_off(queue: &Queue, order: Uuid, hours: i32) {
-    sqlx::query(
-        "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = 1, \
-         next_retry_after = now() + make_interval(hours => $2::int) WHERE id = $1",
-    )
-    .bind(order)
-    .bind(hours)
-    .execute(queue.pool())
-    .await
-    .unwrap();
+    crate::testing::retry_pending(queue, order, Some(hours)).await;
 }
 
 async fn explain(queue: &Queue, order: Uuid) -> Explanation {
@@ -233,13 +229,7 @@ async fn check(
                 }),
             )
             .await;
-            let mut tx = queue.pool().begin().await.unwrap();
-            let req = ClaimRequest {
-                agent_id: id,
-                lease_seconds: None,
-            };
-            claim_in(&mut tx, filler, &req).await.unwrap();
-            tx.commit().await.unwrap();
+            queue.claim(filler, &claim_as(id)).await.unwrap();
         }
         match a.contact {
             Contact::Never => seen(queue, id, None).await,
@@ -277,13 +267,7 @@ async fn check(
                        "concurrency": {"key": k, "max": 1}}),
             )
             .await;
-            let mut tx = queue.pool().begin().await.unwrap();
-            let req = ClaimRequest {
-                agent_id: holder,
-                lease_seconds: None,
-            };
-            claim_in(&mut tx, held, &req).await.unwrap();
-            tx.commit().await.unwrap();
+            queue.claim(held, &claim_as(holder)).await.unwrap();
         }
     }
     let mut created = vec![];
@@ -435,15 +419,7 @@ fn waiting_agreement() {
         .unwrap();
     let _context = rt.enter();
     let queue = rt.block_on(async { Queue::new(crate::testing::fresh_pool(4).await) });
-    let cases: u32 = std::env::var("PULLMAN_PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(48);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = crate::testing::proptest_runner(crate::testing::proptest_cases(48));
     let strategy = (
         proptest::collection::vec(agent_case(), 1..=3),
         proptest::collection::vec(order_case(), 1..=4),

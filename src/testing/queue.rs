@@ -42,3 +42,21 @@ pub async fn claim_next_id(queue: &Queue, agent: Uuid) -> Option<Uuid> {
     };
     queue.claim_next(&req, &[]).await.unwrap().map(|o| o.id)
 }
+
+/// Makes an order `RETRY_PENDING` (retry count 1) with its retry `hours` from now: due when
+/// negative, and with no `next_retry_after` at all for `None`, which no statement writes but
+/// every path must read as not due.
+///
+/// # Panics
+/// On a failed update (a database error).
+pub async fn retry_pending(queue: &Queue, order: Uuid, hours: Option<i32>) {
+    sqlx::query(
+        "UPDATE work_orders SET status = 'RETRY_PENDING', retry_count = 1, \
+         next_retry_after = now() + make_interval(hours => $2::int) WHERE id = $1",
+    )
+    .bind(order)
+    .bind(hours)
+    .execute(queue.pool())
+    .await
+    .unwrap();
+}

@@ -14,6 +14,8 @@
 //!   order and writing it.
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgArguments;
+use sqlx::query::QueryAs;
 use uuid::Uuid;
 
 use super::Heartbeat;
@@ -143,15 +145,20 @@ impl Queue {
             tx.commit().await?;
             return Ok(None);
         };
-        let final_claim = FinalClaim {
-            agent_id,
-            claim_id,
-            claimed_at,
+        let ended = EndedAttempt {
+            order_id,
+            order,
+            claim: FinalClaim {
+                agent_id,
+                claim_id,
+                claimed_at,
+            },
+            message,
         };
         let result = if disrupted {
-            disrupted_attempt(&mut tx, order_id, &order, final_claim, message, retryable).await?
+            ended.disrupted(&mut tx, retryable).await?
         } else {
-            failed_attempt(&mut tx, order_id, &order, final_claim, message, retryable).await?
+            ended.failed(&mut tx, retryable).await?
         };
         tx.commit().await?;
         if matches!(result, CompletionResult::RetryScheduled { .. }) {
@@ -187,104 +194,118 @@ struct FailingOrder {
     max_reclaims: i32,
 }
 
-/// The end of an attempt that failed (docs/design.md §2), in the caller's transaction after the
-/// claim was ended: a retry (`sql/schedule_retry.sql`, the `202`) or the log as failed.
-async fn failed_attempt(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+/// A failed attempt whose claim `complete_failure` has ended: the order as it was locked, the
+/// claim and the agent's stored message, which either end of it records.
+struct EndedAttempt<'a> {
     order_id: Uuid,
-    order: &FailingOrder,
+    order: FailingOrder,
     claim: FinalClaim,
-    message: Option<&str>,
-    retryable: bool,
-) -> Result<CompletionResult, QueueError> {
-    let error = message.unwrap_or("the agent reported failure without a message");
-    let decision = rules::decide_failure(
-        order.retry_count,
-        order.max_retries,
-        order.backoff_seconds,
-        retryable,
-    );
-    Ok(match decision {
-        FailureDecision::Retry {
-            retry_count,
-            delay_seconds,
-        } => {
-            // The claim ends here without finishing the order: it is kept as an attempt.
-            // $1 order, $2 retry count, $3 delay, $4 error, $5–$7 the ended claim.
-            let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(sql::SCHEDULE_RETRY)
-                .bind(order_id)
-                .bind(retry_count)
-                .bind(delay_seconds as f64)
-                .bind(error)
-                .bind(claim.claim_id)
-                .bind(claim.agent_id)
-                .bind(claim.claimed_at)
-                .fetch_one(&mut **tx)
-                .await?;
-            CompletionResult::RetryScheduled { next_retry_after }
-        }
-        FailureDecision::Fail => CompletionResult::Finished(Box::new(
-            finish(
-                tx,
-                order_id,
-                EndedBy::Agent,
-                Outcome::Failed,
-                message,
-                Some(error),
-                Some(claim),
-            )
-            .await?,
-        )),
-    })
+    message: Option<&'a str>,
 }
 
 /// The error recorded for a disrupted attempt reported without a message.
 const DISRUPTED_WITHOUT_MESSAGE: &str = "the agent reported a disruption without a message";
 
-/// The end of an attempt ended by a disruption (docs/design.md §12), in the caller's
-/// transaction after the claim was ended: the order runs again at once
-/// (`sql/requeue_disrupted.sql`, the `202`) or goes to the log as failed with
-/// `ended_by = disruption`, the message saying why it was not run again when its policy is `safe`.
-async fn disrupted_attempt(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    order_id: Uuid,
-    order: &FailingOrder,
-    claim: FinalClaim,
-    message: Option<&str>,
-    stopped: bool,
-) -> Result<CompletionResult, QueueError> {
-    // The column's CHECK allows only the two spellings.
-    let policy = RetryOnDisruption::parse(&order.retry_on_disruption).unwrap_or_default();
-    let error = message.unwrap_or(DISRUPTED_WITHOUT_MESSAGE);
-    match rules::decide_disruption(policy, stopped, order.reclaim_count, order.max_reclaims) {
-        DisruptionDecision::RunAgain => {
-            // $1 order, $2 error, $3–$5 the ended claim.
-            let (next_retry_after,): (DateTime<Utc>,) = sqlx::query_as(sql::REQUEUE_DISRUPTED)
-                .bind(order_id)
-                .bind(error)
-                .bind(claim.claim_id)
-                .bind(claim.agent_id)
-                .bind(claim.claimed_at)
-                .fetch_one(&mut **tx)
-                .await?;
-            Ok(CompletionResult::RetryScheduled { next_retry_after })
-        }
-        DisruptionDecision::Fail { why_not } => {
-            let why_not = why_not.unwrap_or_default();
-            // The reason stays whole: the agent's message gives up the room it needs.
-            let limit = text::MAX_MESSAGE_BYTES - why_not.len();
-            let error = format!("{}{why_not}", text::storable(error, limit));
-            let entry = finish(
-                tx,
-                order_id,
-                EndedBy::Disruption,
-                Outcome::Failed,
-                Some(&error),
-                Some(&error),
-                Some(claim),
-            )
+impl<'a> EndedAttempt<'a> {
+    /// The order runs again (the `202`): `query`, `sql/schedule_retry.sql` or
+    /// `sql/requeue_disrupted.sql` with its leading parameters bound, takes `error` and the ended
+    /// claim as its last four, keeps the claim as an attempt without finishing the order, and
+    /// answers when the order may be claimed again.
+    async fn run_again(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        query: QueryAs<'a, sqlx::Postgres, (DateTime<Utc>,), PgArguments>,
+        error: &'a str,
+    ) -> Result<CompletionResult, QueueError> {
+        let (next_retry_after,) = query
+            .bind(error)
+            .bind(self.claim.claim_id)
+            .bind(self.claim.agent_id)
+            .bind(self.claim.claimed_at)
+            .fetch_one(&mut **tx)
             .await?;
-            Ok(CompletionResult::Finished(Box::new(entry)))
+        Ok(CompletionResult::RetryScheduled { next_retry_after })
+    }
+
+    /// The end of an attempt that failed (docs/design.md §2), in the caller's transaction: a
+    /// retry (`sql/schedule_retry.sql`, the `202`) or the log as failed.
+    async fn failed(
+        self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        retryable: bool,
+    ) -> Result<CompletionResult, QueueError> {
+        let error = self
+            .message
+            .unwrap_or("the agent reported failure without a message");
+        let decision = rules::decide_failure(
+            self.order.retry_count,
+            self.order.max_retries,
+            self.order.backoff_seconds,
+            retryable,
+        );
+        Ok(match decision {
+            FailureDecision::Retry {
+                retry_count,
+                delay_seconds,
+            } => {
+                // $1 order, $2 retry count, $3 delay; the rest as `run_again` binds them.
+                let query = sqlx::query_as(sql::SCHEDULE_RETRY)
+                    .bind(self.order_id)
+                    .bind(retry_count)
+                    .bind(delay_seconds as f64);
+                self.run_again(tx, query, error).await?
+            }
+            FailureDecision::Fail => CompletionResult::Finished(Box::new(
+                finish(
+                    tx,
+                    self.order_id,
+                    EndedBy::Agent,
+                    Outcome::Failed,
+                    self.message,
+                    Some(error),
+                    Some(self.claim),
+                )
+                .await?,
+            )),
+        })
+    }
+
+    /// The end of an attempt ended by a disruption (docs/design.md §12), in the caller's
+    /// transaction: the order runs again at once (`sql/requeue_disrupted.sql`, the `202`) or goes
+    /// to the log as failed with `ended_by = disruption`, the message saying why it was not run
+    /// again when its policy is `safe`.
+    async fn disrupted(
+        self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        stopped: bool,
+    ) -> Result<CompletionResult, QueueError> {
+        let order = &self.order;
+        // The column's CHECK allows only the two spellings.
+        let policy = RetryOnDisruption::parse(&order.retry_on_disruption).unwrap_or_default();
+        let error = self.message.unwrap_or(DISRUPTED_WITHOUT_MESSAGE);
+        match rules::decide_disruption(policy, stopped, order.reclaim_count, order.max_reclaims) {
+            DisruptionDecision::RunAgain => {
+                // $1 order; the rest as `run_again` binds them.
+                let query = sqlx::query_as(sql::REQUEUE_DISRUPTED).bind(self.order_id);
+                self.run_again(tx, query, error).await
+            }
+            DisruptionDecision::Fail { why_not } => {
+                let why_not = why_not.unwrap_or_default();
+                // The reason stays whole: the agent's message gives up the room it needs.
+                let limit = text::MAX_MESSAGE_BYTES - why_not.len();
+                let error = format!("{}{why_not}", text::storable(error, limit));
+                let entry = finish(
+                    tx,
+                    self.order_id,
+                    EndedBy::Disruption,
+                    Outcome::Failed,
+                    Some(&error),
+                    Some(&error),
+                    Some(self.claim),
+                )
+                .await?;
+                Ok(CompletionResult::Finished(Box::new(entry)))
+            }
         }
     }
 }

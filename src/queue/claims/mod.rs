@@ -18,8 +18,8 @@ use super::eligibility::{self, AgentProfile, OrderProfile, at_capacity, room};
 use super::sql;
 use super::wake::WakeFilter;
 use super::{
-    ConflictCode, OrderRow, OrderStatus, Page, Queue, QueueError, Targeting, WorkOrder, WorkType,
-    cursor,
+    ConflictCode, OrderRow, OrderStatus, Page, Queue, QueueError, Targeting, TargetingColumns,
+    WorkOrder, WorkType, cursor,
 };
 
 /// Who claims, and with what lease (seconds; `None` = no lease, docs/design.md §2).
@@ -142,16 +142,20 @@ fn take_claim<'q>(
 /// on one key from looping.
 const CONTENDED_TRIES: u32 = 4;
 
-/// The pause before try `tries + 1` of a contended claim: none, then 4 and 8 ms. The second try
-/// goes at once: usually the key filled after the first's snapshot, and a fresh snapshot walks
-/// past it (with one hot key, pausing there too took `bench/keys.rs` 10b's claim p99 from 5.1 to
-/// 10.5 ms). Later
-/// tries pause, because then the key's row is likely held by a claim or a claim's end in flight
-/// (`pullman_take_slot` does not wait for it), which commits within milliseconds.
-async fn contended_pause(tries: u32) {
+/// Whether a contended claim-next runs its statement again after try `tries` (while
+/// [`CONTENDED_TRIES`] last), having paused first: none, then 4 and 8 ms. The second try goes at
+/// once: usually the key filled after the first's snapshot, and a fresh snapshot walks past it
+/// (with one hot key, pausing there too took `bench/keys.rs` 10b's claim p99 from 5.1 to 10.5
+/// ms). Later tries pause, because then the key's row is likely held by a claim or a claim's end
+/// in flight (`pullman_take_slot` does not wait for it), which commits within milliseconds.
+async fn try_again(tries: u32) -> bool {
+    if tries >= CONTENDED_TRIES {
+        return false;
+    }
     if tries > 1 {
         tokio::time::sleep(std::time::Duration::from_millis(1 << tries)).await;
     }
+    true
 }
 
 /// PostgreSQL ended the statement to break a deadlock (`40P01`). Two multi-claims that make the
@@ -307,29 +311,20 @@ impl Queue {
         work_types: &[WorkType],
         max_orders: usize,
     ) -> Result<(Vec<WorkOrder>, Claimer), QueueError> {
-        let statement = if self.turns.fair(&self.pool).await? {
-            sql::CLAIM_NEXT_FAIR
-        } else {
-            sql::CLAIM_NEXT
-        };
+        let statement = self.fair_or(sql::CLAIM_NEXT_FAIR, sql::CLAIM_NEXT).await?;
         let mut tries = 0;
         loop {
             tries += 1;
-            let rows: Vec<PgRow> = match take_claim(statement, req, max_orders)
+            let rows: Result<Vec<PgRow>, _> = take_claim(statement, req, max_orders)
                 .bind(type_names(work_types))
                 .fetch_all(&self.pool)
-                .await
-            {
-                Err(e) if deadlocked(&e) && tries < CONTENDED_TRIES => {
-                    contended_pause(tries).await;
-                    continue;
-                }
-                rows => rows?,
-            };
-            let run = claim_result(req, &rows)?;
+                .await;
+            if matches!(&rows, Err(e) if deadlocked(e)) && try_again(tries).await {
+                continue;
+            }
+            let run = claim_result(req, &rows?)?;
             self.park_turns(&run.idle_turns).await;
-            if run.orders.is_empty() && run.contended && tries < CONTENDED_TRIES {
-                contended_pause(tries).await;
+            if run.orders.is_empty() && run.contended && try_again(tries).await {
                 continue;
             }
             if !run.orders.is_empty() || run.claimer.max_concurrency.is_none() {
@@ -337,6 +332,20 @@ impl Queue {
             }
             return self.claim_next_capped(req, work_types, max_orders).await;
         }
+    }
+
+    /// `fair` while tenants compete for turns (`TurnMode::fair`), else `plain`: each claim-next
+    /// statement has a form of each kind.
+    async fn fair_or(
+        &self,
+        fair: &'static str,
+        plain: &'static str,
+    ) -> Result<&'static str, QueueError> {
+        Ok(if self.turns.fair(&self.pool).await? {
+            fair
+        } else {
+            plain
+        })
     }
 
     /// Claim-next for an agent with `max_concurrency`, as a transaction: locks the agent row,
@@ -351,11 +360,9 @@ impl Queue {
     ) -> Result<(Vec<WorkOrder>, Claimer), QueueError> {
         // Decided before the transaction: a look at the turns may need a connection of its
         // own, which must not be awaited while this one holds the agent's row lock.
-        let statement = if self.turns.fair(&self.pool).await? {
-            sql::CLAIM_NEXT_CAPPED_FAIR
-        } else {
-            sql::CLAIM_NEXT_CAPPED
-        };
+        let statement = self
+            .fair_or(sql::CLAIM_NEXT_CAPPED_FAIR, sql::CLAIM_NEXT_CAPPED)
+            .await?;
         let mut tries = 0;
         loop {
             tries += 1;
@@ -369,22 +376,17 @@ impl Queue {
                 tx.commit().await?;
                 return Ok((Vec::new(), claimer));
             }
-            let rows = match take_claim(statement, req, max_orders.min(room))
+            let rows = take_claim(statement, req, max_orders.min(room))
                 .bind(type_names(work_types))
                 .fetch_all(&mut *tx)
-                .await
-            {
-                Err(e) if deadlocked(&e) && tries < CONTENDED_TRIES => {
-                    contended_pause(tries).await;
-                    continue;
-                }
-                rows => rows?,
-            };
-            let run = claim_result(req, &rows)?;
+                .await;
+            if matches!(&rows, Err(e) if deadlocked(e)) && try_again(tries).await {
+                continue;
+            }
+            let run = claim_result(req, &rows?)?;
             tx.commit().await?;
             self.park_turns(&run.idle_turns).await;
-            if run.orders.is_empty() && run.contended && tries < CONTENDED_TRIES {
-                contended_pause(tries).await;
+            if run.orders.is_empty() && run.contended && try_again(tries).await {
                 continue;
             }
             return Ok((run.orders, claimer));
@@ -416,10 +418,8 @@ pub(in crate::queue) async fn claim_in(
     struct Candidate {
         work_type: String,
         tenant: Option<String>,
-        target_agent_ids: Vec<Uuid>,
-        target_agent_names: Vec<String>,
-        target_labels: Vec<String>,
-        target_annotations: Json<BTreeMap<String, String>>,
+        #[sqlx(flatten)]
+        targeting: TargetingColumns,
         status: String,
         next_retry_after: Option<DateTime<Utc>>,
         due: bool,
@@ -436,12 +436,7 @@ pub(in crate::queue) async fn claim_in(
         id: order_id.to_string(),
     };
     let c = candidate.ok_or_else(not_found)?;
-    let targeting = Targeting {
-        agent_ids: c.target_agent_ids,
-        agent_names: c.target_agent_names,
-        labels: c.target_labels,
-        annotations: c.target_annotations.0,
-    };
+    let targeting = Targeting::from(c.targeting);
     let work_type = WorkType::parse(&c.work_type).unwrap_or(WorkType::Custom);
     let visible = eligibility::agent_may_see(
         &claimer.profile,

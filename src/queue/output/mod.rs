@@ -460,17 +460,6 @@ fn dropped_marker(state: &OutputState, after: i64) -> Option<OutputEntry> {
 mod tests {
     use super::*;
 
-    fn chunk(lines: Vec<OutputLine>) -> OutputChunk {
-        OutputChunk {
-            agent_id: Uuid::nil(),
-            claim_id: Uuid::nil(),
-            seq: 0,
-            dropped_bytes: None,
-            dropped_reason: None,
-            lines,
-        }
-    }
-
     fn line(stream: &str, text: &str) -> OutputLine {
         OutputLine {
             stream: stream.into(),
@@ -505,7 +494,11 @@ mod tests {
 
     #[test]
     fn nul_is_replaced_and_bytes_counted() {
-        let c = prepare_chunk(chunk(vec![line("std\0out", "a\0b"), line("stderr", "é")])).unwrap();
+        let c = prepare_chunk(OutputChunk::of_lines(vec![
+            line("std\0out", "a\0b"),
+            line("stderr", "é"),
+        ]))
+        .unwrap();
         assert_eq!(c.texts, vec!["a\u{FFFD}b".to_string(), "é".to_string()]);
         assert_eq!(c.streams[0], "std\u{FFFD}out");
         let stored = "a\u{FFFD}b".len() + "std\u{FFFD}out".len() + "é".len() + "stderr".len();
@@ -515,18 +508,28 @@ mod tests {
     #[test]
     fn bad_fields_are_named() {
         let long = "x".repeat(MAX_STREAM_CHARS + 1);
-        let e = prepare_chunk(chunk(vec![line("stdout", "a"), line(&long, "b")])).unwrap_err();
+        let e = prepare_chunk(OutputChunk::of_lines(vec![
+            line("stdout", "a"),
+            line(&long, "b"),
+        ]))
+        .unwrap_err();
         assert!(
             matches!(e, QueueError::Invalid { ref field, .. } if field == "lines[1].stream"),
             "{e}"
         );
-        assert!(prepare_chunk(chunk(vec![line(&"é".repeat(MAX_STREAM_CHARS), "b")])).is_ok());
-        let mut c = chunk(vec![]);
+        assert!(
+            prepare_chunk(OutputChunk::of_lines(vec![line(
+                &"é".repeat(MAX_STREAM_CHARS),
+                "b"
+            )]))
+            .is_ok()
+        );
+        let mut c = OutputChunk::of_lines(vec![]);
         c.seq = -1;
         assert!(
             matches!(prepare_chunk(c).unwrap_err(), QueueError::Invalid { ref field, .. } if field == "seq")
         );
-        let mut c = chunk(vec![]);
+        let mut c = OutputChunk::of_lines(vec![]);
         c.dropped_bytes = Some(-5);
         assert!(
             matches!(prepare_chunk(c).unwrap_err(), QueueError::Invalid { ref field, .. } if field == "dropped_bytes")

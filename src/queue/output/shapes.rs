@@ -76,6 +76,22 @@ pub struct OutputChunk {
     pub lines: Vec<OutputLine>,
 }
 
+#[cfg(test)]
+impl OutputChunk {
+    /// Chunk 0 of `lines`, of the nil agent and claim, reporting no gap: for tests of what a
+    /// chunk's lines become.
+    pub(crate) fn of_lines(lines: Vec<OutputLine>) -> Self {
+        OutputChunk {
+            agent_id: Uuid::nil(),
+            claim_id: Uuid::nil(),
+            seq: 0,
+            dropped_bytes: None,
+            dropped_reason: None,
+            lines,
+        }
+    }
+}
+
 /// Why an agent lost output (docs/design.md §9): its buffer was full while the server could not
 /// take chunks, or the server refused a chunk it cannot store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]

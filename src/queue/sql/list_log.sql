@@ -10,11 +10,8 @@
 -- $8 a label the order targeted (text)
 -- $9 finished at or after (timestamptz)
 -- $10, $11 id range of an id prefix, low and high (uuid)
-SELECT id, work_type, NULL::text AS yaml_content, outcome, message, max_retries,
-       backoff_seconds, claim_timeout_seconds, max_reclaims, priority, concurrency_key,
-       concurrency_max, concurrency_on_conflict, retry_on_disruption, tenant, targeting,
-       retry_count, reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at,
-       rerun_of, created_at, completed_at
+SELECT NULL::text AS yaml_content,
+       -- @include log_columns.sql
 FROM work_order_log
 WHERE ($1::text IS NULL OR work_type = $1)
   AND ($2::bool IS NULL OR (outcome = 'succeeded') = $2)

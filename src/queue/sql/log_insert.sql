@@ -24,8 +24,5 @@ SELECT w.id, w.work_type, w.yaml_content, w.max_retries, w.backoff_seconds,
        w.priority, w.concurrency_key, w.concurrency_max, w.concurrency_on_conflict,
        w.retry_on_disruption, w.created_at, now()
 FROM w JOIN ending e ON e.id = w.id
-RETURNING id, work_type, NULL::text AS yaml_content, outcome, message, max_retries,
-          backoff_seconds, claim_timeout_seconds, max_reclaims, priority, concurrency_key,
-          concurrency_max, concurrency_on_conflict, retry_on_disruption, tenant, targeting,
-          retry_count, reclaim_count, last_error, last_error_at, claimed_by, claim_id, claimed_at,
-          rerun_of, created_at, completed_at
+RETURNING NULL::text AS yaml_content,
+          -- @include log_columns.sql

@@ -3,7 +3,7 @@
 //! statements' whole text, as `build.rs` wrote it to `$OUT_DIR/sql/` from these files.
 //!
 //! A rule or a shape that several statements share (eligibility, claim liveness, taking a
-//! claim, the columns of an order, moving an order to the log) is written once, in a fragment file, and a statement that needs it has the
+//! claim, the columns of an order or of a log entry, moving an order to the log) is written once, in a fragment file, and a statement that needs it has the
 //! line `-- @include <fragment>.sql` in its place; `build.rs` puts the fragment's text there.
 //! Tests in `queue::eligibility` and `queue::claims` check that each statement that must apply a
 //! rule does.
@@ -39,8 +39,9 @@ macro_rules! statements {
 /// claiming statement takes, `queue::claims`), the parts the claim-next statements share
 /// (`claiming_agent.sql`, `capped_agent.sql`, `claim_next_result.sql`, and the hand-out walks
 /// `handout_walk.sql` and `turn_walk.sql` with `serve_turns.sql`: `queue::turns`),
-/// `order_columns.sql` (an order as `queue::OrderRow` reads it), `log_insert.sql` (an order
-/// moved to the log) and `key_full.sql` (a concurrency key whose slots are all held).
+/// `order_columns.sql` (an order as `queue::OrderRow` reads it), `log_columns.sql` (a log entry
+/// as `queue::LogRow` reads it), `log_insert.sql` (an order moved to the log) and `key_full.sql`
+/// (a concurrency key whose slots are all held).
 #[cfg(test)]
 const FRAGMENTS: &[&str] = &[
     "eligible",
@@ -54,6 +55,7 @@ const FRAGMENTS: &[&str] = &[
     "take_claim",
     "claimed_order",
     "order_columns",
+    "log_columns",
     "log_insert",
     "key_full",
 ];

@@ -4,8 +4,8 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{Claim, agent, backing_off, explain, fresh, order, seen, would_claim};
-use crate::queue::{ClaimRequest, Completion, ConflictCode, QueueError, WaitReason, WorkOrder};
+use super::{Claim, agent, backing_off, claim_as, explain, fresh, order, seen, would_claim};
+use crate::queue::{Completion, ConflictCode, QueueError, WaitReason, WorkOrder};
 
 #[tokio::test]
 async fn no_matching_agent_cannot_be_claimed_by_any_agent() {
@@ -31,16 +31,7 @@ async fn no_matching_agent_cannot_be_claimed_by_any_agent() {
     assert!(e.message.contains("No live agent"), "{}", e.message);
     for a in [gpu, builder, tenant] {
         assert_eq!(would_claim(&queue, o, a).await, Claim::NotVisible);
-        let next = queue
-            .claim_next(
-                &ClaimRequest {
-                    agent_id: a,
-                    lease_seconds: None,
-                },
-                &[],
-            )
-            .await
-            .unwrap();
+        let next = queue.claim_next(&claim_as(a), &[]).await.unwrap();
         assert!(next.is_none(), "claim-next handed it out");
     }
     // A retired agent that matched does not count either.
@@ -71,16 +62,7 @@ async fn no_agent_connected_is_claimable_by_a_named_agent_once_it_calls() {
     seen(&queue, stale, Some(0)).await;
     let e = explain(&queue, o).await;
     assert_eq!((e.reason, e.position), (WaitReason::Queued, Some(1)));
-    let claimed = queue
-        .claim(
-            o,
-            &ClaimRequest {
-                agent_id: stale,
-                lease_seconds: None,
-            },
-        )
-        .await
-        .unwrap();
+    let claimed = queue.claim(o, &claim_as(stale)).await.unwrap();
     assert_eq!(claimed.id, o);
     match queue.explain(o).await {
         Err(QueueError::Conflict {
@@ -103,10 +85,7 @@ async fn agents_busy_is_refused_for_max_concurrency_until_a_claim_ends() {
     let idle = agent(&queue, json!({"name": "idle", "labels": ["gpu"]})).await;
     seen(&queue, idle, Some(3600)).await;
     let first = order(&queue, json!({"targeting": {"agent_names": ["one"]}})).await;
-    let req = ClaimRequest {
-        agent_id: a,
-        lease_seconds: None,
-    };
+    let req = claim_as(a);
     let held = queue.claim(first, &req).await.unwrap();
     let o = order(&queue, json!({"targeting": {"labels": ["gpu"]}})).await;
     let e = explain(&queue, o).await;
@@ -177,10 +156,7 @@ async fn queued_position_is_the_claim_next_call_that_hands_it_out() {
     );
     assert!(e.message.contains("number 3"), "{}", e.message);
     assert_eq!(would_claim(&queue, last, a).await, Claim::Taken);
-    let req = ClaimRequest {
-        agent_id: a,
-        lease_seconds: None,
-    };
+    let req = claim_as(a);
     for (i, expected) in ahead.iter().enumerate() {
         let e = explain(&queue, last).await;
         assert_eq!(e.position, Some(3 - i as i64));
