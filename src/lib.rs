@@ -132,7 +132,7 @@
 //! 6. `schedulable::refreshes` asks again every `REFRESH_EVERY`: agent changes never touch the order.
 //!
 //! **A running order's output, from a pod or a command to `logs -f`** (docs/design.md §9), in
-//! three parts: the agent (1–7), the server (8–11), the reader (12).
+//! three parts: the agent (1–7), the server (8–12), the reader (13).
 //! 1. Executor: `KubeCarrier::follow_logs` starts the sender and `executor::logs::PodLogs::follow`.
 //! 2. Executor: each container run is `executor::container_log::follow`, reopened when it breaks.
 //! 3. Worker: `worker::spawn_command` starts the `OutputSender` and a `stream_lines` per pipe.
@@ -149,9 +149,9 @@
 //!     subscribers.
 //! 11. `…/output?follow=true`: `api::output::read`'s `Follower` reads `Queue::read_output` when woken
 //!     (and about once a minute without a wake-up, `FOLLOW_POLL`, should a notification be lost).
-//! 11a. The order's end: its follower row (`Queue::follow_output`, written before the first read)
-//!     makes the move to the log `NOTIFY pullman_output` too, so the stream ends with the order.
-//! 12. `work-orders logs -f`: `admin::logs::logs`, whose `follow_once` reads `Client::follow_output`.
+//! 12. The order's end: its follower row (`Queue::register_follower`, before the first read)
+//!     makes its move to the log `NOTIFY pullman_output` too, so the stream ends with the order.
+//! 13. `work-orders logs -f`: `admin::logs::logs`, whose `follow_once` reads `Client::follow_output`.
 
 // Printing to stdout goes through `stdout` (a closed pipe must not panic).
 #![deny(clippy::print_stdout)]

@@ -424,7 +424,7 @@ impl Follower {
         if self.followed.is_none() {
             // Before the first read: a finish after it notifies; one before it is read.
             let follower = Uuid::new_v4();
-            if let Err(e) = self.queue.follow_output(self.order, follower).await {
+            if let Err(e) = self.queue.register_follower(self.order, follower).await {
                 return Some(Err(std::io::Error::other(e.to_string())));
             }
             self.followed = Some(follower);
@@ -495,7 +495,7 @@ impl Drop for Follower {
             // one NOTIFY when the order finishes, and maintenance deletes it after a day.
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
-                    if let Err(e) = queue.unfollow_output(order, follower).await {
+                    if let Err(e) = queue.unregister_follower(order, follower).await {
                         tracing::debug!(error = %e, %order, "could not drop a follower's row");
                     }
                 });

@@ -193,7 +193,7 @@ impl Running {
     }
 
     /// Notes the orders that have finished, without waiting, so the set does not grow.
-    fn reap(&mut self) {
+    fn collect_finished(&mut self) {
         while let Some(done) = self.set.try_join_next() {
             self.note(done);
         }
@@ -211,7 +211,7 @@ impl Running {
     }
 }
 
-/// The loop: reap finished orders → take a free slot → claim (for every free slot at once) →
+/// The loop: collect finished orders → take a free slot → claim (for every free slot at once) →
 /// spawn each order claimed; then, drained, wait for the running ones.
 async fn run_loop<C: Carrier>(
     client: Client,
@@ -237,7 +237,7 @@ async fn run_loop<C: Carrier>(
     };
     let mut backoff = Backoff::default();
     loop {
-        running.reap();
+        running.collect_finished();
         if running.refused.is_some() || (runs.once() && running.last.is_some()) {
             break;
         }
@@ -263,7 +263,7 @@ async fn run_loop<C: Carrier>(
         }
     }
     // Orders that finished since the last claim stay in the set until joined.
-    running.reap();
+    running.collect_finished();
     if running.refused.is_some() {
         // The same token cannot heartbeat or report: stop running orders at once.
         shutdown.abandon.cancel();

@@ -83,7 +83,7 @@ impl Queue {
             .map(|m| text::storable(m, text::MAX_MESSAGE_BYTES));
         let message = message.as_deref();
         let done = if completion.success {
-            self.complete_success_one_trip(order_id, agent_id, claim_id, message)
+            self.commit_success(order_id, agent_id, claim_id, message)
                 .await?
                 .map(|entry| CompletionResult::Finished(Box::new(entry)))
         } else {
@@ -314,7 +314,7 @@ impl Queue {
     /// A successful complete in one statement (`sql/complete_success.sql`), or in the next group
     /// commit when it is on (`queue::group_commit`). `None` when the agent holds no live claim
     /// on the order (the caller explains the 409).
-    pub(super) async fn complete_success_one_trip(
+    pub(super) async fn commit_success(
         &self,
         order_id: Uuid,
         agent_id: Uuid,

@@ -313,7 +313,11 @@ impl Queue {
     /// log notifies its followers (`NOTIFY pullman_output`, docs/design.md §9). Call before the
     /// follower's first read: an order finishing later then notifies, one finished earlier is
     /// seen by that read.
-    pub async fn follow_output(&self, order_id: Uuid, follower: Uuid) -> Result<(), QueueError> {
+    pub async fn register_follower(
+        &self,
+        order_id: Uuid,
+        follower: Uuid,
+    ) -> Result<(), QueueError> {
         sqlx::query(sql::OUTPUT_FOLLOW)
             .bind(order_id)
             .bind(follower)
@@ -323,7 +327,11 @@ impl Queue {
     }
 
     /// The stream of `follower` ended: its order's finish need not be notified for it.
-    pub async fn unfollow_output(&self, order_id: Uuid, follower: Uuid) -> Result<(), QueueError> {
+    pub async fn unregister_follower(
+        &self,
+        order_id: Uuid,
+        follower: Uuid,
+    ) -> Result<(), QueueError> {
         sqlx::query(sql::OUTPUT_UNFOLLOW)
             .bind(order_id)
             .bind(follower)
