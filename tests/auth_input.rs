@@ -262,10 +262,7 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
         .admin_post("/api/v1/work-orders", json!({"work_type": "custom", "yaml_content": "apiVersion: v1\nkind: A\nmetadata: {}\n", "max_retries": 101, "targeting": {"labels": ["a"]}}))
         .await;
     assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("max_retries"),
+        support::error_message(&v).contains("max_retries"),
         "names the field: {v}"
     );
     assert_eq!(count(&s, "work_orders").await, 0, "nothing written");
@@ -296,12 +293,7 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
         .claim_next(&a, &tok, Some(json!({"lease_seconds": 1})))
         .await;
     assert_eq!(st, 400, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("lease_seconds")
-    );
+    assert!(support::error_message(&v).contains("lease_seconds"));
     let (st, v) = s
         .claim_next(&a, &tok, Some(json!({"max_wait_seconds": "soon"})))
         .await;

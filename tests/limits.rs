@@ -397,10 +397,7 @@ async fn the_concurrency_key_limits_are_stated_where_they_are_used() {
         } else {
             assert_eq!(status, 400, "{concurrency}: {answer}");
             assert!(
-                answer["error"]["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("concurrency."),
+                support::error_message(&answer).contains("concurrency."),
                 "{answer}"
             );
         }

@@ -4,6 +4,7 @@
 //! in [`worker`], `pullman serve` as a process in [`serve`]) and the Kubernetes helpers.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod cli;
 #[cfg(feature = "k8s-tests")]
 pub mod kube;
@@ -19,4 +20,13 @@ pub use pullman::testing::*;
 /// The `pullman` binary built for these tests.
 pub fn pullman_bin() -> &'static str {
     env!("CARGO_BIN_EXE_pullman")
+}
+
+/// The message of an API error answer (`{"error": {"code", "message"}}`), for the checks of what
+/// it says that the refusal tests make.
+///
+/// # Panics
+/// When `v` has no error message.
+pub fn error_message(v: &serde_json::Value) -> &str {
+    v["error"]["message"].as_str().expect("an error message")
 }
