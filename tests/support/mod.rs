@@ -12,6 +12,7 @@ pub mod kube;
 pub mod open_streams;
 pub mod output;
 pub mod own_postgres;
+pub mod queue;
 pub mod serve;
 pub mod worker;
 
@@ -29,4 +30,16 @@ pub fn pullman_bin() -> &'static str {
 /// When `v` has no error message.
 pub fn error_message(v: &serde_json::Value) -> &str {
     v["error"]["message"].as_str().expect("an error message")
+}
+
+/// Asserts that an API answer (`status`, body `v`) is the refusal `want_status` with error code
+/// `want_code`, showing the body when it is not: the same check as comparing
+/// `(status, v["error"]["code"])` by hand.
+#[track_caller]
+pub fn assert_refused(status: u16, v: &serde_json::Value, want_status: u16, want_code: &str) {
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (want_status, Some(want_code)),
+        "{v}"
+    );
 }
