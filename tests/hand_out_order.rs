@@ -4,12 +4,14 @@
 //! the turns that maintenance drops while orders are created and claimed around it lose no
 //! order.
 
+mod support;
+
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use pullman::queue::{ClaimRequest, Completion, Queue, WaitReason};
+use pullman::queue::{ClaimRequest, Queue, WaitReason};
 use pullman::testing::{claim_next_id as claim, create_order, fresh_pool, register_agent};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -136,12 +138,7 @@ async fn a_multi_claim_takes_priority_then_age() {
 }
 
 async fn complete(queue: &Queue, order: Uuid, agent: Uuid) {
-    let done = Completion {
-        success: true,
-        message: None,
-        retryable: true,
-        disrupted: false,
-    };
+    let done = support::queue::done(true);
     queue.complete(order, agent, None, &done).await.unwrap();
 }
 
