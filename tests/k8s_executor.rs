@@ -93,13 +93,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
 
     let v = t.s.log_entry(&ok, 60).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
-    assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("Jobs succeeded: pi"),
-        "{v}"
-    );
+    assert!(support::message(&v).contains("Jobs succeeded: pi"), "{v}");
     let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
     let pi = jobs.get("pi").await.unwrap();
     assert_eq!(
@@ -122,10 +116,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
         "a Job that ran and failed is not retried"
     );
     assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("Job {}/doomed failed", t.ns)),
+        support::message(&v).contains(&format!("Job {}/doomed failed", t.ns)),
         "{v}"
     );
     // After the Job's condition, the pod and container that failed, with kwok's exit code.
@@ -144,10 +135,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
     let v = t.s.log_entry(&unnamed, 60).await;
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["retry_count"], 0);
-    assert!(
-        v["message"].as_str().unwrap().contains("no metadata.name"),
-        "{v}"
-    );
+    assert!(support::message(&v).contains("no metadata.name"), "{v}");
     let all = jobs
         .list(&ListParams::default().labels(&format!("pullman.dev/work-order={unnamed}")))
         .await
@@ -220,23 +208,14 @@ async fn a_deleted_job_fails_and_a_job_past_its_budget_is_left_running() {
     let v = t.s.log_entry(&deleted, 30).await;
     assert_eq!(v["outcome"], "failed");
     assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("was deleted before it finished"),
+        support::message(&v).contains("was deleted before it finished"),
         "{v}"
     );
 
     let v = t.s.log_entry(&over, 100).await;
     assert_eq!(v["outcome"], "failed", "{v}");
     assert_eq!(v["retry_count"], 0);
-    assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("watch budget of 60 s"),
-        "{v}"
-    );
+    assert!(support::message(&v).contains("watch budget of 60 s"), "{v}");
     let still = jobs.get("slowpoke").await.unwrap();
     assert!(
         still.metadata.deletion_timestamp.is_none(),
@@ -329,10 +308,7 @@ apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {extra_ns}\n",
     let v = t.s.log_entry(&empty, 30).await;
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["retry_count"], 0);
-    assert!(
-        v["message"].as_str().unwrap().contains("nothing to apply"),
-        "{v}"
-    );
+    assert!(support::message(&v).contains("nothing to apply"), "{v}");
     ex.stop().await;
     let _ = kubectl(
         &["delete", "crd", &format!("widgets.{group}"), "--wait=false"],
@@ -519,16 +495,7 @@ async fn end_to_end_kubectl_apply_to_succeeded_with_the_binaries() {
     );
     // The executor's verdict may come from `SuccessCriteriaMet`, which the Job controller sets
     // just before `Complete`: wait for `Complete` rather than expect it at once.
-    let jobs: Api<Job> = Api::namespaced(k.clone(), &ns);
-    eventually(30, "the pi Job to be Complete", || async {
-        let pi = jobs.get("pi").await.ok()?;
-        pi.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    support::kube::job_complete(&k, &ns, "pi", 30, "the pi Job to be Complete").await;
     let (ok, out, _) = kubectl(&["get", "-n", &ns, "wo", "pi"], None);
     assert!(ok && out.contains("Succeeded"), "{out}");
     drop_namespace(&k, &ns).await;

@@ -68,10 +68,7 @@ async fn explain_answers_the_reason_and_get_carries_it() {
     let (_, e) = get(&s, &format!("/api/v1/work-orders/{second}/explain")).await;
     assert_eq!(e["position"], 1, "{e}");
     assert!(
-        e["message"]
-            .as_str()
-            .unwrap()
-            .contains("next in line for agent runner-1"),
+        support::message(&e).contains("next in line for agent runner-1"),
         "{e}"
     );
 }
@@ -392,10 +389,7 @@ async fn a_position_past_the_bound_says_so_not_the_number() {
     assert!(e.get("position").is_none(), "{e}");
     assert_eq!(e["position_past"], 10_000, "{e}");
     assert!(
-        e["message"]
-            .as_str()
-            .unwrap()
-            .contains("more than 10000 orders go first"),
+        support::message(&e).contains("more than 10000 orders go first"),
         "{e}"
     );
 }

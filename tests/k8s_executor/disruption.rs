@@ -223,10 +223,7 @@ async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
     let entry = t.s.log_entry(&forced, 60).await;
     assert_eq!(entry["outcome"], "failed", "{entry}");
     assert!(
-        entry["message"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("Job {}/forced failed", t.ns)),
+        crate::support::message(&entry).contains(&format!("Job {}/forced failed", t.ns)),
         "{entry}"
     );
     assert_eq!(entry["attempts"][0]["result"], "disrupted", "{entry}");

@@ -131,16 +131,7 @@ async fn a_job_that_ended_before_the_pod_watch_listed_still_gives_its_output() {
     let yaml = job("early", json!({}));
     let (ok, _, err) = kubectl(&["create", "-n", &t.ns, "-f", "-"], Some(&yaml));
     assert!(ok, "{err}");
-    let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
-    eventually(60, "the Job Complete", || async {
-        let job = jobs.get_opt("early").await.ok()??;
-        job.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    crate::support::kube::job_complete(&t.k, &t.ns, "early", 60, "the Job Complete").await;
     let id = t.s.order(order(&t.ns, &yaml, 600)).await;
     let (ex, _) = Executor::with_output(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, 2);
     let v = t.s.log_entry(&id, 60).await;
@@ -168,16 +159,7 @@ async fn without_rights_on_pods_an_order_completes_at_its_verdict() {
     let k = kube::Client::try_from(config).unwrap();
     let (ex, _) = Executor::with_output(&t.s, &k, &t.agent, &t.token, &t.ns, 15, 2);
     let id = t.s.order(order(&t.ns, &job("quick", json!({})), 600)).await;
-    let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
-    eventually(60, "the Job Complete", || async {
-        let job = jobs.get_opt("quick").await.ok()??;
-        job.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    crate::support::kube::job_complete(&t.k, &t.ns, "quick", 60, "the Job Complete").await;
     let complete = std::time::Instant::now();
     let v = t.s.log_entry(&id, 60).await;
     let took = complete.elapsed();

@@ -23,6 +23,14 @@ pub fn pullman_bin() -> &'static str {
     env!("CARGO_BIN_EXE_pullman")
 }
 
+/// The `message` of an order or log entry (the outcome's words), for the checks of what it says.
+///
+/// # Panics
+/// When `v` has no message.
+pub fn message(v: &serde_json::Value) -> &str {
+    v["message"].as_str().expect("a message")
+}
+
 /// The message of an API error answer (`{"error": {"code", "message"}}`), for the checks of what
 /// it says that the refusal tests make.
 ///
