@@ -150,7 +150,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
 async fn two_dozen_job_orders_at_once_share_one_watch() {
     const N: usize = 24;
     let t = setup("many").await;
-    let (ex, carrier) = Executor::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, N);
+    let (ex, carrier) = Executor::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, N, false);
     let mut ids = Vec::new();
     for i in 0..N {
         // Running for a few seconds, so all of them are watched at the same time.
