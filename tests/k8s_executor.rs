@@ -71,7 +71,7 @@ async fn setup(prefix: &str) -> Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
     let t = setup("jobs").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ex = Executor::start(&t, 15);
     let ok = t.s.order(order(&t.ns, &job("pi", json!({})), 600)).await;
     let fail =
         t.s.order(order(
@@ -189,7 +189,7 @@ async fn two_dozen_job_orders_at_once_share_one_watch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_job_fails_and_a_job_past_its_budget_is_left_running() {
     let t = setup("budget").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ex = Executor::start(&t, 15);
     let slow = json!({"pullman.dev/kwok-run-duration": "1h"});
     let deleted =
         t.s.order(order(&t.ns, &job("gone", slow.clone()), 600))
@@ -228,7 +228,7 @@ async fn a_deleted_job_fails_and_a_job_past_its_budget_is_left_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_documents_cluster_scoped_objects_and_a_crd_with_its_resource() {
     let t = setup("mixed").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ex = Executor::start(&t, 15);
     let extra_ns = format!("{}-extra", t.ns);
     let group = format!("{}.example.com", t.ns);
     let yaml = format!(
@@ -330,7 +330,7 @@ apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {extra_ns}\n",
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_order_reattaches_to_its_job() {
     let t = setup("redeliver").await;
-    let first = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
+    let first = Executor::start(&t, 6);
     let o =
         t.s.order(order(
             &t.ns,
@@ -345,7 +345,7 @@ async fn a_redelivered_order_reattaches_to_its_job() {
     .await;
     first.kill();
     // The lease (6 s) runs out, the reaper requeues, a second executor picks it up.
-    let second = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
+    let second = Executor::start(&t, 6);
     let v = t.s.log_entry(&o, 90).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     assert_eq!(v["reclaim_count"], 1, "{v}");
@@ -363,7 +363,7 @@ async fn a_redelivered_order_reattaches_to_its_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_running_job_deletes_it() {
     let t = setup("cancel").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
+    let ex = Executor::start(&t, 6);
     let o =
         t.s.order(order(
             &t.ns,

@@ -17,15 +17,10 @@ pub struct Executor {
 }
 
 impl Executor {
-    pub fn start(
-        s: &TestServer,
-        k: &Client,
-        agent_id: &str,
-        token: &str,
-        ns: &str,
-        lease: u32,
-    ) -> Self {
-        Self::start_with(s, k, agent_id, token, ns, lease, 4, false).0
+    /// An executor for `t`'s agent and namespace, with leases of `lease` seconds, 4 orders at
+    /// once, and no output sent.
+    pub fn start(t: &crate::Setup, lease: u32) -> Self {
+        Self::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, lease, 4, false).0
     }
 
     /// Like `start`, with `concurrency` orders at once, and with `output` the pods' logs sent as
