@@ -13,6 +13,11 @@ use support::agent::Agent;
 use support::cli::{assert_printed, cli, cli_command, create_args, text};
 use support::{TestServer, configmap_order};
 
+/// What `logs` prints of the two attempts of the test below, and of the second alone (its
+/// boundary line first).
+const BOTH_ATTEMPTS: &str = "one\n--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n";
+const SECOND_ATTEMPT: &str = "--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n";
+
 /// Claims the agent's next order: (order id, claim id).
 async fn claim(agent: &Agent<'_>) -> (String, String) {
     let (st, v) = agent.claim_next(20).await;
@@ -233,16 +238,10 @@ async fn logs_mark_each_attempt_print_json_lines_and_refuse_an_attempt_never_mad
 
     let out = cli(&s.base, &["work-orders", "logs", &order]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(
-        text(&out.stdout),
-        "one\n--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n"
-    );
+    assert_eq!(text(&out.stdout), BOTH_ATTEMPTS);
     // Only the second attempt, from its start: its boundary says what came before.
     let out = cli(&s.base, &["work-orders", "logs", &order, "--attempt", "2"]).await;
-    assert_eq!(
-        text(&out.stdout),
-        "--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n"
-    );
+    assert_eq!(text(&out.stdout), SECOND_ATTEMPT);
 
     let out = cli(&s.base, &["work-orders", "logs", &order, "-o", "json"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -277,14 +276,11 @@ async fn logs_mark_each_attempt_print_json_lines_and_refuse_an_attempt_never_mad
 
     let out = cli(&s.base, &["work-orders", "logs", &order, "--tail", "10001"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(
-        text(&out.stdout),
-        "one\n--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n"
-    );
+    assert_eq!(text(&out.stdout), BOTH_ATTEMPTS);
     let out = cli(&s.base, &["work-orders", "logs", &order, "--tail", "1"]).await;
     assert_eq!(
         text(&out.stdout),
-        "--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n",
+        SECOND_ATTEMPT,
         "a tail that starts in a later attempt says which"
     );
 }
