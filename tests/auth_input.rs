@@ -262,10 +262,7 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
         .admin_post("/api/v1/work-orders", json!({"work_type": "custom", "yaml_content": "apiVersion: v1\nkind: A\nmetadata: {}\n", "max_retries": 101, "targeting": {"labels": ["a"]}}))
         .await;
     assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("max_retries"),
+        support::error_message(&v).contains("max_retries"),
         "names the field: {v}"
     );
     assert_eq!(count(&s, "work_orders").await, 0, "nothing written");
@@ -274,66 +271,37 @@ async fn bad_input_is_a_4xx_json_error_and_writes_nothing() {
     let (st, v) = s
         .admin_post("/api/v1/agents", json!({"name": "", "labels": []}))
         .await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (400, Some("invalid_field")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 400, "invalid_field");
     let (st, v) = s
         .admin_post(
             "/api/v1/agents",
             json!({"name": "w", "work_types": ["deploy"]}),
         )
         .await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (400, Some("unknown_work_type")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 400, "unknown_work_type");
     assert_eq!(count(&s, "agents").await, 0, "nothing written");
     let (a, tok) = s.agent(json!({"name": "a", "labels": ["a"]})).await;
     let (st, v) = s
         .claim_next(&a, &tok, Some(json!({"lease_seconds": 1})))
         .await;
     assert_eq!(st, 400, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("lease_seconds")
-    );
+    assert!(support::error_message(&v).contains("lease_seconds"));
     let (st, v) = s
         .claim_next(&a, &tok, Some(json!({"max_wait_seconds": "soon"})))
         .await;
     assert_eq!(st, 422, "{v}");
     let (st, v) = s.admin_get("/api/v1/work-orders?limit=5000").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (400, Some("invalid_query")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 400, "invalid_query");
     let (st, v) = s.admin_get("/api/v1/work-orders?status=DONE").await;
     assert_eq!(st, 400, "{v}");
     let (st, v) = s.admin_get("/api/v1/work-orders?cursor=garbage").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (400, Some("invalid_cursor")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 400, "invalid_cursor");
     let (st, v) = s.admin_get("/api/v1/work-orders/not-a-uuid").await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (400, Some("invalid_path")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 400, "invalid_path");
     let (st, v) = s
         .admin_get(&format!("/api/v1/work-orders/{}", uuid::Uuid::new_v4()))
         .await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (404, Some("not_found")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 404, "not_found");
 }
 
 #[tokio::test]
@@ -474,26 +442,12 @@ async fn bodies_are_objects_and_integral_floats_are_integers() {
 
     let mut order = configmap_order("m");
     order["backoff_seconds"] = json!(582.0);
-    let (st, v) = s
-        .call(
-            Method::POST,
-            "/api/v1/work-orders",
-            Some(ADMIN_TOKEN),
-            Some(order),
-        )
-        .await;
+    let (st, v) = s.admin_post("/api/v1/work-orders", order).await;
     assert_eq!(st, 201, "integral float: {v}");
     assert_eq!(v["backoff_seconds"], 582);
     let mut order = configmap_order("m");
     order["backoff_seconds"] = json!(582.5);
-    let (st, v) = s
-        .call(
-            Method::POST,
-            "/api/v1/work-orders",
-            Some(ADMIN_TOKEN),
-            Some(order),
-        )
-        .await;
+    let (st, v) = s.admin_post("/api/v1/work-orders", order).await;
     assert_eq!(st, 422, "fractional number: {v}");
     let (st, v) = s
         .call(

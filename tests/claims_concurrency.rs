@@ -428,7 +428,7 @@ async fn max_orders_is_bounded_and_chooses_the_answer_shape() {
 /// in the queue or the log once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn claims_racing_a_retirement_leave_the_retired_agent_no_claim() {
-    use pullman::queue::{ClaimRequest, Completion, ConflictCode, QueueError};
+    use pullman::queue::{ClaimRequest, ConflictCode, QueueError};
     const ORDERS: usize = 2_000;
     let s = Arc::new(TestServer::start_with(40, 1024).await);
     fill(&s, ORDERS, "retiring").await;
@@ -459,12 +459,7 @@ async fn claims_racing_a_retirement_leave_the_retired_agent_no_claim() {
                     "the backlog ran out before the retirement"
                 );
                 for order in orders {
-                    let done = Completion {
-                        success: true,
-                        message: None,
-                        retryable: true,
-                        disrupted: false,
-                    };
+                    let done = support::queue::done(true);
                     // After the retirement a complete of a released claim is refused (409).
                     if queue
                         .complete(order.id, agent_id, order.claim_id, &done)

@@ -8,30 +8,20 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::cli::{cli, cli_command, json_of, json_of_any, text};
+use support::agent::Agent;
+use support::cli::{
+    assert_printed, cli, cli_command, cli_json, create_args, json_of, json_of_any, text,
+};
 use support::{TestServer, configmap_order};
 
 /// Claims the next order as the agent and completes it with `success` and `message`.
-async fn claim_and_complete(
-    server: &TestServer,
-    agent: &str,
-    token: &str,
-    success: bool,
-    message: &str,
-) -> String {
-    let (st, claimed) = server
-        .claim_next(agent, token, Some(json!({"max_wait_seconds": 10})))
-        .await;
+async fn claim_and_complete(agent: &Agent<'_>, success: bool, message: &str) -> String {
+    let (st, claimed) = agent.claim_next(10).await;
     assert_eq!(st, 200, "{claimed}");
     let id = claimed["id"].as_str().unwrap().to_string();
-    let (st, v) = server
-        .complete(
-            &id,
-            token,
-            json!({"agent_id": agent, "claim_id": claimed["claim_id"],
-                        "success": success, "message": message, "retryable": false}),
-        )
-        .await;
+    let body = json!({"claim_id": claimed["claim_id"], "success": success,
+                      "message": message, "retryable": false});
+    let (st, v) = agent.complete(&id, body).await;
     assert_eq!(st, 200, "{v}");
     id
 }
@@ -56,19 +46,14 @@ async fn finish(child: std::process::Child) -> Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_exits_with_the_outcome_and_prints_the_message() {
     let server = TestServer::start().await;
-    let (agent, token) = server
-        .agent(json!({"name": "waiter", "labels": ["w"]}))
-        .await;
+    let agent = Agent::register(&server, json!({"name": "waiter", "labels": ["w"]})).await;
 
     // Succeeded: 0, the message on stdout; a message the server cut is marked as cut.
     let id = server.order(configmap_order("w")).await;
     let waiting = spawn_wait(&server, &id[..8], &[]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let long = "x".repeat(70 * 1024);
-    assert_eq!(
-        claim_and_complete(&server, &agent, &token, true, &long).await,
-        id
-    );
+    assert_eq!(claim_and_complete(&agent, true, &long).await, id);
     let out = finish(waiting).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
@@ -76,21 +61,13 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
         "{}",
         text(&out.stdout)
     );
-    assert!(
-        text(&out.stdout).contains("[message cut"),
-        "{}",
-        text(&out.stdout)
-    );
-    assert!(
-        text(&out.stderr).contains("succeeded"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_printed(&out.stdout, "[message cut");
+    assert_printed(&out.stderr, "succeeded");
 
     // Failed: 3.
     let id = server.order(configmap_order("w")).await;
     let waiting = spawn_wait(&server, &id, &[]);
-    claim_and_complete(&server, &agent, &token, false, "it broke").await;
+    claim_and_complete(&agent, false, "it broke").await;
     let out = finish(waiting).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "it broke");
@@ -128,21 +105,13 @@ async fn wait_exits_with_the_outcome_and_prints_the_message() {
         support::cli::yaml_file("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: w\n");
     let creating = cli_command(
         &server.base,
-        &[
-            "work-orders",
-            "create",
-            "-f",
-            file.to_str().unwrap(),
-            "--label",
-            "w",
-            "--wait",
-        ],
+        &create_args(file.to_str().unwrap(), "w", &["--wait"]),
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    claim_and_complete(&server, &agent, &token, true, "built").await;
+    claim_and_complete(&agent, true, "built").await;
     let out = finish(creating).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "built");
@@ -169,17 +138,11 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
         .await;
     server.agent(json!({"name": "desk"})).await;
 
-    let got = json_of(&cli(&server.base, &["agents", "get", "laptop", "-o", "json"]).await);
+    let got = cli_json(&server.base, &["agents", "get", "laptop"]).await;
     assert_eq!(got["id"], laptop.as_str());
-    let got = json_of(&cli(&server.base, &["agents", "get", &laptop[..8], "-o", "json"]).await);
+    let got = cli_json(&server.base, &["agents", "get", &laptop[..8]]).await;
     assert_eq!(got["name"], "laptop");
-    let rotated = json_of(
-        &cli(
-            &server.base,
-            &["agents", "rotate-token", "laptop", "-o", "json"],
-        )
-        .await,
-    );
+    let rotated = cli_json(&server.base, &["agents", "rotate-token", "laptop"]).await;
     assert_eq!(rotated["agent"]["id"], laptop.as_str());
     assert!(rotated["token"].as_str().unwrap().starts_with("pullman_"));
     let out = cli(&server.base, &["agents", "retire", "laptop"]).await;
@@ -187,11 +150,7 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
     assert!(text(&out.stdout).contains("laptop") && text(&out.stdout).contains("retired"));
     let out = cli(&server.base, &["agents", "get", "nobody"]).await;
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("no agent is named \"nobody\""),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_printed(&out.stderr, "no agent is named \"nobody\"");
 
     // 17 orders: two share a first hex digit (pigeonhole), so that digit is ambiguous.
     let mut ids = Vec::new();
@@ -215,24 +174,12 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
 
     // A unique prefix, with or without dashes, finds the order; active or in the log.
     let id = &ids[0];
-    let got = json_of(
-        &cli(
-            &server.base,
-            &["work-orders", "get", &id[..13], "-o", "json"],
-        )
-        .await,
-    );
+    let got = cli_json(&server.base, &["work-orders", "get", &id[..13]]).await;
     assert_eq!(got["id"], id.as_str());
     let undashed: String = id.replace('-', "")[..12].to_string();
-    let cancelled = json_of(
-        &cli(
-            &server.base,
-            &["work-orders", "cancel", &undashed, "-o", "json"],
-        )
-        .await,
-    );
+    let cancelled = cli_json(&server.base, &["work-orders", "cancel", &undashed]).await;
     assert_eq!(cancelled["id"], id.as_str());
-    let logged = json_of(&cli(&server.base, &["log", "get", &id[..10], "-o", "json"]).await);
+    let logged = cli_json(&server.base, &["log", "get", &id[..10]]).await;
     assert_eq!(logged["outcome"], "cancelled");
 
     // No match, and not a prefix at all.
@@ -242,25 +189,17 @@ async fn agents_by_name_and_orders_by_unique_prefix() {
         .unwrap();
     let out = cli(&server.base, &["work-orders", "get", &unused]).await;
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("no work order has an id starting with"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_printed(&out.stderr, "no work order has an id starting with");
     let out = cli(&server.base, &["work-orders", "get", "not-hex"]).await;
-    assert!(
-        text(&out.stderr).contains("not a work order id"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_printed(&out.stderr, "not a work order id");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_output_is_the_json_document() {
     let server = TestServer::start().await;
-    let (agent, token) = server.agent(json!({"name": "y", "labels": ["y"]})).await;
+    let agent = Agent::register(&server, json!({"name": "y", "labels": ["y"]})).await;
     let id = server.order(configmap_order("y")).await;
-    claim_and_complete(&server, &agent, &token, true, "line one\nline: two\n").await;
+    claim_and_complete(&agent, true, "line one\nline: two\n").await;
     server.order(configmap_order("y")).await;
 
     for args in [
@@ -270,7 +209,7 @@ async fn yaml_output_is_the_json_document() {
         vec!["agents", "list"],
         vec!["agents", "get", "y"],
     ] {
-        let as_json = json_of(&cli(&server.base, &[&args[..], &["-o", "json"]].concat()).await);
+        let as_json = cli_json(&server.base, &args).await;
         let out = cli(&server.base, &[&args[..], &["-o", "yaml"]].concat()).await;
         assert!(out.status.success(), "{}", text(&out.stderr));
         let as_yaml: Value = serde_norway::from_slice(&out.stdout).unwrap();
@@ -296,7 +235,7 @@ async fn log_pages_with_limit_and_all() {
     let out = cli(&server.base, &["log", "list", "--limit", "2", "-o", "name"]).await;
     assert_eq!(text(&out.stdout).lines().count(), 2);
     let out = cli(&server.base, &["log", "list", "--limit", "2"]).await;
-    assert!(text(&out.stderr).contains("--all"), "{}", text(&out.stderr));
+    assert_printed(&out.stderr, "--all");
     // Pages of two: --all follows next_cursor to the end, --limit stops across pages.
     let out = cli(
         &server.base,
@@ -334,22 +273,18 @@ async fn log_pages_with_limit_and_all() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attempts_rerun_and_list_filters() {
     let server = TestServer::start_maintained().await;
-    let (agent, token) = server.agent(json!({"name": "hist", "labels": ["h"]})).await;
+    let agent = Agent::register(&server, json!({"name": "hist", "labels": ["h"]})).await;
     let mut body = configmap_order("h");
     body["backoff_seconds"] = json!(1);
     let id = server.order(body).await;
     server.order(configmap_order("other-label")).await;
 
     // First attempt fails (retry scheduled); the second is held while we look.
-    let (_, c) = server
-        .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 5})))
-        .await;
-    let (st, _) = server
+    let (_, c) = agent.claim_next(5).await;
+    let (st, _) = agent
         .complete(
             &id,
-            &token,
-            json!({"agent_id": agent, "claim_id": c["claim_id"], "success": false,
-                        "message": "first try broke"}),
+            json!({"claim_id": c["claim_id"], "success": false, "message": "first try broke"}),
         )
         .await;
     assert_eq!(st, 202);
@@ -363,60 +298,28 @@ async fn attempts_rerun_and_list_filters() {
         printed.contains("retry_scheduled") && printed.contains("first try broke"),
         "{printed}"
     );
-    let (st, c2) = server
-        .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 10})))
-        .await;
+    let (st, c2) = agent.claim_next(10).await;
     assert_eq!(st, 200);
     assert_eq!(c2["id"], id.as_str());
 
     // Filters: by agent (name), by label, since.
-    let by_agent = json_of(
-        &cli(
-            &server.base,
-            &["work-orders", "list", "--agent", "hist", "-o", "json"],
-        )
-        .await,
-    );
+    let by_agent = cli_json(&server.base, &["work-orders", "list", "--agent", "hist"]).await;
     assert_eq!(by_agent.as_array().unwrap().len(), 1);
     assert_eq!(by_agent[0]["id"], id.as_str());
-    let by_label = json_of(
-        &cli(
-            &server.base,
-            &[
-                "work-orders",
-                "list",
-                "--label",
-                "other-label",
-                "-o",
-                "json",
-            ],
-        )
-        .await,
-    );
+    let by_label = cli_json(
+        &server.base,
+        &["work-orders", "list", "--label", "other-label"],
+    )
+    .await;
     assert_eq!(by_label.as_array().unwrap().len(), 1);
     assert_ne!(by_label[0]["id"], id.as_str());
-    let future = json_of(
-        &cli(
-            &server.base,
-            &[
-                "work-orders",
-                "list",
-                "--since",
-                "2999-01-01T00:00:00Z",
-                "-o",
-                "json",
-            ],
-        )
-        .await,
-    );
+    let future = cli_json(
+        &server.base,
+        &["work-orders", "list", "--since", "2999-01-01T00:00:00Z"],
+    )
+    .await;
     assert_eq!(future, json!([]));
-    let recent = json_of(
-        &cli(
-            &server.base,
-            &["work-orders", "list", "--since", "1h", "-o", "json"],
-        )
-        .await,
-    );
+    let recent = cli_json(&server.base, &["work-orders", "list", "--since", "1h"]).await;
     assert_eq!(recent.as_array().unwrap().len(), 2);
     let out = cli(&server.base, &["work-orders", "get", &id]).await;
     let printed = text(&out.stdout);
@@ -426,12 +329,10 @@ async fn attempts_rerun_and_list_filters() {
         "{printed}"
     );
 
-    let (st, _) = server
+    let (st, _) = agent
         .complete(
             &id,
-            &token,
-            json!({"agent_id": agent, "claim_id": c2["claim_id"], "success": true,
-                        "message": "second try ok"}),
+            json!({"claim_id": c2["claim_id"], "success": true, "message": "second try ok"}),
         )
         .await;
     assert_eq!(st, 200);
@@ -443,43 +344,20 @@ async fn attempts_rerun_and_list_filters() {
         attempt_lines[0].contains("retry_scheduled") && attempt_lines[1].contains("succeeded"),
         "{printed}"
     );
-    let logged = json_of(&cli(&server.base, &["log", "get", &id, "-o", "json"]).await);
+    let logged = cli_json(&server.base, &["log", "get", &id]).await;
     assert_eq!(logged["attempts"].as_array().unwrap().len(), 2);
 
-    let ok = json_of(
-        &cli(
-            &server.base,
-            &[
-                "log",
-                "list",
-                "--outcome",
-                "succeeded",
-                "--label",
-                "h",
-                "-o",
-                "json",
-            ],
-        )
-        .await,
-    );
+    let ok = cli_json(
+        &server.base,
+        &["log", "list", "--outcome", "succeeded", "--label", "h"],
+    )
+    .await;
     assert_eq!(ok.as_array().unwrap().len(), 1);
-    let failed = json_of(
-        &cli(
-            &server.base,
-            &["log", "list", "--outcome", "failed", "-o", "json"],
-        )
-        .await,
-    );
+    let failed = cli_json(&server.base, &["log", "list", "--outcome", "failed"]).await;
     assert_eq!(failed, json!([]));
 
     // Rerun by prefix: a new pending order linked to the original.
-    let rerun = json_of(
-        &cli(
-            &server.base,
-            &["work-orders", "rerun", &id[..8], "-o", "json"],
-        )
-        .await,
-    );
+    let rerun = cli_json(&server.base, &["work-orders", "rerun", &id[..8]]).await;
     assert_eq!(rerun["rerun_of"], id.as_str());
     assert_eq!(rerun["status"], "PENDING");
     let out = cli(
@@ -502,9 +380,7 @@ async fn attempts_rerun_and_list_filters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_watch_prints_each_change_until_the_order_finishes() {
     let server = TestServer::start().await;
-    let (agent, token) = server
-        .agent(json!({"name": "watched", "labels": ["wt"]}))
-        .await;
+    let agent = Agent::register(&server, json!({"name": "watched", "labels": ["wt"]})).await;
     let id = server.order(configmap_order("wt")).await;
     let watching = cli_command(&server.base, &["work-orders", "get", &id, "-w"])
         .stdout(Stdio::piped())
@@ -512,17 +388,11 @@ async fn get_watch_prints_each_change_until_the_order_finishes() {
         .spawn()
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (st, c) = server
-        .claim_next(&agent, &token, Some(json!({"max_wait_seconds": 5})))
-        .await;
+    let (st, c) = agent.claim_next(5).await;
     assert_eq!(st, 200);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (st, _) = server
-        .complete(
-            &id,
-            &token,
-            json!({"agent_id": agent, "claim_id": c["claim_id"], "success": true}),
-        )
+    let (st, _) = agent
+        .complete(&id, json!({"claim_id": c["claim_id"], "success": true}))
         .await;
     assert_eq!(st, 200);
     let out = tokio::time::timeout(Duration::from_secs(20), finish(watching))
@@ -556,11 +426,7 @@ async fn logs_follow_fails_at_once_when_the_server_was_never_reached() {
     .expect("logs -f gave up at once")
     .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("cannot reach"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_printed(&out.stderr, "cannot reach");
 }
 
 /// `create --timeout` without `--wait` would be ignored: it is refused, and nothing is created.
@@ -571,24 +437,11 @@ async fn create_timeout_without_wait_is_refused_before_creating() {
         support::cli::yaml_file("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: t}\n");
     let out = cli(
         &server.base,
-        &[
-            "work-orders",
-            "create",
-            "-f",
-            file.to_str().unwrap(),
-            "--label",
-            "x",
-            "--timeout",
-            "30s",
-        ],
+        &create_args(file.to_str().unwrap(), "x", &["--timeout", "30s"]),
     )
     .await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("--timeout applies to --wait"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_printed(&out.stderr, "--timeout applies to --wait");
     let list = cli(&server.base, &["work-orders", "list", "-o", "json"]).await;
     assert_eq!(
         json_of(&list),

@@ -10,11 +10,31 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Output, Stdio};
 
 use serde_json::{Value, json};
-use support::cli::{cli, cli_command, text};
+use support::cli::{assert_printed, cli, cli_command, create_args, text};
 use support::{TestServer, configmap_order, free_port};
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Sets `file`'s mode to `mode_before`, runs `pullman ARGS --token-out FILE` and checks that it
+/// succeeded and left the file 0600 whatever its mode was; returns what the file then holds. The
+/// create and the rotate of a token go through the same steps.
+async fn write_token(
+    s: &TestServer,
+    args: &[&str],
+    file: &std::path::Path,
+    mode_before: u32,
+) -> String {
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(mode_before)).unwrap();
+    let out = cli(
+        &s.base,
+        &[args, &["--token-out", file.to_str().unwrap()]].concat(),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(mode(file), 0o600);
+    std::fs::read_to_string(file).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,40 +43,12 @@ async fn token_files_end_0600_and_a_missing_folder_registers_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("t.token");
     std::fs::write(&file, "old").unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let out = cli(
-        &s.base,
-        &[
-            "agents",
-            "create",
-            "--name",
-            "a",
-            "--token-out",
-            file.to_str().unwrap(),
-        ],
-    )
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(mode(&file), 0o600);
-    let token = std::fs::read_to_string(&file).unwrap();
+    let token = write_token(&s, &["agents", "create", "--name", "a"], &file, 0o666).await;
     let (st, _) = s.get_as("/api/v1/whoami", token.trim()).await;
     assert_eq!(st, 200, "the file holds the agent's token");
 
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = cli(
-        &s.base,
-        &[
-            "agents",
-            "rotate-token",
-            "a",
-            "--token-out",
-            file.to_str().unwrap(),
-        ],
-    )
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(mode(&file), 0o600);
-    assert_ne!(std::fs::read_to_string(&file).unwrap(), token);
+    let rotated = write_token(&s, &["agents", "rotate-token", "a"], &file, 0o644).await;
+    assert_ne!(rotated, token);
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(leftovers.len(), 1, "no temporary file left: {leftovers:?}");
 
@@ -70,11 +62,7 @@ async fn token_files_end_0600_and_a_missing_folder_registers_nothing() {
         args.extend(["--token-out", missing.to_str().unwrap()]);
         let out = cli(&s.base, &args).await;
         assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert!(
-            text(&out.stderr).contains("does not exist"),
-            "{}",
-            text(&out.stderr)
-        );
+        assert_printed(&out.stderr, "does not exist");
     }
     let (_, agents) = s.admin_get("/api/v1/agents").await;
     let names: Vec<_> = agents["items"]
@@ -192,7 +180,7 @@ async fn a_reused_name_means_the_live_agent() {
     let out = cli(&s.base, &["agents", "rotate-token", "ow"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = cli(&s.base, &["agents", "retire", "ow"]).await;
-    assert!(text(&out.stdout).contains(&new), "{}", text(&out.stdout));
+    assert_printed(&out.stdout, &new);
     let (_, v) = s.admin_get(&format!("/api/v1/agents/{new}")).await;
     assert_eq!(v["health"], "retired");
 }
@@ -231,20 +219,7 @@ async fn messages_say_what_to_do_in_the_users_words() {
     )
     .unwrap();
     let file = yaml.path().to_str().unwrap();
-    let out = cli(
-        &s.base,
-        &[
-            "work-orders",
-            "create",
-            "-f",
-            file,
-            "--label",
-            "m",
-            "--max-retries",
-            "500",
-        ],
-    )
-    .await;
+    let out = cli(&s.base, &create_args(file, "m", &["--max-retries", "500"])).await;
     let err = text(&out.stderr);
     assert!(
         err.contains("--max-retries") && !err.contains("max_retries"),
@@ -254,14 +229,7 @@ async fn messages_say_what_to_do_in_the_users_words() {
     std::fs::write(empty.path(), "---\n").unwrap();
     let out = cli(
         &s.base,
-        &[
-            "work-orders",
-            "create",
-            "-f",
-            empty.path().to_str().unwrap(),
-            "--label",
-            "m",
-        ],
+        &create_args(empty.path().to_str().unwrap(), "m", &[]),
     )
     .await;
     let err = text(&out.stderr);
@@ -283,19 +251,7 @@ async fn messages_say_what_to_do_in_the_users_words() {
     // `-o name --wait` prints the id even when the wait times out.
     let out = cli(
         &s.base,
-        &[
-            "work-orders",
-            "create",
-            "-f",
-            file,
-            "--label",
-            "m",
-            "-o",
-            "name",
-            "--wait",
-            "--timeout",
-            "1",
-        ],
+        &create_args(file, "m", &["-o", "name", "--wait", "--timeout", "1"]),
     )
     .await;
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));

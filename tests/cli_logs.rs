@@ -9,14 +9,18 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::cli::{cli, cli_command, text};
+use support::agent::Agent;
+use support::cli::{assert_printed, cli, cli_command, create_args, text};
 use support::{TestServer, configmap_order};
 
+/// What `logs` prints of the two attempts of the test below, and of the second alone (its
+/// boundary line first).
+const BOTH_ATTEMPTS: &str = "one\n--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n";
+const SECOND_ATTEMPT: &str = "--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n";
+
 /// Claims the agent's next order: (order id, claim id).
-async fn claim(s: &TestServer, agent: &str, token: &str) -> (String, String) {
-    let (st, v) = s
-        .claim_next(agent, token, Some(json!({"max_wait_seconds": 20})))
-        .await;
+async fn claim(agent: &Agent<'_>) -> (String, String) {
+    let (st, v) = agent.claim_next(20).await;
     assert_eq!(st, 200, "{v}");
     (
         v["id"].as_str().unwrap().to_string(),
@@ -24,64 +28,52 @@ async fn claim(s: &TestServer, agent: &str, token: &str) -> (String, String) {
     )
 }
 
-async fn send(s: &TestServer, token: &str, order: &str, body: Value) {
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/output"),
-            Some(token),
-            Some(body),
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-}
-
-fn chunk(agent: &str, claim: &str, seq: i64, stream: &str, texts: &[String]) -> Value {
+/// Sends `texts` on `stream` as output chunk `seq` of `agent`'s claim `claim` on `order`.
+async fn send(
+    agent: &Agent<'_>,
+    order: &str,
+    claim: &str,
+    seq: i64,
+    stream: &str,
+    texts: &[String],
+) {
     let lines: Vec<Value> = texts
         .iter()
         .map(|t| json!({"stream": stream, "text": t, "at": "2026-12-02T10:00:00.250Z"}))
         .collect();
-    json!({"agent_id": agent, "claim_id": claim, "seq": seq, "lines": lines})
+    let body = json!({"agent_id": agent.id, "claim_id": claim, "seq": seq, "lines": lines});
+    let path = format!("/api/v1/work-orders/{order}/output");
+    let (st, v) = agent
+        .api
+        .call(Method::POST, &path, Some(&agent.token), Some(body))
+        .await;
+    assert_eq!(st, 200, "{v}");
 }
 
-async fn finish(s: &TestServer, token: &str, order: &str, agent: &str, claim: &str, ok: bool) {
-    let (st, v) = s
-        .complete(
-            order,
-            token,
-            json!({"agent_id": agent, "claim_id": claim, "success": ok, "retryable": false}),
-        )
-        .await;
+/// Completes `agent`'s claim `claim` on `order`, succeeded or not, not to be retried.
+async fn finish(agent: &Agent<'_>, order: &str, claim: &str, ok: bool) {
+    let body = json!({"claim_id": claim, "success": ok, "retryable": false});
+    let (st, v) = agent.complete(order, body).await;
     assert_eq!(st, 200, "{v}");
 }
 
 #[tokio::test]
 async fn logs_prints_by_id_prefix_with_tail_and_timestamps_and_survives_a_closed_pipe() {
     let s = TestServer::start().await;
-    let (agent, token) = s.agent(json!({"name": "cli-logs", "labels": ["cl"]})).await;
+    let agent = Agent::register(&s, json!({"name": "cli-logs", "labels": ["cl"]})).await;
     let order = s.order(configmap_order("cl")).await;
-    let (_, claim_id) = claim(&s, &agent, &token).await;
+    let (_, claim_id) = claim(&agent).await;
     let lines: Vec<String> = (1..=3000).map(|i| format!("line {i}")).collect();
     for (seq, part) in lines.chunks(500).enumerate() {
-        send(
-            &s,
-            &token,
-            &order,
-            chunk(&agent, &claim_id, seq as i64, "stdout", part),
-        )
-        .await;
+        send(&agent, &order, &claim_id, seq as i64, "stdout", part).await;
     }
     send(
-        &s,
-        &token,
+        &agent,
         &order,
-        chunk(
-            &agent,
-            &claim_id,
-            9,
-            "job-x-abc/main",
-            &["from a pod".to_string()],
-        ),
+        &claim_id,
+        9,
+        "job-x-abc/main",
+        &["from a pod".to_string()],
     )
     .await;
     let prefix = &order[..8];
@@ -134,16 +126,16 @@ async fn logs_prints_by_id_prefix_with_tail_and_timestamps_and_survives_a_closed
 #[tokio::test]
 async fn logs_follow_prints_lines_as_they_come_and_exits_with_the_outcome() {
     let s = TestServer::start().await;
-    let (agent, token) = s
-        .agent(json!({"name": "cli-follow", "labels": ["cf"]}))
-        .await;
+    let agent = Agent::register(&s, json!({"name": "cli-follow", "labels": ["cf"]})).await;
     let order = s.order(configmap_order("cf")).await;
-    let (_, claim_id) = claim(&s, &agent, &token).await;
+    let (_, claim_id) = claim(&agent).await;
     send(
-        &s,
-        &token,
+        &agent,
         &order,
-        chunk(&agent, &claim_id, 0, "stdout", &["early".to_string()]),
+        &claim_id,
+        0,
+        "stdout",
+        &["early".to_string()],
     )
     .await;
     let cmd = cli_command(&s.base, &["work-orders", "logs", &order, "-f"]);
@@ -156,15 +148,9 @@ async fn logs_follow_prints_lines_as_they_come_and_exits_with_the_outcome() {
     for seq in 1..=20 {
         let batch = vec![format!("late {seq}")];
         want.extend(batch.clone());
-        send(
-            &s,
-            &token,
-            &order,
-            chunk(&agent, &claim_id, seq, "stderr", &batch),
-        )
-        .await;
+        send(&agent, &order, &claim_id, seq, "stderr", &batch).await;
     }
-    finish(&s, &token, &order, &agent, &claim_id, false).await;
+    finish(&agent, &order, &claim_id, false).await;
     let out = tokio::time::timeout(Duration::from_secs(20), run)
         .await
         .expect("logs -f ends once the order finished")
@@ -176,50 +162,37 @@ async fn logs_follow_prints_lines_as_they_come_and_exits_with_the_outcome() {
         text(&out.stderr)
     );
     assert_eq!(text(&out.stdout), want.join("\n") + "\n");
-    assert!(
-        text(&out.stderr).contains("failed"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_printed(&out.stderr, "failed");
 }
 
 #[tokio::test]
 async fn create_wait_logs_follows_while_it_waits() {
     let s = TestServer::start().await;
-    let (agent, token) = s
-        .agent(json!({"name": "cli-create", "labels": ["cc"]}))
-        .await;
+    let agent = Agent::register(&s, json!({"name": "cli-create", "labels": ["cc"]})).await;
     let (_dir, file) = support::cli::yaml_file(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\ndata:\n  a: b\n",
     );
     let cmd = cli_command(
         &s.base,
-        &[
-            "work-orders",
-            "create",
-            "-f",
-            file.to_str().unwrap(),
-            "--label",
-            "cc",
-            "--wait",
-            "--logs",
-        ],
+        &create_args(file.to_str().unwrap(), "cc", &["--wait", "--logs"]),
     );
     let run = tokio::task::spawn_blocking(move || {
         let mut cmd = cmd;
         cmd.output().unwrap()
     });
-    let (order, claim_id) = claim(&s, &agent, &token).await;
+    let (order, claim_id) = claim(&agent).await;
     for seq in 0..5 {
         send(
-            &s,
-            &token,
+            &agent,
             &order,
-            chunk(&agent, &claim_id, seq, "stdout", &[format!("step {seq}")]),
+            &claim_id,
+            seq,
+            "stdout",
+            &[format!("step {seq}")],
         )
         .await;
     }
-    finish(&s, &token, &order, &agent, &claim_id, true).await;
+    finish(&agent, &order, &claim_id, true).await;
     let out = tokio::time::timeout(Duration::from_secs(20), run)
         .await
         .expect("create --wait --logs ends")
@@ -232,15 +205,7 @@ async fn create_wait_logs_follows_while_it_waits() {
     // --logs without --wait is a usage error.
     let out = cli(
         &s.base,
-        &[
-            "work-orders",
-            "create",
-            "-f",
-            file.to_str().unwrap(),
-            "--label",
-            "cc",
-            "--logs",
-        ],
+        &create_args(file.to_str().unwrap(), "cc", &["--logs"]),
     )
     .await;
     assert_eq!(out.status.code(), Some(2));
@@ -253,52 +218,30 @@ async fn create_wait_logs_follows_while_it_waits() {
 #[tokio::test]
 async fn logs_mark_each_attempt_print_json_lines_and_refuse_an_attempt_never_made() {
     let s = TestServer::start().await;
-    let (agent, token) = s
-        .agent(json!({"name": "cli-tries", "labels": ["ct"]}))
-        .await;
+    let agent = Agent::register(&s, json!({"name": "cli-tries", "labels": ["ct"]})).await;
     let mut body = configmap_order("ct");
     body["max_retries"] = json!(1);
     body["backoff_seconds"] = json!(1);
     let order = s.order(body).await;
-    let (_, first) = claim(&s, &agent, &token).await;
-    send(
-        &s,
-        &token,
-        &order,
-        chunk(&agent, &first, 0, "stdout", &["one".to_string()]),
-    )
-    .await;
-    let (st, v) = s
+    let (_, first) = claim(&agent).await;
+    send(&agent, &order, &first, 0, "stdout", &["one".to_string()]).await;
+    let (st, v) = agent
         .complete(
             &order,
-            &token,
-            json!({"agent_id": agent, "claim_id": first, "success": false,
-                        "retryable": true, "message": "disk full"}),
+            json!({"claim_id": first, "success": false, "retryable": true, "message": "disk full"}),
         )
         .await;
     assert_eq!(st, 202, "a retry is scheduled: {v}");
-    let (_, second) = claim(&s, &agent, &token).await;
-    send(
-        &s,
-        &token,
-        &order,
-        chunk(&agent, &second, 0, "stdout", &["two".to_string()]),
-    )
-    .await;
-    finish(&s, &token, &order, &agent, &second, true).await;
+    let (_, second) = claim(&agent).await;
+    send(&agent, &order, &second, 0, "stdout", &["two".to_string()]).await;
+    finish(&agent, &order, &second, true).await;
 
     let out = cli(&s.base, &["work-orders", "logs", &order]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(
-        text(&out.stdout),
-        "one\n--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n"
-    );
+    assert_eq!(text(&out.stdout), BOTH_ATTEMPTS);
     // Only the second attempt, from its start: its boundary says what came before.
     let out = cli(&s.base, &["work-orders", "logs", &order, "--attempt", "2"]).await;
-    assert_eq!(
-        text(&out.stdout),
-        "--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n"
-    );
+    assert_eq!(text(&out.stdout), SECOND_ATTEMPT);
 
     let out = cli(&s.base, &["work-orders", "logs", &order, "-o", "json"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -329,22 +272,15 @@ async fn logs_mark_each_attempt_print_json_lines_and_refuse_an_attempt_never_mad
     );
     let out = cli(&s.base, &["work-orders", "logs", &order, "-o", "yaml"]).await;
     assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("-o json"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_printed(&out.stderr, "-o json");
 
     let out = cli(&s.base, &["work-orders", "logs", &order, "--tail", "10001"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(
-        text(&out.stdout),
-        "one\n--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n"
-    );
+    assert_eq!(text(&out.stdout), BOTH_ATTEMPTS);
     let out = cli(&s.base, &["work-orders", "logs", &order, "--tail", "1"]).await;
     assert_eq!(
         text(&out.stdout),
-        "--- attempt 2 (attempt 1 retry_scheduled: disk full) ---\ntwo\n",
+        SECOND_ATTEMPT,
         "a tail that starts in a later attempt says which"
     );
 }

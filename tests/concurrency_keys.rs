@@ -7,6 +7,8 @@
 //! The fault suite (`e2e/faults`) checks the keys again with two servers, killed agents, expired
 //! leases and PostgreSQL restarts.
 
+mod support;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -14,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use pullman::queue::validate::validate_work_order;
 use pullman::queue::{
-    ClaimRequest, Completion, CompletionResult, ConflictCode, Outcome, Queue, QueueError,
-    WaitReason,
+    ClaimRequest, CompletionResult, ConflictCode, Outcome, Queue, QueueError, WaitReason,
 };
 use pullman::testing::{create_order, fresh_pool, register_agent};
 use serde_json::{Value, json};
@@ -61,12 +62,7 @@ async fn claim(queue: &Queue, agent: Uuid) -> Option<Uuid> {
 }
 
 async fn complete(queue: &Queue, order: Uuid, agent: Uuid) {
-    let done = Completion {
-        success: true,
-        message: None,
-        retryable: true,
-        disrupted: false,
-    };
+    let done = support::queue::done(true);
     let r = queue.complete(order, agent, None, &done).await.unwrap();
     assert!(matches!(r, CompletionResult::Finished(_)), "{r:?}");
 }
@@ -233,12 +229,7 @@ async fn an_expired_claim_frees_its_slot_once_and_its_stale_holder_nothing() {
     assert_eq!(held(&pool).await, vec![]);
     // Reclaimed by b: the key is full again.
     assert_eq!(claim(&queue, b).await, Some(o));
-    let stale = Completion {
-        success: true,
-        message: None,
-        retryable: true,
-        disrupted: false,
-    };
+    let stale = support::queue::done(true);
     let refused = queue.complete(o, a, claimed.claim_id, &stale).await;
     assert!(
         matches!(refused, Err(QueueError::Conflict { .. })),
@@ -447,12 +438,7 @@ async fn under_concurrent_claims_and_reaping_no_key_passes_its_max() {
                         abandoned.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    let done = Completion {
-                        success: true,
-                        message: None,
-                        retryable: true,
-                        disrupted: false,
-                    };
+                    let done = support::queue::done(true);
                     match queue.complete(o.id, agent_id, o.claim_id, &done).await {
                         Ok(CompletionResult::Finished(_)) => finished.push(o.id),
                         Ok(other) => panic!("{other:?}"),

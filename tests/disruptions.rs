@@ -7,6 +7,7 @@ mod support;
 
 use serde_json::{Value, json};
 use support::TestServer;
+use support::agent::Agent;
 
 fn order(policy: Option<&str>, max_reclaims: i64) -> Value {
     let mut body = json!({
@@ -23,22 +24,23 @@ fn order(policy: Option<&str>, max_reclaims: i64) -> Value {
     body
 }
 
-/// An agent that may take the orders above: (id, token).
-async fn agent(s: &TestServer) -> (String, String) {
-    s.agent(json!({"name": "a", "labels": ["d"]})).await
+/// An agent that may take the orders above.
+async fn agent(s: &TestServer) -> Agent<'_> {
+    Agent::register(s, json!({"name": "a", "labels": ["d"]})).await
 }
 
 /// Claims `order` by id; returns the claim id.
-async fn claim(s: &TestServer, agent: &str, token: &str, order: &str) -> String {
-    let (st, v) = s.claim(order, agent, token).await;
+async fn claim(agent: &Agent<'_>, order: &str) -> String {
+    let (st, v) = agent.claim(order).await;
     assert_eq!(st, 200, "{v}");
     v["claim_id"].as_str().unwrap().to_string()
 }
 
-/// A disrupted complete of `claim`, with `extra` fields merged in.
-fn disrupted(agent: &str, claim: &str, extra: Value) -> Value {
+/// A disrupted complete of `claim` (the agent's id is added by [`Agent::complete`]), with
+/// `extra` fields merged in.
+fn disrupted(claim: &str, extra: Value) -> Value {
     let mut body = json!({
-        "agent_id": agent, "claim_id": claim, "success": false, "disrupted": true,
+        "claim_id": claim, "success": false, "disrupted": true,
         "message": "pod evicted: node drained",
     });
     for (k, v) in extra.as_object().unwrap() {
@@ -76,15 +78,15 @@ async fn active(s: &TestServer, order: &str) -> Value {
 #[tokio::test]
 async fn safe_runs_a_stopped_disrupted_attempt_again_at_once_as_a_reclaim() {
     let s = TestServer::start().await;
-    let (a, token) = agent(&s).await;
+    let a = agent(&s).await;
     let id = s.order(order(Some("safe"), 5)).await;
-    let first = claim(&s, &a, &token, &id).await;
-    let body = disrupted(&a, &first, json!({"retryable": true}));
-    let (st, v) = s.complete(&id, &token, body.clone()).await;
+    let first = claim(&a, &id).await;
+    let body = disrupted(&first, json!({"retryable": true}));
+    let (st, v) = a.complete(&id, body.clone()).await;
     assert_eq!(st, 202, "{v}");
     assert_eq!(v["status"], "retry_scheduled");
     // A repeat of the same report gets the same answer.
-    let (st, again) = s.complete(&id, &token, body).await;
+    let (st, again) = a.complete(&id, body).await;
     assert_eq!((st, &again), (202, &v));
 
     let o = active(&s, &id).await;
@@ -95,14 +97,10 @@ async fn safe_runs_a_stopped_disrupted_attempt_again_at_once_as_a_reclaim() {
     assert_eq!(results(&s, &id).await, ["disrupted"]);
 
     // Claimable at once (no backoff: the work did not fail), and a success finishes it.
-    let second = claim(&s, &a, &token, &id).await;
+    let second = claim(&a, &id).await;
     assert_eq!(results(&s, &id).await, ["disrupted", "running"]);
-    let (st, entry) = s
-        .complete(
-            &id,
-            &token,
-            json!({"agent_id": a, "claim_id": second, "success": true}),
-        )
+    let (st, entry) = a
+        .complete(&id, json!({"claim_id": second, "success": true}))
         .await;
     assert_eq!(st, 200, "{entry}");
     assert_eq!(entry["outcome"], "succeeded");
@@ -114,12 +112,12 @@ async fn safe_runs_a_stopped_disrupted_attempt_again_at_once_as_a_reclaim() {
 #[tokio::test]
 async fn never_fails_the_order_without_using_its_retries() {
     let s = TestServer::start().await;
-    let (a, token) = agent(&s).await;
+    let a = agent(&s).await;
     let id = s.order(order(None, 5)).await;
     assert_eq!(active(&s, &id).await["retry_on_disruption"], "never");
-    let c = claim(&s, &a, &token, &id).await;
-    let body = disrupted(&a, &c, json!({}));
-    let (st, entry) = s.complete(&id, &token, body.clone()).await;
+    let c = claim(&a, &id).await;
+    let body = disrupted(&c, json!({}));
+    let (st, entry) = a.complete(&id, body.clone()).await;
     assert_eq!(st, 200, "{entry}");
     assert_eq!(entry["outcome"], "failed");
     assert_eq!(entry["message"], "pod evicted: node drained");
@@ -129,30 +127,22 @@ async fn never_fails_the_order_without_using_its_retries() {
     assert_eq!(results(&s, &id).await, ["disrupted"]);
     // A repeat is answered with the same log entry; a late heartbeat is told not_claim_holder,
     // as after an agent's own complete.
-    let (st, again) = s.complete(&id, &token, body).await;
+    let (st, again) = a.complete(&id, body).await;
     assert_eq!((st, &again), (200, &entry));
-    let (st, v) = s
-        .heartbeat(&id, &token, json!({"agent_id": a, "claim_id": c}))
-        .await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (409, Some("not_claim_holder")),
-        "{v}"
-    );
+    let (st, v) = a.heartbeat(&id, json!({"claim_id": c})).await;
+    support::assert_refused(st, &v, 409, "not_claim_holder");
 }
 
 #[tokio::test]
 async fn safe_does_not_run_again_while_the_disrupted_run_may_go_on() {
     let s = TestServer::start().await;
-    let (a, token) = agent(&s).await;
+    let a = agent(&s).await;
     // Said outright, or not said at all: for a disrupted attempt, `retryable` defaults to
     // false, since only an agent that knows its run stopped may let a second one start.
     for said in [json!({"retryable": false}), json!({})] {
         let id = s.order(order(Some("safe"), 5)).await;
-        let c = claim(&s, &a, &token, &id).await;
-        let (st, entry) = s
-            .complete(&id, &token, disrupted(&a, &c, said.clone()))
-            .await;
+        let c = claim(&a, &id).await;
+        let (st, entry) = a.complete(&id, disrupted(&c, said.clone())).await;
         assert_eq!(st, 200, "{said}: {entry}");
         assert_eq!(entry["outcome"], "failed");
         assert_eq!(
@@ -167,27 +157,18 @@ async fn safe_does_not_run_again_while_the_disrupted_run_may_go_on() {
 #[tokio::test]
 async fn safe_fails_once_the_reclaims_are_used_up() {
     let s = TestServer::start().await;
-    let (a, token) = agent(&s).await;
+    let a = agent(&s).await;
     let id = s.order(order(Some("safe"), 1)).await;
-    let first = claim(&s, &a, &token, &id).await;
-    let (st, v) = s
-        .complete(
-            &id,
-            &token,
-            disrupted(&a, &first, json!({"retryable": true})),
-        )
+    let first = claim(&a, &id).await;
+    let (st, v) = a
+        .complete(&id, disrupted(&first, json!({"retryable": true})))
         .await;
     assert_eq!(st, 202, "{v}");
-    let second = claim(&s, &a, &token, &id).await;
-    let (st, entry) = s
+    let second = claim(&a, &id).await;
+    let (st, entry) = a
         .complete(
             &id,
-            &token,
-            disrupted(
-                &a,
-                &second,
-                json!({"message": "node lost", "retryable": true}),
-            ),
+            disrupted(&second, json!({"message": "node lost", "retryable": true})),
         )
         .await;
     assert_eq!(st, 200, "{entry}");
@@ -203,21 +184,15 @@ async fn safe_fails_once_the_reclaims_are_used_up() {
 #[tokio::test]
 async fn a_disrupted_success_is_refused_and_changes_nothing() {
     let s = TestServer::start().await;
-    let (a, token) = agent(&s).await;
+    let a = agent(&s).await;
     let id = s.order(order(Some("safe"), 5)).await;
-    let c = claim(&s, &a, &token, &id).await;
-    let (st, v) = s
-        .complete(&id, &token, disrupted(&a, &c, json!({"success": true})))
+    let c = claim(&a, &id).await;
+    let (st, v) = a
+        .complete(&id, disrupted(&c, json!({"success": true})))
         .await;
     assert_eq!(st, 400, "{v}");
     assert_eq!(v["error"]["code"], "invalid_field");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("disrupted"),
-        "{v}"
-    );
+    assert!(support::error_message(&v).contains("disrupted"), "{v}");
     let o = active(&s, &id).await;
     assert_eq!(o["status"], "CLAIMED");
     assert_eq!(o["claim_id"].as_str(), Some(c.as_str()));
@@ -233,23 +208,16 @@ async fn the_policy_is_checked_shown_and_copied_by_a_rerun() {
     assert_eq!(st, 400, "{v}");
     assert_eq!(v["error"]["code"], "invalid_field");
     assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("retry_on_disruption"),
+        support::error_message(&v).contains("retry_on_disruption"),
         "{v}"
     );
 
-    let (a, token) = agent(&s).await;
+    let a = agent(&s).await;
     let id = s.order(order(Some("safe"), 5)).await;
     assert_eq!(active(&s, &id).await["retry_on_disruption"], "safe");
-    let c = claim(&s, &a, &token, &id).await;
-    let (st, _) = s
-        .complete(
-            &id,
-            &token,
-            json!({"agent_id": a, "claim_id": c, "success": true}),
-        )
+    let c = claim(&a, &id).await;
+    let (st, _) = a
+        .complete(&id, json!({"claim_id": c, "success": true}))
         .await;
     assert_eq!(st, 200);
     let (st, listed) = s.admin_get("/api/v1/work-order-log").await;

@@ -74,88 +74,33 @@ async fn targeting_criteria_are_or_and_gates_are_and() {
         .await;
     let (_other, _) = s.agent(json!({"name": "other", "labels": ["x"]})).await;
 
+    // Each order as (work type, tenant, targeting, whether the agent sees it), created in turn.
+    #[rustfmt::skip]
+    let cases = [
+        ("custom", Some("team-a"), json!({"agent_ids": [a]}), true),
+        ("custom", Some("team-a"), json!({"agent_names": ["team-a/builder"]}), true),
+        ("custom", Some("team-a"), json!({"labels": ["cpu", "eu"]}), true),
+        ("custom", Some("team-a"), json!({"annotations": {"zone": "a"}}), true),
+        // annotations match on key *and* value
+        ("custom", Some("team-a"), json!({"annotations": {"zone": "b"}}), false),
+        // a miss on one criterion does not hide an order matched by another
+        ("custom", Some("team-a"), json!({"labels": ["nope"], "agent_names": ["team-a/builder"]}), true),
+        ("custom", Some("team-a"), json!({"labels": ["nope"]}), false),
+        // work type outside the agent's capabilities
+        ("build", Some("team-a"), json!({"labels": ["gpu"]}), false),
+        // tenant gate: a tenant-bound agent sees only its tenant's orders
+        ("custom", Some("team-b"), json!({"labels": ["gpu"]}), false),
+        ("custom", None, json!({"labels": ["gpu"]}), false),
+    ];
     let mut expect = BTreeSet::new();
     let mut all = Vec::new();
-    let mut add = |id: String, visible: bool| {
+    for (work_type, tenant, targeting, visible) in cases {
+        let id = s.order(order(work_type, tenant, targeting)).await;
         if visible {
             expect.insert(id.clone());
         }
         all.push(id);
-    };
-    add(
-        s.order(order("custom", Some("team-a"), json!({"agent_ids": [a]})))
-            .await,
-        true,
-    );
-    add(
-        s.order(order(
-            "custom",
-            Some("team-a"),
-            json!({"agent_names": ["team-a/builder"]}),
-        ))
-        .await,
-        true,
-    );
-    add(
-        s.order(order(
-            "custom",
-            Some("team-a"),
-            json!({"labels": ["cpu", "eu"]}),
-        ))
-        .await,
-        true,
-    );
-    add(
-        s.order(order(
-            "custom",
-            Some("team-a"),
-            json!({"annotations": {"zone": "a"}}),
-        ))
-        .await,
-        true,
-    );
-    // annotations match on key *and* value
-    add(
-        s.order(order(
-            "custom",
-            Some("team-a"),
-            json!({"annotations": {"zone": "b"}}),
-        ))
-        .await,
-        false,
-    );
-    // a miss on one criterion does not hide an order matched by another
-    add(
-        s.order(order(
-            "custom",
-            Some("team-a"),
-            json!({"labels": ["nope"], "agent_names": ["team-a/builder"]}),
-        ))
-        .await,
-        true,
-    );
-    add(
-        s.order(order("custom", Some("team-a"), json!({"labels": ["nope"]})))
-            .await,
-        false,
-    );
-    // work type outside the agent's capabilities
-    add(
-        s.order(order("build", Some("team-a"), json!({"labels": ["gpu"]})))
-            .await,
-        false,
-    );
-    // tenant gate: a tenant-bound agent sees only its tenant's orders
-    add(
-        s.order(order("custom", Some("team-b"), json!({"labels": ["gpu"]})))
-            .await,
-        false,
-    );
-    add(
-        s.order(order("custom", None, json!({"labels": ["gpu"]})))
-            .await,
-        false,
-    );
+    }
 
     let listed = pending(&s, &a, &a_tok, "").await;
     assert_eq!(listed, expect);

@@ -4,12 +4,14 @@
 //! the turns that maintenance drops while orders are created and claimed around it lose no
 //! order.
 
+mod support;
+
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use pullman::queue::{ClaimRequest, Completion, Queue, WaitReason};
+use pullman::queue::{ClaimRequest, Queue, WaitReason};
 use pullman::testing::{claim_next_id as claim, create_order, fresh_pool, register_agent};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -34,6 +36,17 @@ async fn order(queue: &Queue, tenant: Option<&str>, priority: i64) -> Uuid {
         "targeting": {"labels": ["prio"]},
     });
     create_order(queue, body).await
+}
+
+/// One multi-claim of up to `n` orders by `agent` (the default lease); the ids it hands out, in
+/// its order.
+async fn claim_many(queue: &Queue, agent: Uuid, n: usize) -> Vec<Uuid> {
+    let req = ClaimRequest {
+        agent_id: agent,
+        lease_seconds: None,
+    };
+    let many = queue.claim_next_many(&req, &[], n).await.unwrap();
+    many.into_iter().map(|o| o.id).collect()
 }
 
 async fn position(queue: &Queue, order: Uuid) -> i64 {
@@ -121,27 +134,12 @@ async fn a_multi_claim_takes_priority_then_age() {
     let high = order(&queue, None, 2).await;
     let _low = order(&queue, None, -2).await;
     let newer = order(&queue, None, 0).await;
-    let req = ClaimRequest {
-        agent_id: a,
-        lease_seconds: None,
-    };
-    let got: Vec<Uuid> = queue
-        .claim_next_many(&req, &[], 3)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.id)
-        .collect();
+    let got = claim_many(&queue, a, 3).await;
     assert_eq!(got, [high, old, newer]);
 }
 
 async fn complete(queue: &Queue, order: Uuid, agent: Uuid) {
-    let done = Completion {
-        success: true,
-        message: None,
-        retryable: true,
-        disrupted: false,
-    };
+    let done = support::queue::done(true);
     queue.complete(order, agent, None, &done).await.unwrap();
 }
 
@@ -179,19 +177,9 @@ async fn a_large_backlog_does_not_hold_another_tenant_back() {
 
     let small2 = order(&queue, Some("small"), 0).await;
     let small3 = order(&queue, Some("small"), 0).await;
-    let req = ClaimRequest {
-        agent_id: a,
-        lease_seconds: None,
-    };
     // `big` was served before `small`: its turn, and a multi-claim takes four of its orders
     // before `small`'s turn; then the turns alternate again.
-    let got: Vec<Uuid> = queue
-        .claim_next_many(&req, &[], 4)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.id)
-        .collect();
+    let got = claim_many(&queue, a, 4).await;
     assert_eq!(got.len(), 4);
     assert!(!got.contains(&small2) && !got.contains(&small3), "{got:?}");
     assert_eq!(claim(&queue, a).await, Some(small2));

@@ -228,11 +228,7 @@ async fn rerun_queues_a_linked_copy_of_a_finished_order() {
 
     let rerun_path = format!("/api/v1/work-orders/{id}/rerun");
     let (st, v) = s.admin(Method::POST, &rerun_path, None).await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (409, Some("not_finished")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 409, "not_finished");
 
     claim(&s, &a, &a_token, &id).await;
     complete(&s, &a, &a_token, &id, json!({"success": true})).await;

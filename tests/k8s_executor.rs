@@ -71,7 +71,7 @@ async fn setup(prefix: &str) -> Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
     let t = setup("jobs").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ex = Executor::start(&t, 15);
     let ok = t.s.order(order(&t.ns, &job("pi", json!({})), 600)).await;
     let fail =
         t.s.order(order(
@@ -93,13 +93,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
 
     let v = t.s.log_entry(&ok, 60).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
-    assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("Jobs succeeded: pi"),
-        "{v}"
-    );
+    assert!(support::message(&v).contains("Jobs succeeded: pi"), "{v}");
     let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
     let pi = jobs.get("pi").await.unwrap();
     assert_eq!(
@@ -122,10 +116,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
         "a Job that ran and failed is not retried"
     );
     assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("Job {}/doomed failed", t.ns)),
+        support::message(&v).contains(&format!("Job {}/doomed failed", t.ns)),
         "{v}"
     );
     // After the Job's condition, the pod and container that failed, with kwok's exit code.
@@ -144,10 +135,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
     let v = t.s.log_entry(&unnamed, 60).await;
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["retry_count"], 0);
-    assert!(
-        v["message"].as_str().unwrap().contains("no metadata.name"),
-        "{v}"
-    );
+    assert!(support::message(&v).contains("no metadata.name"), "{v}");
     let all = jobs
         .list(&ListParams::default().labels(&format!("pullman.dev/work-order={unnamed}")))
         .await
@@ -162,7 +150,7 @@ async fn jobs_succeed_fail_and_unnamed_jobs_are_refused() {
 async fn two_dozen_job_orders_at_once_share_one_watch() {
     const N: usize = 24;
     let t = setup("many").await;
-    let (ex, carrier) = Executor::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, N);
+    let (ex, carrier) = Executor::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, N, false);
     let mut ids = Vec::new();
     for i in 0..N {
         // Running for a few seconds, so all of them are watched at the same time.
@@ -201,7 +189,7 @@ async fn two_dozen_job_orders_at_once_share_one_watch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_job_fails_and_a_job_past_its_budget_is_left_running() {
     let t = setup("budget").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ex = Executor::start(&t, 15);
     let slow = json!({"pullman.dev/kwok-run-duration": "1h"});
     let deleted =
         t.s.order(order(&t.ns, &job("gone", slow.clone()), 600))
@@ -220,23 +208,14 @@ async fn a_deleted_job_fails_and_a_job_past_its_budget_is_left_running() {
     let v = t.s.log_entry(&deleted, 30).await;
     assert_eq!(v["outcome"], "failed");
     assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("was deleted before it finished"),
+        support::message(&v).contains("was deleted before it finished"),
         "{v}"
     );
 
     let v = t.s.log_entry(&over, 100).await;
     assert_eq!(v["outcome"], "failed", "{v}");
     assert_eq!(v["retry_count"], 0);
-    assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("watch budget of 60 s"),
-        "{v}"
-    );
+    assert!(support::message(&v).contains("watch budget of 60 s"), "{v}");
     let still = jobs.get("slowpoke").await.unwrap();
     assert!(
         still.metadata.deletion_timestamp.is_none(),
@@ -249,7 +228,7 @@ async fn a_deleted_job_fails_and_a_job_past_its_budget_is_left_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_documents_cluster_scoped_objects_and_a_crd_with_its_resource() {
     let t = setup("mixed").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ex = Executor::start(&t, 15);
     let extra_ns = format!("{}-extra", t.ns);
     let group = format!("{}.example.com", t.ns);
     let yaml = format!(
@@ -329,10 +308,7 @@ apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {extra_ns}\n",
     let v = t.s.log_entry(&empty, 30).await;
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["retry_count"], 0);
-    assert!(
-        v["message"].as_str().unwrap().contains("nothing to apply"),
-        "{v}"
-    );
+    assert!(support::message(&v).contains("nothing to apply"), "{v}");
     ex.stop().await;
     let _ = kubectl(
         &["delete", "crd", &format!("widgets.{group}"), "--wait=false"],
@@ -354,7 +330,7 @@ apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {extra_ns}\n",
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_order_reattaches_to_its_job() {
     let t = setup("redeliver").await;
-    let first = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
+    let first = Executor::start(&t, 6);
     let o =
         t.s.order(order(
             &t.ns,
@@ -369,7 +345,7 @@ async fn a_redelivered_order_reattaches_to_its_job() {
     .await;
     first.kill();
     // The lease (6 s) runs out, the reaper requeues, a second executor picks it up.
-    let second = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
+    let second = Executor::start(&t, 6);
     let v = t.s.log_entry(&o, 90).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     assert_eq!(v["reclaim_count"], 1, "{v}");
@@ -387,7 +363,7 @@ async fn a_redelivered_order_reattaches_to_its_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_running_job_deletes_it() {
     let t = setup("cancel").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 6);
+    let ex = Executor::start(&t, 6);
     let o =
         t.s.order(order(
             &t.ns,
@@ -519,16 +495,7 @@ async fn end_to_end_kubectl_apply_to_succeeded_with_the_binaries() {
     );
     // The executor's verdict may come from `SuccessCriteriaMet`, which the Job controller sets
     // just before `Complete`: wait for `Complete` rather than expect it at once.
-    let jobs: Api<Job> = Api::namespaced(k.clone(), &ns);
-    eventually(30, "the pi Job to be Complete", || async {
-        let pi = jobs.get("pi").await.ok()?;
-        pi.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    support::kube::job_complete(&k, &ns, "pi", 30, "the pi Job to be Complete").await;
     let (ok, out, _) = kubectl(&["get", "-n", &ns, "wo", "pi"], None);
     assert!(ok && out.contains("Succeeded"), "{out}");
     drop_namespace(&k, &ns).await;

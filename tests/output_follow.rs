@@ -11,6 +11,16 @@ use serde_json::{Value, json};
 use support::output::{chunk, claimed, complete, follow, read, send};
 use support::{ADMIN_TOKEN, TestServer};
 
+/// Waits up to `secs` seconds (`what` naming the wait) for the server's followers gauge
+/// (`pullman_output_followers`) to read `n`.
+async fn followers_gauge(s: &TestServer, n: usize, secs: u64, what: &str) {
+    let want = format!("pullman_output_followers {n}");
+    support::eventually(secs, what, || async {
+        s.metrics.encode().contains(&want).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn followers_see_every_line_once_in_order_and_end_when_the_order_finishes() {
     let s = TestServer::start().await;
@@ -19,13 +29,7 @@ async fn followers_see_every_line_once_in_order_and_end_when_the_order_finishes(
     let followers: Vec<_> = (0..100)
         .map(|_| tokio::spawn(follow(s.base.clone(), order.clone())))
         .collect();
-    support::eventually(10, "100 followers connected", || async {
-        s.metrics
-            .encode()
-            .contains("pullman_output_followers 100")
-            .then_some(())
-    })
-    .await;
+    followers_gauge(&s, 100, 10, "100 followers connected").await;
     let mut want = vec!["before".to_string()];
     for seq in 1..=50 {
         let batch: Vec<String> = (0..10).map(|i| format!("{seq}-{i}")).collect();
@@ -42,13 +46,7 @@ async fn followers_see_every_line_once_in_order_and_end_when_the_order_finishes(
             .unwrap();
         assert_eq!(got, want);
     }
-    support::eventually(5, "the followers gauge back to 0", || async {
-        s.metrics
-            .encode()
-            .contains("pullman_output_followers 0")
-            .then_some(())
-    })
-    .await;
+    followers_gauge(&s, 0, 5, "the followers gauge back to 0").await;
 }
 
 #[tokio::test]
@@ -70,13 +68,7 @@ async fn a_follower_that_disconnects_frees_its_resources_at_once() {
     assert!(String::from_utf8_lossy(&first).contains("\"one\""));
     assert!(s.metrics.encode().contains("pullman_output_followers 1"));
     drop(r);
-    support::eventually(3, "the followers gauge to drop", || async {
-        s.metrics
-            .encode()
-            .contains("pullman_output_followers 0")
-            .then_some(())
-    })
-    .await;
+    followers_gauge(&s, 0, 3, "the followers gauge to drop").await;
 }
 
 /// `serve --max-output-followers`: past it a new follower is refused with `503` and

@@ -7,17 +7,24 @@ use reqwest::Method;
 use serde_json::json;
 use support::{ADMIN_TOKEN, TestServer, configmap_order};
 
+/// Two agents, `gpu` (labelled gpu) and `cpu` (labelled cpu), and a backlog of 3 orders for the
+/// first and 1 for the second: (first's id, first's token, second's token).
+async fn gpu_and_cpu(s: &TestServer, gpu: &str, cpu: &str) -> (String, String, String) {
+    let (a, a_tok) = s.agent(json!({"name": gpu, "labels": ["gpu"]})).await;
+    let (_, b_tok) = s.agent(json!({"name": cpu, "labels": ["cpu"]})).await;
+    for _ in 0..3 {
+        s.order(configmap_order("gpu")).await;
+    }
+    s.order(configmap_order("cpu")).await;
+    (a, a_tok, b_tok)
+}
+
 /// `GET /agents/me/backlog` (docs/design.md §10): the backlog of the agent the token belongs to, for a
 /// scaler that holds an Executor's token but not its id; the admin token is no agent.
 #[tokio::test]
 async fn own_backlog_is_the_backlog_of_the_tokens_agent() {
     let s = TestServer::start().await;
-    let (a, a_tok) = s.agent(json!({"name": "a", "labels": ["gpu"]})).await;
-    let (_, b_tok) = s.agent(json!({"name": "b", "labels": ["cpu"]})).await;
-    for _ in 0..3 {
-        s.order(configmap_order("gpu")).await;
-    }
-    s.order(configmap_order("cpu")).await;
+    let (a, a_tok, b_tok) = gpu_and_cpu(&s, "a", "b").await;
     let own = "/api/v1/agents/me/backlog";
     let (st, v) = s.get_as(own, &a_tok).await;
     assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
@@ -27,17 +34,9 @@ async fn own_backlog_is_the_backlog_of_the_tokens_agent() {
     let (st, v) = s.get_as(own, &b_tok).await;
     assert_eq!((st, v["count"].clone()), (200, json!(1)), "{v}");
     let (st, v) = s.get_as(own, ADMIN_TOKEN).await;
-    assert_eq!(
-        (st, v["error"]["code"].clone()),
-        (403, json!("forbidden")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 403, "forbidden");
     let (st, v) = s.get(own).await;
-    assert_eq!(
-        (st, v["error"]["code"].clone()),
-        (401, json!("unauthorized")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 401, "unauthorized");
     // Reading it is no contact: the agent is still never seen (a scaler polls while no replica runs).
     let (_, agent) = s.get_as(&format!("/api/v1/agents/{a}"), ADMIN_TOKEN).await;
     assert_eq!(agent["health"], "never_seen", "{agent}");
@@ -49,12 +48,7 @@ async fn own_backlog_is_the_backlog_of_the_tokens_agent() {
 #[tokio::test]
 async fn agent_backlog_by_name() {
     let s = TestServer::start().await;
-    let (a, a_tok) = s.agent(json!({"name": "gpu-box", "labels": ["gpu"]})).await;
-    let (_, b_tok) = s.agent(json!({"name": "cpu-box", "labels": ["cpu"]})).await;
-    for _ in 0..3 {
-        s.order(configmap_order("gpu")).await;
-    }
-    s.order(configmap_order("cpu")).await;
+    let (a, a_tok, b_tok) = gpu_and_cpu(&s, "gpu-box", "cpu-box").await;
     let by_name = "/api/v1/agents/gpu-box/backlog";
     let (st, v) = s.get_as(by_name, ADMIN_TOKEN).await;
     assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
@@ -65,21 +59,13 @@ async fn agent_backlog_by_name() {
     let (st, v) = s.get_as(by_name, &a_tok).await;
     assert_eq!((st, v["count"].clone()), (200, json!(3)), "{v}");
     let (st, v) = s.get_as(by_name, &b_tok).await;
-    assert_eq!(
-        (st, v["error"]["code"].clone()),
-        (403, json!("forbidden")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 403, "forbidden");
     // Another agent's token learns nothing of which names exist.
     let (st, _) = s.get_as("/api/v1/agents/nobody/backlog", &b_tok).await;
     assert_eq!(st, 403);
 
     let (st, v) = s.get_as("/api/v1/agents/nobody/backlog", ADMIN_TOKEN).await;
-    assert_eq!(
-        (st, v["error"]["code"].clone()),
-        (404, json!("not_found")),
-        "{v}"
-    );
+    support::assert_refused(st, &v, 404, "not_found");
     let message = v["error"]["message"].as_str().unwrap();
     assert!(message.contains("\"nobody\""), "{message}");
     assert!(!message.to_lowercase().contains("uuid"), "{message}");

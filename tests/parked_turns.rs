@@ -4,10 +4,12 @@
 //! and claims racing on the same few tenants, no moment has a parked turn whose tenant has an
 //! order waiting; and maintenance unparks a turn that was stranded anyway.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pullman::queue::{Completion, Queue};
+use pullman::queue::Queue;
 use pullman::testing::{claim_next_id as claim, create_order, fresh_pool, register_agent};
 use serde_json::json;
 use sqlx::PgPool;
@@ -20,6 +22,16 @@ const STRANDED: &str = "SELECT count(*) FROM tenant_turns t WHERE t.served_at = 
      AND EXISTS (SELECT 1 FROM work_orders w WHERE w.tenant_key = t.tenant_key \
                  AND w.status IN ('PENDING', 'RETRY_PENDING'))";
 
+/// A queue over a fresh database, its pool, and an agent that takes the orders below: what
+/// every test here starts from.
+async fn queue_and_agent() -> (Queue, PgPool, Uuid) {
+    let queue = Queue::new(fresh_pool(4).await);
+    let pool = queue.pool().clone();
+    let agent = register_agent(&queue, json!({"name": "a", "labels": ["park"]})).await;
+    (queue, pool, agent)
+}
+
+/// Creates an order of `tenant` that the agent of [`queue_and_agent`] may take.
 async fn order(queue: &Queue, tenant: &str) -> Uuid {
     let body = json!({
         "work_type": "custom",
@@ -31,12 +43,7 @@ async fn order(queue: &Queue, tenant: &str) -> Uuid {
 }
 
 async fn finish(queue: &Queue, order: Uuid, agent: Uuid, success: bool) {
-    let done = Completion {
-        success,
-        message: None,
-        retryable: true,
-        disrupted: false,
-    };
+    let done = support::queue::done(success);
     queue.complete(order, agent, None, &done).await.unwrap();
 }
 
@@ -59,9 +66,7 @@ async fn stranded(pool: &PgPool) -> i64 {
 /// ahead of one served after.
 #[tokio::test]
 async fn a_tenant_without_orders_parks_and_comes_back_at_the_back() {
-    let queue = Queue::new(fresh_pool(4).await);
-    let pool = queue.pool().clone();
-    let agent = register_agent(&queue, json!({"name": "a", "labels": ["park"]})).await;
+    let (queue, pool, agent) = queue_and_agent().await;
     let a1 = order(&queue, "a").await;
     let b1 = order(&queue, "b").await;
     let b2 = order(&queue, "b").await;
@@ -94,9 +99,7 @@ async fn a_tenant_without_orders_parks_and_comes_back_at_the_back() {
 /// turn in the same transaction.
 #[tokio::test]
 async fn a_claimed_order_back_in_the_queue_unparks_its_tenant() {
-    let queue = Queue::new(fresh_pool(4).await);
-    let pool = queue.pool().clone();
-    let agent = register_agent(&queue, json!({"name": "a", "labels": ["park"]})).await;
+    let (queue, pool, agent) = queue_and_agent().await;
     let a1 = order(&queue, "a").await;
     order(&queue, "b").await;
     assert_eq!(claim(&queue, agent).await, Some(a1));
@@ -116,9 +119,7 @@ async fn a_claimed_order_back_in_the_queue_unparks_its_tenant() {
 /// unparks the turn it reaches first and skips the one the other holds.
 #[tokio::test]
 async fn requeues_in_opposite_orders_do_not_deadlock() {
-    let queue = Queue::new(fresh_pool(4).await);
-    let pool = queue.pool().clone();
-    let agent = register_agent(&queue, json!({"name": "a", "labels": ["park"]})).await;
+    let (queue, pool, agent) = queue_and_agent().await;
     let (a1, b1) = (order(&queue, "a").await, order(&queue, "b").await);
     let (a2, b2) = (order(&queue, "a").await, order(&queue, "b").await);
     while claim(&queue, agent).await.is_some() {}
@@ -150,9 +151,7 @@ async fn requeues_in_opposite_orders_do_not_deadlock() {
 /// order is still handed out, once the live turns have nothing (or by age, in the plain walk).
 #[tokio::test]
 async fn a_stranded_turn_is_unparked_by_maintenance_and_late_not_lost() {
-    let queue = Queue::new(fresh_pool(4).await);
-    let pool = queue.pool().clone();
-    let agent = register_agent(&queue, json!({"name": "a", "labels": ["park"]})).await;
+    let (queue, pool, agent) = queue_and_agent().await;
     let a1 = order(&queue, "a").await;
     let b1 = order(&queue, "b").await;
     let b2 = order(&queue, "b").await;

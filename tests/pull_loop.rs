@@ -90,7 +90,17 @@ impl HoldsFirstReport {
         });
         (carrier, starts)
     }
+
+    /// Lets the held complete through: rolls back the transaction that locks the first
+    /// order's row.
+    async fn let_go(&self) {
+        let held = self.lock.lock().await.take().expect("a held report");
+        held.rollback().await.unwrap();
+    }
 }
+
+/// The task running a pull loop.
+type LoopTask = tokio::task::JoinHandle<Result<(), pull::PullError>>;
 
 /// Starts the pull loop of `agent` with one slot, a 60 s lease and claims that wait up to
 /// `max_wait_seconds`, carrying orders out with `carrier`; returns its shutdown and its task.
@@ -100,10 +110,7 @@ fn one_slot_loop(
     token: &str,
     max_wait_seconds: u32,
     carrier: Arc<HoldsFirstReport>,
-) -> (
-    Shutdown,
-    tokio::task::JoinHandle<Result<(), pull::PullError>>,
-) {
+) -> (Shutdown, LoopTask) {
     let shutdown = Shutdown::default();
     let config = LoopConfig {
         agent_id: agent,
@@ -122,6 +129,36 @@ fn one_slot_loop(
     (shutdown, agent_loop)
 }
 
+/// Registers an agent named and labelled `label` (with the fields of `extra` as well) and `n`
+/// ConfigMap orders for it, created in turn: (agent id, token, order ids).
+async fn agent_with_orders(
+    server: &TestServer,
+    label: &str,
+    extra: serde_json::Value,
+    n: usize,
+) -> (Uuid, String, Vec<String>) {
+    let mut body = json!({"name": label, "labels": [label]});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let (agent, token) = server.agent(body).await;
+    let mut orders = Vec::new();
+    for _ in 0..n {
+        orders.push(server.order(pullman::testing::configmap_order(label)).await);
+    }
+    (agent.parse().unwrap(), token, orders)
+}
+
+/// Waits up to `secs` seconds for the loop's task to end (`what` says which end) and checks
+/// that it ended without an error.
+async fn ends(agent_loop: LoopTask, secs: u64, what: &str) {
+    tokio::time::timeout(Duration::from_secs(secs), agent_loop)
+        .await
+        .expect(what)
+        .unwrap()
+        .unwrap();
+}
+
 /// The next order the carrier starts, within 10 s.
 async fn next_start(starts: &mut mpsc::UnboundedReceiver<Uuid>, what: &str) -> Uuid {
     tokio::time::timeout(Duration::from_secs(10), starts.recv())
@@ -133,18 +170,7 @@ async fn next_start(starts: &mut mpsc::UnboundedReceiver<Uuid>, what: &str) -> U
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bounded() {
     let server = TestServer::start().await;
-    let (agent, token) = server
-        .agent(json!({"name": "pull-loop", "labels": ["pull-loop"]}))
-        .await;
-    let agent_id: Uuid = agent.parse().unwrap();
-    let mut orders = Vec::new();
-    for _ in 0..3 {
-        orders.push(
-            server
-                .order(pullman::testing::configmap_order("pull-loop"))
-                .await,
-        );
-    }
+    let (agent_id, token, orders) = agent_with_orders(&server, "pull-loop", json!({}), 3).await;
     let (carrier, mut starts) = HoldsFirstReport::new(&server, None);
     let (shutdown, agent_loop) = one_slot_loop(&server, agent_id, &token, 1, carrier.clone());
 
@@ -176,15 +202,7 @@ async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bou
     assert_eq!(held, 2, "the agent holds the two orders reporting, no more");
 
     // Let the first complete through: the third order runs.
-    carrier
-        .lock
-        .lock()
-        .await
-        .take()
-        .unwrap()
-        .rollback()
-        .await
-        .unwrap();
+    carrier.let_go().await;
     let third = next_start(&mut starts, "the third order").await;
     assert!(![first, second].contains(&third));
 
@@ -207,11 +225,7 @@ async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bou
         assert!(ids.contains(order), "order {order} was not carried out");
     }
     shutdown.drain.cancel();
-    tokio::time::timeout(Duration::from_secs(10), agent_loop)
-        .await
-        .expect("the loop drains")
-        .unwrap()
-        .unwrap();
+    ends(agent_loop, 10, "the loop drains").await;
 }
 
 /// An agent whose `max_concurrency` is its loop's concurrency (as an Executor's Deployment runs
@@ -222,30 +236,16 @@ async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_at_its_max_concurrency_does_not_sleep_while_its_reports_end() {
     let server = TestServer::start().await;
-    let (agent, token) = server
-        .agent(json!({"name": "capped-loop", "labels": ["capped-loop"], "max_concurrency": 1}))
-        .await;
-    let mut orders = Vec::new();
-    for _ in 0..5 {
-        orders.push(
-            server
-                .order(pullman::testing::configmap_order("capped-loop"))
-                .await,
-        );
-    }
+    let capped = json!({"max_concurrency": 1});
+    let (agent, token, orders) = agent_with_orders(&server, "capped-loop", capped, 5).await;
     let (carrier, _starts) = HoldsFirstReport::new(&server, Some(Duration::from_secs(2)));
-    let (shutdown, agent_loop) =
-        one_slot_loop(&server, agent.parse().unwrap(), &token, 30, carrier);
+    let (shutdown, agent_loop) = one_slot_loop(&server, agent, &token, 30, carrier);
     for order in &orders {
         let entry = server.log_entry(order, 10).await;
         assert_eq!(entry["outcome"], "succeeded", "{entry}");
     }
     shutdown.drain.cancel();
-    tokio::time::timeout(Duration::from_secs(35), agent_loop)
-        .await
-        .expect("the loop drains")
-        .unwrap()
-        .unwrap();
+    ends(agent_loop, 35, "the loop drains").await;
 }
 
 /// The second signal while an order waits for its turn to report: its verdict is reported at
@@ -256,17 +256,9 @@ async fn an_agent_at_its_max_concurrency_does_not_sleep_while_its_reports_end() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_second_signal_reports_a_verdict_that_waits_for_its_turn() {
     let server = TestServer::start().await;
-    let (agent, token) = server
-        .agent(json!({"name": "signal-loop", "labels": ["signal-loop"]}))
-        .await;
-    for _ in 0..2 {
-        server
-            .order(pullman::testing::configmap_order("signal-loop"))
-            .await;
-    }
+    let (agent, token, _) = agent_with_orders(&server, "signal-loop", json!({}), 2).await;
     let (carrier, mut starts) = HoldsFirstReport::new(&server, None);
-    let (shutdown, agent_loop) =
-        one_slot_loop(&server, agent.parse().unwrap(), &token, 1, carrier.clone());
+    let (shutdown, agent_loop) = one_slot_loop(&server, agent, &token, 1, carrier.clone());
     let first = next_start(&mut starts, "the first order").await;
     let second = next_start(&mut starts, "the second order").await;
     // The second order's verdict is in at once; it waits for the first's report.
@@ -279,20 +271,8 @@ async fn the_second_signal_reports_a_verdict_that_waits_for_its_turn() {
         carrier.lock.lock().await.is_some(),
         "the first order's row is still held"
     );
-    carrier
-        .lock
-        .lock()
-        .await
-        .take()
-        .unwrap()
-        .rollback()
-        .await
-        .unwrap();
+    carrier.let_go().await;
     let entry = server.log_entry(&first.to_string(), 10).await;
     assert_eq!(entry["outcome"], "succeeded", "{entry}");
-    tokio::time::timeout(Duration::from_secs(10), agent_loop)
-        .await
-        .expect("the loop ends")
-        .unwrap()
-        .unwrap();
+    ends(agent_loop, 10, "the loop ends").await;
 }

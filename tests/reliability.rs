@@ -225,12 +225,7 @@ async fn a_create_repeated_with_its_idempotency_key_returns_the_same_order() {
     // A key that is not visible ASCII is named in the error.
     let (st, _, v) = post("has space", configmap_order("idem")).await;
     assert_eq!(st, 400, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("Idempotency-Key")
-    );
+    assert!(support::error_message(&v).contains("Idempotency-Key"));
     let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM work_orders")
         .fetch_one(&s.pool)
         .await

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::TestServer;
+use support::agent::Agent;
 
 fn order_with(max_retries: i64, backoff: i64) -> Value {
     json!({
@@ -19,50 +20,43 @@ fn order_with(max_retries: i64, backoff: i64) -> Value {
     })
 }
 
-async fn claim(s: &TestServer, agent: &str, token: &str, order: &str, lease: Option<i64>) -> Value {
-    let (st, v) = s
-        .call(
-            Method::POST,
-            &format!("/api/v1/work-orders/{order}/claim"),
-            Some(token),
-            Some(json!({"agent_id": agent, "lease_seconds": lease})),
-        )
+/// Claims `order` by id as `a` with lease `lease` (`null`: the default); the claim.
+async fn claim(a: &Agent<'_>, order: &str, lease: Option<i64>) -> Value {
+    let path = format!("/api/v1/work-orders/{order}/claim");
+    let body = json!({"agent_id": a.id, "lease_seconds": lease});
+    let (st, v) = a
+        .api
+        .call(Method::POST, &path, Some(&a.token), Some(body))
         .await;
     assert_eq!(st, 200, "{v}");
     v
 }
 
-async fn complete(
-    s: &TestServer,
-    agent: &str,
-    token: &str,
-    order: &str,
-    body: Value,
-) -> (u16, Value) {
-    let mut body = body;
-    body["agent_id"] = json!(agent);
-    s.complete(order, token, body).await
+/// Claims `order` (the default lease) and completes it with `body`; the complete's answer.
+async fn claim_and_complete(a: &Agent<'_>, order: &str, body: Value) -> (u16, Value) {
+    claim(a, order, None).await;
+    a.complete(order, body).await
 }
 
-/// Claims `order` (the default lease) and completes it with `body`; the complete's answer.
-async fn claim_and_complete(
-    s: &TestServer,
-    agent: &str,
-    token: &str,
-    order: &str,
-    body: Value,
-) -> (u16, Value) {
-    claim(s, agent, token, order, None).await;
-    complete(s, agent, token, order, body).await
+/// The order as the admin sees it while it is active.
+async fn active(s: &TestServer, order: &str) -> Value {
+    s.admin_get(&format!("/api/v1/work-orders/{order}")).await.1
+}
+
+/// Runs `sql`, an UPDATE with `$1` the id of an order or agent: time moved in the database, as
+/// the clock would move it.
+async fn exec(s: &TestServer, sql: &str, id: &str) {
+    sqlx::query(sql).bind(id).execute(&s.pool).await.unwrap();
 }
 
 /// Makes a backing-off order due now, as time passing would.
 async fn make_due(s: &TestServer, order: &str) {
-    sqlx::query("UPDATE work_orders SET next_retry_after = now() WHERE id = $1::uuid")
-        .bind(order)
-        .execute(&s.pool)
-        .await
-        .unwrap();
+    exec(
+        s,
+        "UPDATE work_orders SET next_retry_after = now() WHERE id = $1::uuid",
+        order,
+    )
+    .await;
 }
 
 fn ts(v: &Value) -> DateTime<Utc> {
@@ -72,21 +66,19 @@ fn ts(v: &Value) -> DateTime<Utc> {
 #[tokio::test]
 async fn retries_back_off_exponentially_and_stop_at_max_retries() {
     let s = TestServer::start().await;
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     for max_retries in [0i64, 1, 3] {
         let o = s.order(order_with(max_retries, 10)).await;
         for k in 1..=max_retries {
             let (st, v) = claim_and_complete(
-                &s,
                 &a,
-                &tok,
                 &o,
                 json!({"success": false, "message": format!("boom {k}")}),
             )
             .await;
             assert_eq!(st, 202, "{v}");
             assert_eq!(v["status"], "retry_scheduled");
-            let (_, got) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
+            let got = active(&s, &o).await;
             assert_eq!(got["status"], "RETRY_PENDING");
             assert_eq!(got["retry_count"], k);
             assert_eq!(got["last_error"], format!("boom {k}"));
@@ -94,19 +86,13 @@ async fn retries_back_off_exponentially_and_stop_at_max_retries() {
             assert_eq!(delay, 10 * (1 << (k - 1)), "backoff for attempt {k}");
             assert_eq!(ts(&v["next_retry_after"]), ts(&got["next_retry_after"]));
             // Backing off: not claimable yet.
-            let (st, v) = s.claim(&o, &a, &tok).await;
+            let (st, v) = a.claim(&o).await;
             assert_eq!(st, 409, "{v}");
             assert_eq!(v["error"]["code"], "backing_off");
             make_due(&s, &o).await;
         }
-        let (st, v) = claim_and_complete(
-            &s,
-            &a,
-            &tok,
-            &o,
-            json!({"success": false, "message": "final"}),
-        )
-        .await;
+        let (st, v) =
+            claim_and_complete(&a, &o, json!({"success": false, "message": "final"})).await;
         assert_eq!(st, 200, "max_retries {max_retries}: {v}");
         assert_eq!(v["outcome"], "failed");
         assert_eq!(v["retry_count"], max_retries);
@@ -120,12 +106,10 @@ async fn retries_back_off_exponentially_and_stop_at_max_retries() {
 #[tokio::test]
 async fn non_retryable_failure_goes_straight_to_the_log_and_success_returns_the_entry() {
     let s = TestServer::start().await;
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     let o = s.order(order_with(3, 10)).await;
     let (st, v) = claim_and_complete(
-        &s,
         &a,
-        &tok,
         &o,
         json!({"success": false, "retryable": false, "message": "bad"}),
     )
@@ -136,18 +120,11 @@ async fn non_retryable_failure_goes_straight_to_the_log_and_success_returns_the_
     assert_eq!(v["retry_count"], 0);
 
     let o = s.order(order_with(3, 10)).await;
-    let (st, v) = claim_and_complete(
-        &s,
-        &a,
-        &tok,
-        &o,
-        json!({"success": true, "message": "done"}),
-    )
-    .await;
+    let (st, v) = claim_and_complete(&a, &o, json!({"success": true, "message": "done"})).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["outcome"], "succeeded");
     assert_eq!(v["message"], "done");
-    assert_eq!(v["claimed_by"], json!(a));
+    assert_eq!(v["claimed_by"], json!(a.id));
     let (st, log) = s.admin_get(&format!("/api/v1/work-order-log/{o}")).await;
     assert_eq!(st, 200);
     assert!(log["yaml_content"].is_string());
@@ -156,17 +133,18 @@ async fn non_retryable_failure_goes_straight_to_the_log_and_success_returns_the_
 #[tokio::test]
 async fn huge_backoff_never_overflows() {
     let s = TestServer::start().await;
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     let o = s.order(order_with(100, 86_400)).await;
-    sqlx::query("UPDATE work_orders SET retry_count = 99 WHERE id = $1::uuid")
-        .bind(&o)
-        .execute(&s.pool)
-        .await
-        .unwrap();
-    claim(&s, &a, &tok, &o, None).await;
-    let (st, v) = complete(&s, &a, &tok, &o, json!({"success": false})).await;
+    exec(
+        &s,
+        "UPDATE work_orders SET retry_count = 99 WHERE id = $1::uuid",
+        &o,
+    )
+    .await;
+    claim(&a, &o, None).await;
+    let (st, v) = a.complete(&o, json!({"success": false})).await;
     assert_eq!(st, 202, "{v}");
-    let (_, got) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
+    let got = active(&s, &o).await;
     assert_eq!(got["retry_count"], 100);
     let delay = (ts(&got["next_retry_after"]) - ts(&got["last_error_at"])).num_seconds();
     assert_eq!(delay, 86_400, "capped at 24 h");
@@ -175,33 +153,26 @@ async fn huge_backoff_never_overflows() {
 #[tokio::test]
 async fn reaper_returns_timed_out_and_lease_expired_claims_to_pending() {
     let s = TestServer::start().await;
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     let timed_out = s.order(order_with(3, 10)).await;
     let leased = s.order(order_with(3, 10)).await;
     let alive = s.order(order_with(3, 10)).await;
-    let first = claim(&s, &a, &tok, &timed_out, None).await;
-    claim(&s, &a, &tok, &leased, Some(30)).await;
-    claim(&s, &a, &tok, &alive, Some(30)).await;
-    sqlx::query("UPDATE work_orders SET retry_count = 1 WHERE id = $1::uuid")
-        .bind(&timed_out)
-        .execute(&s.pool)
-        .await
-        .unwrap();
+    let first = claim(&a, &timed_out, None).await;
+    claim(&a, &leased, Some(30)).await;
+    claim(&a, &alive, Some(30)).await;
+    exec(
+        &s,
+        "UPDATE work_orders SET retry_count = 1 WHERE id = $1::uuid",
+        &timed_out,
+    )
+    .await;
     // claim_timeout passes for one; the lease runs out for another.
-    sqlx::query("UPDATE work_order_claims SET deadline = now() - interval '1 second' WHERE work_order_id = $1::uuid")
-        .bind(&timed_out)
-        .execute(&s.pool)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE work_order_claims SET lease_expires_at = now() - interval '1 second' WHERE work_order_id = $1::uuid")
-        .bind(&leased)
-        .execute(&s.pool)
-        .await
-        .unwrap();
+    exec(&s, "UPDATE work_order_claims SET deadline = now() - interval '1 second' WHERE work_order_id = $1::uuid", &timed_out).await;
+    exec(&s, "UPDATE work_order_claims SET lease_expires_at = now() - interval '1 second' WHERE work_order_id = $1::uuid", &leased).await;
     let report = s.queue.maintain().await.unwrap();
     assert_eq!(report.reclaimed, 2);
     for (o, retries) in [(&timed_out, 1), (&leased, 0)] {
-        let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
+        let v = active(&s, o).await;
         assert_eq!(v["status"], "PENDING");
         assert_eq!(v["retry_count"], retries, "retry_count unchanged");
         assert_eq!(v["reclaim_count"], 1);
@@ -209,36 +180,28 @@ async fn reaper_returns_timed_out_and_lease_expired_claims_to_pending() {
             v["claimed_by"].is_null() && v["claim_id"].is_null() && v["lease_expires_at"].is_null()
         );
     }
-    let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{alive}")).await;
+    let v = active(&s, &alive).await;
     assert_eq!(v["status"], "CLAIMED", "a live lease is left alone");
 
     // The superseded claim's heartbeat and complete are refused and change nothing.
-    let second = claim(&s, &a, &tok, &timed_out, None).await;
+    let second = claim(&a, &timed_out, None).await;
     assert_ne!(
         first["claim_id"], second["claim_id"],
         "a fresh fencing token per claim"
     );
-    let (st, v) = s
-        .heartbeat(
-            &timed_out,
-            &tok,
-            json!({"agent_id": a, "claim_id": first["claim_id"]}),
-        )
+    let (st, v) = a
+        .heartbeat(&timed_out, json!({"claim_id": first["claim_id"]}))
         .await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error"]["code"], "reclaimed");
-    let (st, v) = complete(
-        &s,
-        &a,
-        &tok,
-        &timed_out,
-        json!({"claim_id": first["claim_id"], "success": true}),
-    )
-    .await;
-    assert_eq!(st, 409, "{v}");
-    let (_, v) = s
-        .admin_get(&format!("/api/v1/work-orders/{timed_out}"))
+    let (st, v) = a
+        .complete(
+            &timed_out,
+            json!({"claim_id": first["claim_id"], "success": true}),
+        )
         .await;
+    assert_eq!(st, 409, "{v}");
+    let v = active(&s, &timed_out).await;
     assert_eq!(v["status"], "CLAIMED");
     assert_eq!(v["claim_id"], second["claim_id"]);
 }
@@ -246,34 +209,29 @@ async fn reaper_returns_timed_out_and_lease_expired_claims_to_pending() {
 #[tokio::test]
 async fn a_late_result_from_another_agent_is_refused() {
     let s = TestServer::start().await;
-    let (a, a_tok) = s.agent(json!({"name": "a", "labels": ["r"]})).await;
-    let (b, b_tok) = s.agent(json!({"name": "b", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "a", "labels": ["r"]})).await;
+    let b = Agent::register(&s, json!({"name": "b", "labels": ["r"]})).await;
     let o = s.order(order_with(3, 10)).await;
-    claim(&s, &a, &a_tok, &o, Some(30)).await;
+    claim(&a, &o, Some(30)).await;
     sqlx::query("UPDATE work_order_claims SET lease_expires_at = now() - interval '1 second'")
         .execute(&s.pool)
         .await
         .unwrap();
     // Expired but not yet reaped: the holder's result is already refused.
-    let (st, v) = complete(&s, &a, &a_tok, &o, json!({"success": true})).await;
+    let (st, v) = a.complete(&o, json!({"success": true})).await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error"]["code"], "reclaimed");
     s.queue.maintain().await.unwrap();
-    claim(&s, &b, &b_tok, &o, Some(30)).await;
-    let (st, v) = complete(&s, &a, &a_tok, &o, json!({"success": true})).await;
+    claim(&b, &o, Some(30)).await;
+    let (st, v) = a.complete(&o, json!({"success": true})).await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error"]["code"], "reclaimed");
-    let (st, v) = complete(
-        &s,
-        &b,
-        &b_tok,
-        &o,
-        json!({"success": true, "message": "b did it"}),
-    )
-    .await;
+    let (st, v) = b
+        .complete(&o, json!({"success": true, "message": "b did it"}))
+        .await;
     assert_eq!(st, 200, "{v}");
-    assert_eq!(v["claimed_by"], json!(b));
-    let (st, v) = complete(&s, &b, &b_tok, &o, json!({"success": true})).await;
+    assert_eq!(v["claimed_by"], json!(b.id));
+    let (st, v) = b.complete(&o, json!({"success": true})).await;
     assert_eq!(st, 409, "a second complete is refused: {v}");
     assert_eq!(v["error"]["code"], "not_claim_holder");
 }
@@ -281,12 +239,12 @@ async fn a_late_result_from_another_agent_is_refused() {
 #[tokio::test]
 async fn reclaim_bound_sends_the_order_to_the_log_as_failed() {
     let s = TestServer::start().await;
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     let mut body = order_with(3, 10);
     body["max_reclaims"] = json!(2);
     let o = s.order(body).await;
     for round in 0..3 {
-        claim(&s, &a, &tok, &o, None).await;
+        claim(&a, &o, None).await;
         sqlx::query("UPDATE work_order_claims SET deadline = now() - interval '1 second'")
             .execute(&s.pool)
             .await
@@ -303,7 +261,7 @@ async fn reclaim_bound_sends_the_order_to_the_log_as_failed() {
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["message"], "no agent completed it within 3 claims");
     assert_eq!(v["reclaim_count"], 2);
-    let (st, v) = s.heartbeat(&o, &tok, json!({"agent_id": a})).await;
+    let (st, v) = a.heartbeat(&o, json!({})).await;
     assert_eq!(st, 409);
     assert_eq!(v["error"]["code"], "reclaimed");
 }
@@ -311,21 +269,19 @@ async fn reclaim_bound_sends_the_order_to_the_log_as_failed() {
 #[tokio::test]
 async fn heartbeats_keep_a_lease_alive_through_reaper_passes() {
     let s = TestServer::start().await;
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     let o = s.order(order_with(3, 10)).await;
-    let c = claim(&s, &a, &tok, &o, Some(5)).await;
+    let c = claim(&a, &o, Some(5)).await;
     let first_expiry = ts(&c["lease_expires_at"]);
     for _ in 0..4 {
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        let (st, v) = s
-            .heartbeat(&o, &tok, json!({"agent_id": a, "claim_id": c["claim_id"]}))
-            .await;
+        let (st, v) = a.heartbeat(&o, json!({"claim_id": c["claim_id"]})).await;
         assert_eq!(st, 200, "{v}");
         assert!(ts(&v["lease_expires_at"]) > first_expiry);
         assert_eq!(s.queue.maintain().await.unwrap().reclaimed, 0);
     }
     // 8 s later, past the first 5 s lease, the claim still holds.
-    let (_, v) = s.admin_get(&format!("/api/v1/work-orders/{o}")).await;
+    let v = active(&s, &o).await;
     assert_eq!(v["status"], "CLAIMED");
     // Without heartbeats the lease runs out for real.
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
@@ -335,14 +291,14 @@ async fn heartbeats_keep_a_lease_alive_through_reaper_passes() {
 #[tokio::test]
 async fn a_lease_never_extends_past_the_claim_timeout() {
     let s = TestServer::start().await;
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     let mut body = order_with(3, 10);
     body["claim_timeout_seconds"] = json!(60);
     let o = s.order(body).await;
-    let c = claim(&s, &a, &tok, &o, Some(3600)).await;
+    let c = claim(&a, &o, Some(3600)).await;
     let claimed_at = ts(&c["claimed_at"]);
     assert_eq!((ts(&c["lease_expires_at"]) - claimed_at).num_seconds(), 60);
-    let (_, v) = s.heartbeat(&o, &tok, json!({"agent_id": a})).await;
+    let (_, v) = a.heartbeat(&o, json!({})).await;
     assert_eq!((ts(&v["lease_expires_at"]) - claimed_at).num_seconds(), 60);
     assert_eq!(ts(&v["claim_expires_at"]), ts(&v["lease_expires_at"]));
 }
@@ -350,18 +306,16 @@ async fn a_lease_never_extends_past_the_claim_timeout() {
 #[tokio::test]
 async fn cancel_of_a_claimed_order_answers_the_next_heartbeat_with_cancelled() {
     let s = TestServer::start().await;
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     let o = s.order(order_with(3, 10)).await;
-    let c = claim(&s, &a, &tok, &o, Some(30)).await;
+    let c = claim(&a, &o, Some(30)).await;
     let (st, v) = s.cancel(&o).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["outcome"], "cancelled");
-    let (st, v) = s
-        .heartbeat(&o, &tok, json!({"agent_id": a, "claim_id": c["claim_id"]}))
-        .await;
+    let (st, v) = a.heartbeat(&o, json!({"claim_id": c["claim_id"]})).await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error"]["code"], "cancelled");
-    let (st, v) = complete(&s, &a, &tok, &o, json!({"success": true})).await;
+    let (st, v) = a.complete(&o, json!({"success": true})).await;
     assert_eq!(st, 409);
     assert_eq!(v["error"]["code"], "cancelled");
     let (_, v) = s.admin_get(&format!("/api/v1/work-order-log/{o}")).await;
@@ -377,13 +331,13 @@ async fn cancel_of_a_claimed_order_answers_the_next_heartbeat_with_cancelled() {
 #[tokio::test]
 async fn due_retries_are_promoted_and_wake_long_polls() {
     let s = std::sync::Arc::new(TestServer::start().await);
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     let o = s.order(order_with(3, 10)).await;
-    claim(&s, &a, &tok, &o, None).await;
-    let (st, _) = complete(&s, &a, &tok, &o, json!({"success": false})).await;
+    claim(&a, &o, None).await;
+    let (st, _) = a.complete(&o, json!({"success": false})).await;
     assert_eq!(st, 202);
     let waiter = {
-        let (s, a, tok) = (s.clone(), a.clone(), tok.clone());
+        let (s, a, tok) = (s.clone(), a.id.clone(), a.token.clone());
         tokio::spawn(async move {
             s.claim_next(&a, &tok, Some(json!({"max_wait_seconds": 15})))
                 .await
@@ -410,16 +364,14 @@ async fn a_retry_is_claimable_when_due_not_at_the_next_maintenance_tick() {
         |_| {},
     ));
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let (a, tok) = s.agent(json!({"name": "r", "labels": ["r"]})).await;
+    let a = Agent::register(&s, json!({"name": "r", "labels": ["r"]})).await;
     let o = s.order(order_with(3, 1)).await;
-    claim(&s, &a, &tok, &o, None).await;
-    let (st, v) = complete(&s, &a, &tok, &o, json!({"success": false})).await;
+    claim(&a, &o, None).await;
+    let (st, v) = a.complete(&o, json!({"success": false})).await;
     assert_eq!(st, 202, "{v}");
     let failed_at = std::time::Instant::now();
     // An agent long-polling for work gets the retry at its time (1 s), not up to 10 s later.
-    let (st, v) = s
-        .claim_next(&a, &tok, Some(json!({"max_wait_seconds": 15})))
-        .await;
+    let (st, v) = a.claim_next(15).await;
     let took = failed_at.elapsed();
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["id"], json!(o));
@@ -436,18 +388,17 @@ async fn a_retry_is_claimable_when_due_not_at_the_next_maintenance_tick() {
 #[tokio::test]
 async fn maintenance_releases_what_a_retirement_cut_short_left_held() {
     let s = TestServer::start().await;
-    let (agent, token) = s
-        .agent(json!({"name": "cut-short", "labels": ["cut-short"]}))
-        .await;
+    let agent = Agent::register(&s, json!({"name": "cut-short", "labels": ["cut-short"]})).await;
     let order = s.order(support::configmap_order("cut-short")).await;
-    claim(&s, &agent, &token, &order, Some(60)).await;
+    claim(&agent, &order, Some(60)).await;
     // The first transaction of a retirement, alone, a minute ago (maintenance leaves a
     // retirement of the last 10 s to finish by itself).
-    sqlx::query("UPDATE agents SET retired_at = now() - interval '1 minute' WHERE id = $1::uuid")
-        .bind(&agent)
-        .execute(&s.pool)
-        .await
-        .unwrap();
+    exec(
+        &s,
+        "UPDATE agents SET retired_at = now() - interval '1 minute' WHERE id = $1::uuid",
+        &agent.id,
+    )
+    .await;
     let report = s.queue.maintain().await.unwrap();
     assert_eq!(report.released_from_retired, 1, "{report:?}");
     assert_eq!(report.reclaimed, 0, "{report:?}");

@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::cli::cli_text;
+use support::cli::{cli_text, create_args};
 use support::{TestServer, configmap_order};
 
 async fn get(s: &TestServer, path: &str) -> (u16, Value) {
@@ -68,10 +68,7 @@ async fn explain_answers_the_reason_and_get_carries_it() {
     let (_, e) = get(&s, &format!("/api/v1/work-orders/{second}/explain")).await;
     assert_eq!(e["position"], 1, "{e}");
     assert!(
-        e["message"]
-            .as_str()
-            .unwrap()
-            .contains("next in line for agent runner-1"),
+        support::message(&e).contains("next in line for agent runner-1"),
         "{e}"
     );
 }
@@ -83,25 +80,14 @@ async fn explain_404_names_unknown_and_finished() {
     let (st, e) = get(&s, &format!("/api/v1/work-orders/{unknown}/explain")).await;
     assert_eq!(st, 404);
     assert_eq!(e["error"]["code"], "not_found");
-    assert!(
-        e["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains(&unknown.to_string())
-    );
+    assert!(support::error_message(&e).contains(&unknown.to_string()));
     let o = s.order(configmap_order("gpu")).await;
     let (st, _) = s.cancel(&o).await;
     assert_eq!(st, 200);
     let (st, e) = get(&s, &format!("/api/v1/work-orders/{o}/explain")).await;
     assert_eq!(st, 404);
     assert_eq!(e["error"]["code"], "finished", "{e}");
-    assert!(
-        e["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("cancelled"),
-        "{e}"
-    );
+    assert!(support::error_message(&e).contains("cancelled"), "{e}");
     let (st, e) = get(&s, "/api/v1/work-orders/not-a-uuid/explain").await;
     assert_eq!(st, 400, "{e}");
 }
@@ -171,36 +157,18 @@ async fn backlog_of_an_agent_and_of_a_profile() {
     let (st, v) = get(&s, "/api/v1/backlog?label=gpu&work_type=gpu").await;
     assert_eq!(st, 422, "{v}");
     assert_eq!(v["error"]["code"], "unknown_work_type");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("work_type"),
-        "{v}"
-    );
+    assert!(support::error_message(&v).starts_with("work_type"), "{v}");
     let (st, v) = get(&s, "/api/v1/backlog?labels=gpu").await;
     assert_eq!(st, 400, "{v}");
     // A profile travels in a URL: its bounds are the URL's, each refusal naming the parameter.
     let many = vec!["label=x"; pullman::queue::limits::PROFILE_MAX_VALUES + 1].join("&");
     let (st, v) = get(&s, &format!("/api/v1/backlog?{many}")).await;
     assert_eq!(st, 400, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("label:"),
-        "{v}"
-    );
+    assert!(support::error_message(&v).starts_with("label:"), "{v}");
     let long = "a".repeat(pullman::queue::limits::PROFILE_MAX_CHARS + 1);
     let (st, v) = get(&s, &format!("/api/v1/backlog?annotation=k={long}")).await;
     assert_eq!(st, 400, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("annotation:"),
-        "{v}"
-    );
+    assert!(support::error_message(&v).starts_with("annotation:"), "{v}");
     let (st, v) = get(&s, &format!("/api/v1/backlog?annotation=k={}", &long[3..])).await;
     assert_eq!(st, 200, "{v}");
     let (st, v) = s.get_as("/api/v1/backlog?label=gpu", &a_token).await;
@@ -363,20 +331,11 @@ async fn waiting_commands_say_why_the_order_waits() {
         support::cli::yaml_file("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: w\n");
     let out = support::cli::cli(
         &s.base,
-        &[
-            "work-orders",
-            "create",
-            "-f",
+        &create_args(
             file.to_str().unwrap(),
-            "--label",
             "nobody-has-this",
-            "--wait",
-            "--logs",
-            "--timeout",
-            "5",
-            "-o",
-            "name",
-        ],
+            &["--wait", "--logs", "--timeout", "5", "-o", "name"],
+        ),
     )
     .await;
     let err = support::cli::text(&out.stderr);
@@ -430,10 +389,7 @@ async fn a_position_past_the_bound_says_so_not_the_number() {
     assert!(e.get("position").is_none(), "{e}");
     assert_eq!(e["position_past"], 10_000, "{e}");
     assert!(
-        e["message"]
-            .as_str()
-            .unwrap()
-            .contains("more than 10000 orders go first"),
+        support::message(&e).contains("more than 10000 orders go first"),
         "{e}"
     );
 }
@@ -496,10 +452,7 @@ async fn a_claimed_order_waits_as_its_agent_says_a_node_is_lost() {
     ] {
         let (st, v) = s.heartbeat(&o, &token, beat(bad)).await;
         assert_eq!(st, 400, "{v}");
-        assert!(
-            v["error"]["message"].as_str().unwrap().contains(field),
-            "{field}: {v}"
-        );
+        assert!(support::error_message(&v).contains(field), "{field}: {v}");
     }
     let (st, v) = s
         .heartbeat(&o, &other, json!({"agent_id": b, "waiting": lost}))

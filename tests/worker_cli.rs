@@ -26,6 +26,14 @@ fn order(label: &str, name: &str) -> Value {
     })
 }
 
+/// Runs `pullman worker --once --exec EXEC` to its end (60 s at most), checks that it exits
+/// with `code` (`what`: the case, shown with the log when it does not); returns its log.
+async fn once(base: &str, token: &str, exec: &str, code: i32, what: &str) -> String {
+    let mut w = worker(base, token, &["--once", "--exec", exec]);
+    assert_eq!(w.exit_code(60.0).await, code, "{what}; log:\n{}", w.log());
+    w.log()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn once_streams_the_output_and_exits_with_the_order_status() {
     let s = TestServer::start_maintained().await;
@@ -36,14 +44,7 @@ async fn once_streams_the_output_and_exits_with_the_order_status() {
         case "$order" in *name:\ good*) sleep 1; echo "all done";; *) echo "it broke" >&2; exit 7;; esac"#;
 
     let good = s.order(order("once", "good")).await;
-    let mut w = worker(&s.base, &token, &["--once", "--exec", exec]);
-    assert_eq!(
-        w.exit_code(60.0).await,
-        0,
-        "succeeded order; log:\n{}",
-        w.log()
-    );
-    let log = w.log();
+    let log = once(&s.base, &token, exec, 0, "succeeded order").await;
     for needle in [
         "first line on stdout",
         "a warning on stderr",
@@ -68,14 +69,7 @@ async fn once_streams_the_output_and_exits_with_the_order_status() {
     assert_eq!(v["message"], "first line on stdout\nall done");
 
     let bad = s.order(order("once", "bad")).await;
-    let mut w = worker(&s.base, &token, &["--once", "--exec", exec]);
-    assert_eq!(
-        w.exit_code(60.0).await,
-        3,
-        "failed order; log:\n{}",
-        w.log()
-    );
-    let log = w.log();
+    let log = once(&s.base, &token, exec, 3, "failed order").await;
     assert!(
         log.contains("it broke") && log.contains("exit_status=7"),
         "{log}"

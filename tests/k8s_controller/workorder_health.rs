@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::api::Api;
-use pullman::crd::{WorkOrderPhase, WorkOrderResource};
+use pullman::crd::{WorkOrderPhase as Phase, WorkOrderResource};
 use serde_json::json;
 
 use super::verdicts::{assert_health, live, message};
@@ -37,38 +37,68 @@ fn wait_in_background(
     })
 }
 
-const RUNNING: [(&str, &str); 3] = [
-    ("Ready", "False"),
-    ("Completed", "False"),
-    ("Reconciling", "True"),
-];
+/// `kubectl wait -n NS --for=condition=CONDITION --timeout=TIMEOUT workorder/NAME`: whether it
+/// returned in time, and its stderr.
+fn kubectl_wait(ns: &str, name: &str, condition: &str, timeout: &str) -> (bool, String) {
+    let (ok, _, err) = kubectl(
+        &[
+            "wait",
+            "-n",
+            ns,
+            &format!("--for=condition={condition}"),
+            &format!("--timeout={timeout}"),
+            &format!("workorder/{name}"),
+        ],
+        None,
+    );
+    (ok, err)
+}
+
+/// How a phase reads: its conditions (type, status) and its health (kstatus's, Argo CD's).
+struct Reading {
+    pattern: &'static [(&'static str, &'static str)],
+    health: (&'static str, &'static str),
+}
+
+/// Pending, Claimed and RetryPending: still in progress.
+#[rustfmt::skip]
+const RUNNING: Reading = Reading {
+    pattern: &[("Ready", "False"), ("Completed", "False"), ("Reconciling", "True")],
+    health: ("InProgress", "Progressing"),
+};
+
+/// Failed, Cancelled and Rejected: ended, not well.
+#[rustfmt::skip]
+const ENDED: Reading = Reading {
+    pattern: &[("Ready", "False"), ("Completed", "True"), ("Stalled", "True")],
+    health: ("Failed", "Degraded"),
+};
+
+/// Succeeded.
+#[rustfmt::skip]
+const SUCCEEDED: Reading = Reading {
+    pattern: &[("Ready", "True"), ("Completed", "True")],
+    health: ("Current", "Healthy"),
+};
 
 fn rows<'a>(pattern: &[(&'a str, &'a str)], reason: &'a str) -> Vec<(&'a str, &'a str, &'a str)> {
     pattern.iter().map(|(t, s)| (*t, *s, reason)).collect()
 }
 
-const ENDED: [(&str, &str); 3] = [
-    ("Ready", "False"),
-    ("Completed", "True"),
-    ("Stalled", "True"),
-];
-const SUCCEEDED: [(&str, &str); 2] = [("Ready", "True"), ("Completed", "True")];
-
 /// Waits for WorkOrder `name` to reach `phase`, then holds what kubectl, kstatus and Argo CD read
 /// of it (`health`: kstatus's, Argo CD's) against its conditions, `pattern` with `reason`; returns
 /// the live object.
 async fn reads(
-    api: &Api<WorkOrderResource>,
-    ns: &str,
+    (api, ns): (&Api<WorkOrderResource>, &str),
     name: &str,
-    phase: WorkOrderPhase,
+    phase: Phase,
     reason: &str,
-    pattern: &[(&str, &str)],
-    health: (&str, &str),
+    reading: Reading,
 ) -> serde_json::Value {
     phase_is(api, name, phase).await;
     let obj = live(ns, "workorder", name);
-    assert_health(&obj, reason, &rows(pattern, reason), health.0, health.1);
+    let (kstatus, argo) = reading.health;
+    assert_health(&obj, reason, &rows(reading.pattern, reason), kstatus, argo);
     obj
 }
 
@@ -79,6 +109,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
     let s = TestServer::start().await;
     let stop = start_controllers(&k, &s, &ns);
     let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
+    let at = (&api, ns.as_str());
     let (agent, tok) = s.agent(json!({"name": "a", "labels": ["x"]})).await;
     let claim = |uid: String| {
         let (s, agent, tok) = (&s, agent.clone(), tok.clone());
@@ -102,16 +133,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         .await
         .uid()
         .unwrap();
-    let obj = reads(
-        &api,
-        &ns,
-        "good",
-        WorkOrderPhase::Pending,
-        "Pending",
-        &RUNNING,
-        ("InProgress", "Progressing"),
-    )
-    .await;
+    let obj = reads(at, "good", Phase::Pending, "Pending", RUNNING).await;
     assert_eq!(
         message(&obj, "Ready"),
         "WorkOrder good is waiting in the queue for an agent to claim it."
@@ -120,16 +142,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
     let completed_wait = wait_in_background(&ns, "good", "Completed", 60);
 
     claim(uid.clone()).await;
-    let obj = reads(
-        &api,
-        &ns,
-        "good",
-        WorkOrderPhase::Claimed,
-        "Claimed",
-        &RUNNING,
-        ("InProgress", "Progressing"),
-    )
-    .await;
+    let obj = reads(at, "good", Phase::Claimed, "Claimed", RUNNING).await;
     assert!(message(&obj, "Ready").contains(&format!("claimed by agent {agent}")));
 
     complete(
@@ -138,16 +151,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         202,
     )
     .await;
-    let obj = reads(
-        &api,
-        &ns,
-        "good",
-        WorkOrderPhase::RetryPending,
-        "RetryPending",
-        &RUNNING,
-        ("InProgress", "Progressing"),
-    )
-    .await;
+    let obj = reads(at, "good", Phase::RetryPending, "RetryPending", RUNNING).await;
     assert!(
         message(&obj, "Ready").ends_with(": flaky"),
         "{}",
@@ -167,16 +171,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
     )
     .await;
     let finished_at = Instant::now();
-    let obj = reads(
-        &api,
-        &ns,
-        "good",
-        WorkOrderPhase::Succeeded,
-        "Succeeded",
-        &SUCCEEDED,
-        ("Current", "Healthy"),
-    )
-    .await;
+    let obj = reads(at, "good", Phase::Succeeded, "Succeeded", SUCCEEDED).await;
     assert_eq!(
         message(&obj, "Ready"),
         "WorkOrder good succeeded: done at last"
@@ -201,7 +196,7 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         .await
         .uid()
         .unwrap();
-    phase_is(&api, "bad", WorkOrderPhase::Pending).await;
+    phase_is(&api, "bad", Phase::Pending).await;
     claim(uid.clone()).await;
     complete(
         uid.clone(),
@@ -209,46 +204,17 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         200,
     )
     .await;
-    let obj = reads(
-        &api,
-        &ns,
-        "bad",
-        WorkOrderPhase::Failed,
-        "Failed",
-        &ENDED,
-        ("Failed", "Degraded"),
-    )
-    .await;
+    let obj = reads(at, "bad", Phase::Failed, "Failed", ENDED).await;
     assert_eq!(
         message(&obj, "Stalled"),
         "WorkOrder bad failed: the Job pi failed"
     );
-    let (ok, _, err) = kubectl(
-        &[
-            "wait",
-            "-n",
-            &ns,
-            "--for=condition=Ready",
-            "--timeout=3s",
-            "workorder/bad",
-        ],
-        None,
-    );
+    let (ok, err) = kubectl_wait(&ns, "bad", "Ready", "3s");
     assert!(
         !ok && err.contains("timed out"),
         "kubectl wait Ready on a failed order must time out: {err}"
     );
-    let (ok, _, err) = kubectl(
-        &[
-            "wait",
-            "-n",
-            &ns,
-            "--for=condition=Completed",
-            "--timeout=10s",
-            "workorder/bad",
-        ],
-        None,
-    );
+    let (ok, err) = kubectl_wait(&ns, "bad", "Completed", "10s");
     assert!(
         ok,
         "kubectl wait Completed returns on a failed order: {err}"
@@ -259,49 +225,21 @@ async fn every_work_order_phase_reads_right_to_kubectl_kstatus_and_argocd() {
         .await
         .uid()
         .unwrap();
-    phase_is(&api, "dropped", WorkOrderPhase::Pending).await;
+    phase_is(&api, "dropped", Phase::Pending).await;
     let (code, v) = s.cancel(&uid).await;
     assert_eq!(code, 200, "{v}");
-    let obj = reads(
-        &api,
-        &ns,
-        "dropped",
-        WorkOrderPhase::Cancelled,
-        "Cancelled",
-        &ENDED,
-        ("Failed", "Degraded"),
-    )
-    .await;
+    let obj = reads(at, "dropped", Phase::Cancelled, "Cancelled", ENDED).await;
     assert!(message(&obj, "Stalled").starts_with("WorkOrder dropped was cancelled"));
 
     // Rejected: YAML the schema cannot check and the queue refuses.
     create_wo(&api, work_order("broken", "x", "kind: [unclosed")).await;
-    let obj = reads(
-        &api,
-        &ns,
-        "broken",
-        WorkOrderPhase::Failed,
-        "Rejected",
-        &ENDED,
-        ("Failed", "Degraded"),
-    )
-    .await;
+    let obj = reads(at, "broken", Phase::Failed, "Rejected", ENDED).await;
     assert!(
         message(&obj, "Stalled").starts_with("WorkOrder broken was rejected by the queue: "),
         "{}",
         message(&obj, "Stalled")
     );
-    let (ok, _, err) = kubectl(
-        &[
-            "wait",
-            "-n",
-            &ns,
-            "--for=condition=Completed",
-            "--timeout=10s",
-            "workorder/broken",
-        ],
-        None,
-    );
+    let (ok, err) = kubectl_wait(&ns, "broken", "Completed", "10s");
     assert!(ok, "{err}");
     stop.cancel();
     drop_namespace(&k, &ns).await;
@@ -323,7 +261,7 @@ async fn a_finished_work_order_with_a_ttl_is_deleted_and_the_log_keeps_it() {
         .uid()
         .unwrap();
     for (name, uid) in [("brief", &brief), ("kept", &kept)] {
-        phase_is(&api, name, WorkOrderPhase::Pending).await;
+        phase_is(&api, name, Phase::Pending).await;
         let (code, _) = s.claim(uid, &agent, &tok).await;
         assert_eq!(code, 200);
     }
@@ -334,7 +272,7 @@ async fn a_finished_work_order_with_a_ttl_is_deleted_and_the_log_keeps_it() {
         assert_eq!(code, 200);
     }
     let finished = Instant::now();
-    phase_is(&api, "brief", WorkOrderPhase::Succeeded).await;
+    phase_is(&api, "brief", Phase::Succeeded).await;
     let gone = crate::support::eventually(20, "the WorkOrder with a TTL to be deleted", || async {
         api.get_opt("brief")
             .await
@@ -356,10 +294,7 @@ async fn a_finished_work_order_with_a_ttl_is_deleted_and_the_log_keeps_it() {
         .get("kept")
         .await
         .expect("a WorkOrder without a TTL stays");
-    assert_eq!(
-        kept_wo.status.unwrap().phase,
-        Some(WorkOrderPhase::Succeeded)
-    );
+    assert_eq!(kept_wo.status.unwrap().phase, Some(Phase::Succeeded));
     stop.cancel();
     drop_namespace(&k, &ns).await;
 }
@@ -372,7 +307,7 @@ async fn a_work_order_the_server_rejects_fails_with_a_reason() {
     let stop = start_controllers(&k, &s, &ns);
     let api: Api<WorkOrderResource> = Api::namespaced(k.clone(), &ns);
     create_wo(&api, work_order("broken", "x", "kind: [unclosed")).await;
-    let wo = phase_is(&api, "broken", WorkOrderPhase::Failed).await;
+    let wo = phase_is(&api, "broken", Phase::Failed).await;
     let st = wo.status.unwrap();
     let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(

@@ -70,7 +70,7 @@ async fn set_buildrun_status(k: &Client, ns: &str, status: Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
     let t = setup("build").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ex = Executor::start(&t, 15);
     let build_order = |timeout: i64| {
         json!({
             "work_type": "build", "yaml_content": BUILD, "claim_timeout_seconds": timeout,
@@ -147,9 +147,7 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
     let v = t.s.log_entry(&refused, 30).await;
     assert_eq!(v["outcome"], "failed", "{v}");
     assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
+        crate::support::message(&v)
             .contains(": BuildRegistrationFailed: the Build is not registered correctly"),
         "{v}"
     );
@@ -161,10 +159,7 @@ async fn builds_report_the_digest_retry_failures_and_give_up_at_the_window() {
     assert_eq!(v["outcome"], "failed", "{v}");
     assert_eq!(v["retry_count"], 0);
     assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("build window of 60 s"),
+        crate::support::message(&v).contains("build window of 60 s"),
         "{v}"
     );
     let runs = api

@@ -155,7 +155,7 @@ async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
         )
         .await
         .unwrap();
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ex = Executor::start(&t, 15);
     let ((reported, reported_pod), (forced, forced_pod)) = tokio::join!(
         held_job(&t, &lost, "reported"),
         held_job(&t, &lost, "forced")
@@ -223,10 +223,7 @@ async fn a_verdict_on_the_taint_managers_word_waits_for_the_kubelet() {
     let entry = t.s.log_entry(&forced, 60).await;
     assert_eq!(entry["outcome"], "failed", "{entry}");
     assert!(
-        entry["message"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("Job {}/forced failed", t.ns)),
+        crate::support::message(&entry).contains(&format!("Job {}/forced failed", t.ns)),
         "{entry}"
     );
     assert_eq!(entry["attempts"][0]["result"], "disrupted", "{entry}");

@@ -45,7 +45,7 @@ fn results(entry: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicted_pod_is_a_disrupted_attempt_run_again_only_when_safe() {
     let t = setup("evicted").await;
-    let ex = Executor::start(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15);
+    let ex = Executor::start(&t, 15);
     let pods: Api<Pod> = Api::namespaced(t.k.clone(), &t.ns);
     let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
 

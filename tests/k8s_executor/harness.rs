@@ -17,18 +17,15 @@ pub struct Executor {
 }
 
 impl Executor {
-    pub fn start(
-        s: &TestServer,
-        k: &Client,
-        agent_id: &str,
-        token: &str,
-        ns: &str,
-        lease: u32,
-    ) -> Self {
-        Self::start_with(s, k, agent_id, token, ns, lease, 4).0
+    /// An executor for `t`'s agent and namespace, with leases of `lease` seconds, 4 orders at
+    /// once, and no output sent.
+    pub fn start(t: &crate::Setup, lease: u32) -> Self {
+        Self::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, lease, 4, false).0
     }
 
-    /// Like `start`, with `concurrency` orders at once; also hands back the carrier.
+    /// Like `start`, with `concurrency` orders at once, and with `output` the pods' logs sent as
+    /// each order's output; also hands back the carrier.
+    #[allow(clippy::too_many_arguments)]
     pub fn start_with(
         s: &TestServer,
         k: &Client,
@@ -37,24 +34,14 @@ impl Executor {
         ns: &str,
         lease: u32,
         concurrency: usize,
-    ) -> (Self, Arc<KubeCarrier>) {
-        let carrier = KubeCarrier::new(k.clone(), ns.to_string());
-        Self::run(s, agent_id, token, lease, concurrency, |_, _| carrier)
-    }
-
-    /// Like `start_with`, sending the pods' logs as each order's output.
-    #[allow(clippy::too_many_arguments)]
-    pub fn with_output(
-        s: &TestServer,
-        k: &Client,
-        agent_id: &str,
-        token: &str,
-        ns: &str,
-        lease: u32,
-        concurrency: usize,
+        output: bool,
     ) -> (Self, Arc<KubeCarrier>) {
         Self::run(s, agent_id, token, lease, concurrency, |api, agent_id| {
-            KubeCarrier::new(k.clone(), ns.to_string()).with_output(OutputConfig {
+            let carrier = KubeCarrier::new(k.clone(), ns.to_string());
+            if !output {
+                return carrier;
+            }
+            carrier.with_output(OutputConfig {
                 client: api.clone(),
                 agent_id,
                 buffer_bytes: 8 << 20,

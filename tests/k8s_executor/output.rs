@@ -12,7 +12,7 @@ use crate::support::kube::drop_namespace;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_without_logs_is_said_once_per_container() {
     let t = setup("out").await;
-    let (ex, _) = Executor::with_output(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, 2);
+    let (ex, _) = Executor::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, 2, true);
 
     // A Job whose pod has an init container and a main container.
     let yaml = job("talk", json!({})).replace(

@@ -83,7 +83,7 @@ async fn open_watches_do_not_grow_with_the_running_jobs() {
     const MANY: usize = 20;
     let t = setup("podwatch").await;
     let (k, open) = counted_client().await;
-    let (ex, carrier) = Executor::with_output(&t.s, &k, &t.agent, &t.token, &t.ns, 15, MANY);
+    let (ex, carrier) = Executor::start_with(&t.s, &k, &t.agent, &t.token, &t.ns, 15, MANY, true);
     let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
     let mut ids = Vec::new();
     let mut few = (0, 0);
@@ -131,18 +131,9 @@ async fn a_job_that_ended_before_the_pod_watch_listed_still_gives_its_output() {
     let yaml = job("early", json!({}));
     let (ok, _, err) = kubectl(&["create", "-n", &t.ns, "-f", "-"], Some(&yaml));
     assert!(ok, "{err}");
-    let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
-    eventually(60, "the Job Complete", || async {
-        let job = jobs.get_opt("early").await.ok()??;
-        job.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    crate::support::kube::job_complete(&t.k, &t.ns, "early", 60, "the Job Complete").await;
     let id = t.s.order(order(&t.ns, &yaml, 600)).await;
-    let (ex, _) = Executor::with_output(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, 2);
+    let (ex, _) = Executor::start_with(&t.s, &t.k, &t.agent, &t.token, &t.ns, 15, 2, true);
     let v = t.s.log_entry(&id, 60).await;
     assert_eq!(v["outcome"], "succeeded", "{v}");
     assert_one_pod_followed("early", &output(&t.s, &id).await);
@@ -166,18 +157,9 @@ async fn without_rights_on_pods_an_order_completes_at_its_verdict() {
     let mut config = kube::Config::infer().await.unwrap();
     config.auth_info.impersonate = Some(user);
     let k = kube::Client::try_from(config).unwrap();
-    let (ex, _) = Executor::with_output(&t.s, &k, &t.agent, &t.token, &t.ns, 15, 2);
+    let (ex, _) = Executor::start_with(&t.s, &k, &t.agent, &t.token, &t.ns, 15, 2, true);
     let id = t.s.order(order(&t.ns, &job("quick", json!({})), 600)).await;
-    let jobs: Api<Job> = Api::namespaced(t.k.clone(), &t.ns);
-    eventually(60, "the Job Complete", || async {
-        let job = jobs.get_opt("quick").await.ok()??;
-        job.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Complete" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    crate::support::kube::job_complete(&t.k, &t.ns, "quick", 60, "the Job Complete").await;
     let complete = std::time::Instant::now();
     let v = t.s.log_entry(&id, 60).await;
     let took = complete.elapsed();

@@ -40,6 +40,17 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Asserts that `printed` (a command's stdout or stderr) contains `needle`, and shows all of it
+/// when it does not: the check the CLI tests make of nearly every message.
+///
+/// # Panics
+/// When `needle` is not in `printed`.
+#[track_caller]
+pub fn assert_printed(printed: &[u8], needle: &str) {
+    let printed = text(printed);
+    assert!(printed.contains(needle), "{printed}");
+}
+
 /// The JSON document a command printed on stdout.
 ///
 /// # Panics
@@ -47,6 +58,17 @@ pub fn text(bytes: &[u8]) -> String {
 pub fn json_of(out: &Output) -> Value {
     assert!(out.status.success(), "CLI failed: {}", text(&out.stderr));
     json_of_any(out)
+}
+
+/// Runs `pullman ARGS -o json` against `base` and returns the JSON document it printed (the
+/// `json_of(&cli(…))` every listing test wrote out).
+///
+/// # Panics
+/// When the command failed or printed no JSON.
+pub async fn cli_json(base: &str, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json"]);
+    json_of(&cli(base, &args).await)
 }
 
 /// The JSON document a command printed on stdout, whatever its exit code (for commands that exit
@@ -57,6 +79,16 @@ pub fn json_of(out: &Output) -> Value {
 pub fn json_of_any(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}\n{}", text(&out.stdout), text(&out.stderr)))
+}
+
+/// `work-orders create -f FILE --label LABEL EXTRA…`: the create the CLI tests run, with the
+/// flags of each case after it.
+pub fn create_args<'a>(file: &'a str, label: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    [
+        &["work-orders", "create", "-f", file, "--label", label][..],
+        extra,
+    ]
+    .concat()
 }
 
 /// A file `cm.yaml` holding `yaml` in a fresh temporary directory (gone when the directory is

@@ -9,6 +9,22 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use tokio::sync::OnceCell;
 
+/// Waits up to `secs` seconds (`what` naming the wait) for Job `name` in `ns` to have its
+/// `Complete` condition true: the Job controller sets it a moment after the condition an
+/// executor may already have acted on.
+pub async fn job_complete(k: &Client, ns: &str, name: &str, secs: u64, what: &str) {
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(k.clone(), ns);
+    super::eventually(secs, what, || async {
+        let job = jobs.get_opt(name).await.ok()??;
+        job.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+}
+
 /// A client for the test control plane; panics with what to do when it is not there.
 pub async fn client() -> Client {
     assert!(
