@@ -299,8 +299,9 @@ struct Pull<C> {
 
 impl<C: Carrier> Pull<C> {
     /// One claim-next for as many orders as `permits` (free slots), long-polling up to `max_wait`
-    /// seconds; spawns each order claimed with its slot. A failure backs off here; a refused token
-    /// is put in `running.refused` and stops the loop.
+    /// seconds: ask ([`Self::ask`]), then start what came ([`Self::start`]), wait for a report
+    /// when nothing came while reports are in flight, or back off ([`Self::back_off`]). A refused
+    /// token is put in `running.refused` and stops the loop.
     async fn claim(
         &self,
         running: &mut Running,
@@ -308,7 +309,6 @@ impl<C: Carrier> Pull<C> {
         permits: Vec<OwnedSemaphorePermit>,
         mut max_wait: i64,
     ) -> Flow {
-        let (config, shutdown, runs) = (&self.config, &self.shutdown, self.runs);
         // While reports are in flight the server still counts their claims: an agent at its
         // max_concurrency (an Executor's) would get nothing and its long-poll would sleep, as
         // nothing wakes it when its own claims end. So it does not wait at the server; an empty
@@ -319,25 +319,8 @@ impl<C: Carrier> Pull<C> {
         if reporting {
             max_wait = 0;
         }
-        let body = ClaimNextBody {
-            work_types: (!config.work_types.is_empty()).then(|| config.work_types.clone()),
-            max_wait_seconds: Some(max_wait),
-            lease_seconds: Some(i64::from(config.lease_seconds)),
-            max_orders: (config.concurrency > 1).then_some(permits.len() as i64),
-        };
-        let give_up = async {
-            match runs.deadline() {
-                Some(at) => tokio::time::sleep_until(at + DEADLINE_GRACE).await,
-                None => std::future::pending().await,
-            }
-        };
-        let claimed = tokio::select! {
-            _ = shutdown.drain.cancelled() => return Flow::Stop,
-            _ = give_up => {
-                tracing::warn!("the server did not answer the claim before --wait ran out");
-                return Flow::Stop;
-            }
-            r = self.client.claim_next(config.agent_id, &body) => r,
+        let Some(claimed) = self.ask(permits.len(), max_wait).await else {
+            return Flow::Stop;
         };
         match claimed {
             Ok(claim) => {
@@ -347,45 +330,89 @@ impl<C: Carrier> Pull<C> {
                 }
                 if claim.is_empty() && reporting {
                     tokio::select! {
-                        _ = shutdown.drain.cancelled() => return Flow::Stop,
+                        _ = self.shutdown.drain.cancelled() => return Flow::Stop,
                         _ = report_ends => {}
                         _ = tokio::time::sleep(REPORT_WAIT_MOST) => {}
                     }
                     return Flow::Next;
                 }
-                // Each order takes one slot; slots left over are free again.
-                for (order, permit) in claim.into_iter().zip(permits) {
-                    let slot = order::Slot::new(permit, self.reports.clone());
-                    spawn_order(
-                        running,
-                        &self.client,
-                        config,
-                        &self.carrier,
-                        shutdown,
-                        order,
-                        slot,
-                    );
-                }
+                self.start(running, claim, permits);
                 Flow::Next
             }
             Err(error) if error.is_unauthorized() => {
                 running.refused = Some(PullError::Unauthorized(Some(error)));
                 Flow::Stop
             }
-            Err(error) => {
-                let wait = backoff.failed();
-                if error.is_transient() || error.code() == Some("too_many_long_polls") {
-                    tracing::warn!(%error, retry_in = ?wait, "claim failed; retrying");
-                } else {
-                    tracing::error!(%error, retry_in = ?wait, "claim refused; retrying");
-                }
-                let wake = tokio::time::Instant::now() + wait;
-                let wake = runs.deadline().map_or(wake, |at| wake.min(at));
-                tokio::select! {
-                    _ = shutdown.drain.cancelled() => Flow::Stop,
-                    _ = tokio::time::sleep_until(wake) => Flow::Next,
-                }
+            Err(error) => self.back_off(backoff, error).await,
+        }
+    }
+
+    /// The claim-next request for up to `slots` orders; `None` when the loop drains or
+    /// `--once --wait` runs out (plus [`DEADLINE_GRACE`]) before the server answers.
+    async fn ask(
+        &self,
+        slots: usize,
+        max_wait: i64,
+    ) -> Option<Result<Vec<crate::wire::WorkOrder>, ClientError>> {
+        let config = &self.config;
+        let body = ClaimNextBody {
+            work_types: (!config.work_types.is_empty()).then(|| config.work_types.clone()),
+            max_wait_seconds: Some(max_wait),
+            lease_seconds: Some(i64::from(config.lease_seconds)),
+            max_orders: (config.concurrency > 1).then_some(slots as i64),
+        };
+        let give_up = async {
+            match self.runs.deadline() {
+                Some(at) => tokio::time::sleep_until(at + DEADLINE_GRACE).await,
+                None => std::future::pending().await,
             }
+        };
+        tokio::select! {
+            _ = self.shutdown.drain.cancelled() => None,
+            _ = give_up => {
+                tracing::warn!("the server did not answer the claim before --wait ran out");
+                None
+            }
+            r = self.client.claim_next(config.agent_id, &body) => Some(r),
+        }
+    }
+
+    /// Starts each order claimed in its own task with one of `permits`; slots left over are
+    /// free again as their permits drop.
+    fn start(
+        &self,
+        running: &mut Running,
+        claim: Vec<crate::wire::WorkOrder>,
+        permits: Vec<OwnedSemaphorePermit>,
+    ) {
+        for (order, permit) in claim.into_iter().zip(permits) {
+            let slot = order::Slot::new(permit, self.reports.clone());
+            spawn_order(
+                running,
+                &self.client,
+                &self.config,
+                &self.carrier,
+                &self.shutdown,
+                order,
+                slot,
+            );
+        }
+    }
+
+    /// A failed claim: logged (a warning when it may pass, an error when the server refused it),
+    /// then the loop waits out the backoff, never past `--once --wait`.
+    async fn back_off(&self, backoff: &mut Backoff, error: ClientError) -> Flow {
+        let wait = backoff.failed();
+        if error.is_transient() || error.code() == Some("too_many_long_polls") {
+            tracing::warn!(%error, retry_in = ?wait, "claim failed; retrying");
+        } else {
+            tracing::error!(%error, retry_in = ?wait, "claim refused; retrying");
+        }
+        let wake = tokio::time::Instant::now() + wait;
+        let wake = self.runs.deadline().map_or(wake, |at| wake.min(at));
+        tokio::select! {
+            _ = self.shutdown.drain.cancelled() => Flow::Stop,
+            _ = tokio::time::sleep_until(wake) => Flow::Next,
         }
     }
 }
