@@ -1,7 +1,9 @@
 //! The output sender's buffer and chunks: back-pressure, drops counted as gaps, chunks sized
 //! by their JSON, and a `413` answered by splitting the chunk.
 
+use super::send::take_chunk;
 use super::*;
+use crate::wire::{DroppedReason, OutputChunk};
 
 fn shared(server: ServerState) -> Arc<Shared> {
     let buffer = Buffer {
