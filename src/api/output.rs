@@ -63,6 +63,40 @@ pub async fn append(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<OutputAccepted>, ApiError> {
+    // The permit is held until the chunk is stored.
+    let (bytes, _permit) = read_chunk_body(&state, &headers, body).await?;
+    // Invalid UTF-8 is replaced (U+FFFD), never refused: output is whatever a program printed.
+    let text = String::from_utf8_lossy(&bytes);
+    let chunk = parse_chunk(&text)?;
+    caller.require_agent(chunk.agent_id)?;
+    let chunk = prepare_chunk(chunk)?;
+    let cap = i64::try_from(state.output.cap_bytes).unwrap_or(i64::MAX);
+    let appended = state.queue.append_output(id, &chunk, cap).await?;
+    if appended.new {
+        state.metrics.output_bytes.inc_by(chunk.bytes as u64);
+        state.metrics.output_lines.inc_by(appended.lines as u64);
+        state.metrics.count_output_dropped("gap", chunk.gap_bytes);
+        state
+            .metrics
+            .count_output_dropped("cap", appended.dropped_by_cap);
+    }
+    Ok(Json(OutputAccepted {
+        seq: chunk.seq,
+        lines: appended.lines,
+    }))
+}
+
+/// The body of an output chunk, within the guards that keep a server's memory bounded
+/// (docs/design.md §9): a declared length over [`MAX_CHUNK_BYTES`] is refused (`413`) before a
+/// byte is read; one of `serve --max-output-writes` permits (`429` when none is free) is taken
+/// before reading, so the bound holds bodies being read and parsed too, and returned to be held
+/// until the chunk is stored; the read stops at the limit (`413`) and after [`BODY_READ_LIMIT`]
+/// (`408`), so a stalled upload never keeps its permit.
+async fn read_chunk_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Bytes, OwnedSemaphorePermit), ApiError> {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -80,9 +114,7 @@ pub async fn append(
     if declared.is_some_and(|n| n > MAX_CHUNK_BYTES as u64) {
         return Err(too_large());
     }
-    // Taken before the body is read: the bound holds the memory of bodies being read and parsed
-    // too, not only the database writes (docs/design.md §9).
-    let Ok(_permit) = state.output_writes.clone().try_acquire_owned() else {
+    let Ok(permit) = state.output_writes.clone().try_acquire_owned() else {
         let mut e = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_output_writes",
@@ -115,25 +147,7 @@ pub async fn append(
                 ));
             }
         };
-    // Invalid UTF-8 is replaced (U+FFFD), never refused: output is whatever a program printed.
-    let text = String::from_utf8_lossy(&bytes);
-    let chunk = parse_chunk(&text)?;
-    caller.require_agent(chunk.agent_id)?;
-    let chunk = prepare_chunk(chunk)?;
-    let cap = i64::try_from(state.output.cap_bytes).unwrap_or(i64::MAX);
-    let appended = state.queue.append_output(id, &chunk, cap).await?;
-    if appended.new {
-        state.metrics.output_bytes.inc_by(chunk.bytes as u64);
-        state.metrics.output_lines.inc_by(appended.lines as u64);
-        state.metrics.count_output_dropped("gap", chunk.gap_bytes);
-        state
-            .metrics
-            .count_output_dropped("cap", appended.dropped_by_cap);
-    }
-    Ok(Json(OutputAccepted {
-        seq: chunk.seq,
-        lines: appended.lines,
-    }))
+    Ok((bytes, permit))
 }
 
 /// The chunk in `text`. An agent's chunk is parsed straight into [`OutputChunk`] (no JSON tree of
