@@ -230,77 +230,121 @@ pub async fn follow(
     start: Option<ResumePoint>,
     stop: &CancellationToken,
 ) {
-    // Which log holds the run: the current one, or (once it was replaced) the previous.
-    let mut previous = run == Run::Previous;
-    let mut sent = start;
-    let mut read_any = false;
-    // The current outage has been said on the stream already.
-    let mut said = false;
-    let mut backoff = Backoff::default();
+    let mut f = Following {
+        previous: run == Run::Previous,
+        sent: start,
+        read_any: false,
+        said: false,
+        backoff: Backoff::default(),
+    };
     loop {
         let last_try = stop.is_cancelled();
-        let broke = match source.open(sent.map(|p| p.at), previous).await {
-            Ok(reader) => {
-                let mut reading = Reading::new(redactor, sent);
-                let ended = reading.pump(reader, sink).await;
-                if reading.delivered {
-                    read_any = true;
-                    said = false;
-                    backoff.succeeded();
-                }
-                let state = source.state().await;
-                // A log that ended once the run is over (or the verdict is in) is whole.
-                if ended.is_ok() && (last_try || state != RunState::Running) {
-                    reading.finish(sink).await;
-                    return;
-                }
-                sent = reading.sent;
-                match state {
-                    RunState::Replaced => previous = true,
-                    RunState::Gone => {
-                        let why = "the container restarted again, or its pod is gone";
-                        if !said {
-                            say_lost(sink, sent, why).await;
-                        }
-                        return;
-                    }
-                    RunState::Running | RunState::Ended => {}
-                }
-                match ended {
-                    Ok(()) => "the log ended while the container runs".to_string(),
-                    Err(error) => error.to_string(),
-                }
-            }
-            // Read a moment ago: retried quietly, like a break.
-            Err(OpenError::Refused(error)) if read_any => error,
-            Err(OpenError::Final(error) | OpenError::Refused(error)) => {
-                if !said {
-                    say_lost(sink, sent, &error).await;
-                }
-                return;
-            }
-            Err(OpenError::Transient(error)) => {
-                if !read_any && !said {
-                    // Said at once: a node without a kubelet never gives logs, and a user
-                    // watching the order should know why it is silent. Retried quietly.
-                    say_lost(sink, sent, &error).await;
-                    said = true;
-                }
-                error
-            }
+        let step = match source.open(f.sent.map(|p| p.at), f.previous).await {
+            Ok(reader) => f.read(source, reader, sink, redactor, last_try).await,
+            Err(error) => f.unopened(sink, error).await,
+        };
+        let Step::Again(broke) = step else {
+            return;
         };
         if last_try {
             // The verdict is in and the run is over: what is not read now will not be.
-            if !said {
-                say_lost(sink, sent, &broke).await;
-            }
+            f.say_lost_once(sink, &broke).await;
             return;
         }
-        let wait = backoff.failed();
+        let wait = f.backoff.failed();
         tracing::debug!(%broke, ?wait, "container log broke off; opening it again");
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = stop.cancelled() => {}
+        }
+    }
+}
+
+/// What one opening of the log came to.
+enum Step {
+    /// The run's log is read to its end, or said lost: follow no more.
+    Done,
+    /// It broke off (why): open it again after a backoff, unless this was the last try.
+    Again(String),
+}
+
+/// Where the following of one run stands between openings of its log.
+struct Following {
+    /// Which log holds the run: the current one, or (once it was replaced) the previous.
+    previous: bool,
+    /// Where the server's copy of the stream stands.
+    sent: Option<ResumePoint>,
+    read_any: bool,
+    /// The current outage has been said on the stream already.
+    said: bool,
+    backoff: Backoff,
+}
+
+impl Following {
+    /// Reads the opened log until it ends or breaks, then asks where the run stands: a log that
+    /// ended once the run is over (or the verdict is in) is whole; a run replaced is read on from
+    /// the previous log; a run gone is said lost.
+    async fn read(
+        &mut self,
+        source: &impl LogSource,
+        reader: impl AsyncBufRead + Unpin,
+        sink: &impl LineSink,
+        redactor: &Redactor,
+        last_try: bool,
+    ) -> Step {
+        let mut reading = Reading::new(redactor, self.sent);
+        let ended = reading.pump(reader, sink).await;
+        if reading.delivered {
+            self.read_any = true;
+            self.said = false;
+            self.backoff.succeeded();
+        }
+        let state = source.state().await;
+        if ended.is_ok() && (last_try || state != RunState::Running) {
+            reading.finish(sink).await;
+            return Step::Done;
+        }
+        self.sent = reading.sent;
+        match state {
+            RunState::Replaced => self.previous = true,
+            RunState::Gone => {
+                let why = "the container restarted again, or its pod is gone";
+                self.say_lost_once(sink, why).await;
+                return Step::Done;
+            }
+            RunState::Running | RunState::Ended => {}
+        }
+        Step::Again(match ended {
+            Ok(()) => "the log ended while the container runs".to_string(),
+            Err(error) => error.to_string(),
+        })
+    }
+
+    /// A log that could not be opened: refused after a read a moment ago is retried quietly,
+    /// like a break; refused or final otherwise is said lost; transient is said at once when
+    /// nothing was read yet (a node without a kubelet never gives logs, and a user watching the
+    /// order should know why it is silent), then retried quietly.
+    async fn unopened(&mut self, sink: &impl LineSink, error: OpenError) -> Step {
+        match error {
+            OpenError::Refused(error) if self.read_any => Step::Again(error),
+            OpenError::Final(error) | OpenError::Refused(error) => {
+                self.say_lost_once(sink, &error).await;
+                Step::Done
+            }
+            OpenError::Transient(error) => {
+                if !self.read_any {
+                    self.say_lost_once(sink, &error).await;
+                }
+                Step::Again(error)
+            }
+        }
+    }
+
+    /// [`say_lost`], unless the current outage was said already.
+    async fn say_lost_once(&mut self, sink: &impl LineSink, error: &str) {
+        if !self.said {
+            say_lost(sink, self.sent, error).await;
+            self.said = true;
         }
     }
 }
