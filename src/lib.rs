@@ -139,9 +139,11 @@
 //! 4. Both cut bytes with `pull::lines::LineCutter` (`feed`, `finish`), redacted before any cut.
 //! 5. Lines go to `pull::output::OutputHandle::push_redacted` (from the executor's
 //!    `container_log::StreamSink`, the worker's `emit_line`).
-//! 6. The `OutputSender` task (`send_loop`, `take_chunk`, `deliver`) sends numbered chunks each second.
+//! 6. The `OutputSender` task (`pull::output::send`: `send_loop`, `next_chunk`, `deliver`) sends
+//!    numbered chunks each second.
 //! 7. `client::Client::send_output` is `POST /api/v1/work-orders/{id}/output`, resent with one `seq`.
-//! 8. `api::output::append` (`src/api/output.rs`) checks size, caller and write permits.
+//! 8. `api::output::append` (`src/api/output.rs`) reads the body within `read_chunk_body`'s
+//!    guards (size, write permits, time), then checks the caller.
 //! 9. `Queue::append_output` (`src/queue/output/mod.rs`) checks the claim is live
 //!    (`sql/output_fence.sql`, the output's `409`) and stores it; the statement,
 //!    `sql/output_insert.sql`, also sends `pg_notify('pullman_output', order)`.
