@@ -21,7 +21,152 @@ use super::{
     TargetingColumns, WaitReason, WorkType, keys, limits, sql,
 };
 
-/// The order's side of eligibility and its state, as both statements below return them.
+impl Queue {
+    /// Why work order `id` waits (docs/design.md §10 `GET /work-orders/{id}/explain`): for a
+    /// claimed one, what its agent says holds it up (§12). Errors: `NotFound` for an unknown id,
+    /// `Finished` for one in the log, `Conflict` (`not_waiting`) for a claimed one its agent says
+    /// nothing of.
+    pub async fn explain(&self, id: Uuid) -> Result<Explanation, QueueError> {
+        if let Some(explanation) = self.waiting(id).await? {
+            return Ok(explanation);
+        }
+        let order = self.lookup(id, false).await?.into_active(id)?;
+        Err(QueueError::conflict(
+            ConflictCode::NotWaiting,
+            match (order.claimed_by, order.claimed_at) {
+                (Some(agent), Some(at)) => format!(
+                    "work order {id} is not waiting: agent {agent} claimed it at {}",
+                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+                _ => format!("work order {id} is not waiting: it is claimed"),
+            },
+        ))
+    }
+
+    /// Why work order `id` waits, with its place in line (`explain`): for a claimed order, what
+    /// its agent says holds it up (§12); `None` when it is neither waiting nor held up, or not
+    /// active.
+    pub async fn waiting(&self, id: Uuid) -> Result<Option<Explanation>, QueueError> {
+        self.waiting_with(id, true).await
+    }
+
+    /// [`Self::waiting`] without counting the orders ahead (`position` absent), for
+    /// `GET /work-orders/{id}`: the reason is a few reads by primary key, the place in line a walk
+    /// of up to 10,000 orders, and `work-orders wait` reads the order every second
+    /// (docs/design.md §10; `explain` counts it).
+    pub async fn waiting_reason(&self, id: Uuid) -> Result<Option<Explanation>, QueueError> {
+        self.waiting_with(id, false).await
+    }
+
+    async fn waiting_with(
+        &self,
+        id: Uuid,
+        count_position: bool,
+    ) -> Result<Option<Explanation>, QueueError> {
+        let mut tx = snapshot(self).await?;
+        let row: Option<WaitingOrderRow> = sqlx::query_as(sql::WAITING_ORDER)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            // Claimed (or not active): only its agent may say it waits (§12).
+            return claim_waiting(&mut *tx, id)
+                .await
+                .map(|w| w.map(held_explanation));
+        };
+        let agents = live_agents(&mut *tx).await?;
+        let Some(verdict) = row.columns.verdict(&agents) else {
+            return Ok(None);
+        };
+        let key = match (&row.concurrency_slot, &row.concurrency_key) {
+            (Some(slot), Some(key)) if verdict.reason == WaitReason::ConcurrencyLimited => {
+                let (held, holders) =
+                    keys::holders(&mut *tx, *slot, MATCHING_AGENTS_SHOWN as i64).await?;
+                Some(KeyWait {
+                    key: key.clone(),
+                    max: row.concurrency_max.unwrap_or(1),
+                    held,
+                    holders,
+                })
+            }
+            _ => None,
+        };
+        let position = if verdict.takers.is_empty() || !count_position {
+            None
+        } else {
+            let (ahead,): (i64,) = sqlx::query_as(sql::QUEUE_POSITION)
+                .bind(id)
+                .bind(&verdict.takers)
+                // One more than the bound, so "more than the bound ahead" is told apart from
+                // exactly the bound ahead.
+                .bind(limits::MAX_POSITION_COUNTED + 1)
+                .fetch_one(&mut *tx)
+                .await?;
+            Some(ahead + 1)
+        };
+        tx.commit().await?;
+        let facts = OrderFacts {
+            id: row.id,
+            retry_count: row.retry_count,
+            next_retry_after: row.next_retry_after,
+            waiting_seconds: row.waiting_seconds,
+            key,
+        };
+        Ok(Some(waiting::explanation(&facts, &verdict, position)))
+    }
+
+    /// What the holder of claimed order `id` says holds it up (docs/design.md §12), for the
+    /// WorkOrder `Schedulable` condition: `None` when the order has no live claim or nothing holds
+    /// it up. One read by primary key.
+    pub async fn claim_wait(&self, id: Uuid) -> Result<Option<Wait>, QueueError> {
+        Ok(claim_waiting(&self.pool, id).await?.map(|w| Wait {
+            reason: w.reason,
+            message: w.message,
+            matching: Vec::new(),
+        }))
+    }
+
+    /// Why each of `ids` waits, for the WorkOrder `Schedulable` condition (docs/design.md §10): one
+    /// statement (`sql/waiting_orders.sql`, by primary key) and a read of the live agents begun
+    /// after the call (shared with the calls waiting for it, [`RecentAgents`]), each group of orders
+    /// sharing their side of eligibility decided once by `waiting::classify`. Ids that are
+    /// claimed, finished or unknown are absent from the answer.
+    pub async fn waits(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Wait>, QueueError> {
+        let mut out = HashMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        let groups: Vec<WaitingGroupRow> = sqlx::query_as(sql::WAITING_ORDERS)
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?;
+        let agents = if groups.is_empty() {
+            std::sync::Arc::default()
+        } else {
+            self.recent_agents.get(self).await?
+        };
+        for g in groups {
+            let Some(verdict) = g.columns.verdict(&agents) else {
+                continue;
+            };
+            let orders = g.ids.iter().zip(&g.retry_counts).zip(&g.retry_times);
+            for ((id, retry_count), next_retry_after) in orders {
+                let facts = OrderFacts {
+                    id: *id,
+                    retry_count: *retry_count,
+                    next_retry_after: *next_retry_after,
+                    waiting_seconds: 0,
+                    key: None,
+                };
+                out.insert(*id, waiting::wait(&facts, &verdict));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The order's side of eligibility and its state, as both statements return them
+/// (`sql/waiting_order.sql`, `sql/waiting_orders.sql`).
 #[derive(sqlx::FromRow)]
 struct WaitingColumns {
     work_type: String,
@@ -235,150 +380,6 @@ fn held_explanation(w: ClaimWaiting) -> Explanation {
         concurrency: None,
         node: Some(w.node),
         waiting_seconds,
-    }
-}
-
-impl Queue {
-    /// Why work order `id` waits (docs/design.md §10 `GET /work-orders/{id}/explain`): for a
-    /// claimed one, what its agent says holds it up (§12). Errors: `NotFound` for an unknown id,
-    /// `Finished` for one in the log, `Conflict` (`not_waiting`) for a claimed one its agent says
-    /// nothing of.
-    pub async fn explain(&self, id: Uuid) -> Result<Explanation, QueueError> {
-        if let Some(explanation) = self.waiting(id).await? {
-            return Ok(explanation);
-        }
-        let order = self.lookup(id, false).await?.into_active(id)?;
-        Err(QueueError::conflict(
-            ConflictCode::NotWaiting,
-            match (order.claimed_by, order.claimed_at) {
-                (Some(agent), Some(at)) => format!(
-                    "work order {id} is not waiting: agent {agent} claimed it at {}",
-                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-                ),
-                _ => format!("work order {id} is not waiting: it is claimed"),
-            },
-        ))
-    }
-
-    /// Why work order `id` waits, with its place in line (`explain`): for a claimed order, what
-    /// its agent says holds it up (§12); `None` when it is neither waiting nor held up, or not
-    /// active.
-    pub async fn waiting(&self, id: Uuid) -> Result<Option<Explanation>, QueueError> {
-        self.waiting_with(id, true).await
-    }
-
-    /// [`Self::waiting`] without counting the orders ahead (`position` absent), for
-    /// `GET /work-orders/{id}`: the reason is a few reads by primary key, the place in line a walk
-    /// of up to 10,000 orders, and `work-orders wait` reads the order every second
-    /// (docs/design.md §10; `explain` counts it).
-    pub async fn waiting_reason(&self, id: Uuid) -> Result<Option<Explanation>, QueueError> {
-        self.waiting_with(id, false).await
-    }
-
-    async fn waiting_with(
-        &self,
-        id: Uuid,
-        count_position: bool,
-    ) -> Result<Option<Explanation>, QueueError> {
-        let mut tx = snapshot(self).await?;
-        let row: Option<WaitingOrderRow> = sqlx::query_as(sql::WAITING_ORDER)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = row else {
-            // Claimed (or not active): only its agent may say it waits (§12).
-            return claim_waiting(&mut *tx, id)
-                .await
-                .map(|w| w.map(held_explanation));
-        };
-        let agents = live_agents(&mut *tx).await?;
-        let Some(verdict) = row.columns.verdict(&agents) else {
-            return Ok(None);
-        };
-        let key = match (&row.concurrency_slot, &row.concurrency_key) {
-            (Some(slot), Some(key)) if verdict.reason == WaitReason::ConcurrencyLimited => {
-                let (held, holders) =
-                    keys::holders(&mut *tx, *slot, MATCHING_AGENTS_SHOWN as i64).await?;
-                Some(KeyWait {
-                    key: key.clone(),
-                    max: row.concurrency_max.unwrap_or(1),
-                    held,
-                    holders,
-                })
-            }
-            _ => None,
-        };
-        let position = if verdict.takers.is_empty() || !count_position {
-            None
-        } else {
-            let (ahead,): (i64,) = sqlx::query_as(sql::QUEUE_POSITION)
-                .bind(id)
-                .bind(&verdict.takers)
-                // One more than the bound, so "more than the bound ahead" is told apart from
-                // exactly the bound ahead.
-                .bind(limits::MAX_POSITION_COUNTED + 1)
-                .fetch_one(&mut *tx)
-                .await?;
-            Some(ahead + 1)
-        };
-        tx.commit().await?;
-        let facts = OrderFacts {
-            id: row.id,
-            retry_count: row.retry_count,
-            next_retry_after: row.next_retry_after,
-            waiting_seconds: row.waiting_seconds,
-            key,
-        };
-        Ok(Some(waiting::explanation(&facts, &verdict, position)))
-    }
-
-    /// What the holder of claimed order `id` says holds it up (docs/design.md §12), for the
-    /// WorkOrder `Schedulable` condition: `None` when the order has no live claim or nothing holds
-    /// it up. One read by primary key.
-    pub async fn claim_wait(&self, id: Uuid) -> Result<Option<Wait>, QueueError> {
-        Ok(claim_waiting(&self.pool, id).await?.map(|w| Wait {
-            reason: w.reason,
-            message: w.message,
-            matching: Vec::new(),
-        }))
-    }
-
-    /// Why each of `ids` waits, for the WorkOrder `Schedulable` condition (docs/design.md §10): one
-    /// statement (`sql/waiting_orders.sql`, by primary key) and a read of the live agents begun
-    /// after the call (shared with the calls waiting for it, [`RecentAgents`]), each group of orders
-    /// sharing their side of eligibility decided once by `waiting::classify`. Ids that are
-    /// claimed, finished or unknown are absent from the answer.
-    pub async fn waits(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, Wait>, QueueError> {
-        let mut out = HashMap::new();
-        if ids.is_empty() {
-            return Ok(out);
-        }
-        let groups: Vec<WaitingGroupRow> = sqlx::query_as(sql::WAITING_ORDERS)
-            .bind(ids)
-            .fetch_all(&self.pool)
-            .await?;
-        let agents = if groups.is_empty() {
-            std::sync::Arc::default()
-        } else {
-            self.recent_agents.get(self).await?
-        };
-        for g in groups {
-            let Some(verdict) = g.columns.verdict(&agents) else {
-                continue;
-            };
-            let orders = g.ids.iter().zip(&g.retry_counts).zip(&g.retry_times);
-            for ((id, retry_count), next_retry_after) in orders {
-                let facts = OrderFacts {
-                    id: *id,
-                    retry_count: *retry_count,
-                    next_retry_after: *next_retry_after,
-                    waiting_seconds: 0,
-                    key: None,
-                };
-                out.insert(*id, waiting::wait(&facts, &verdict));
-            }
-        }
-        Ok(out)
     }
 }
 
