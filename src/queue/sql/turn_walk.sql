@@ -76,9 +76,16 @@ idle AS (
     SELECT t.tenant_key FROM tenant_turns t
     WHERE (SELECT walks FROM a) AND (SELECT tenant FROM a) IS NULL
       AND t.served_at < 'infinity'
-      AND (NOT EXISTS (SELECT 1 FROM target)
-           OR (t.served_at, t.tenant_key) < (SELECT f.served_at, f.tenant_key FROM target f
-                                             ORDER BY f.served_at, f.tenant_key LIMIT 1))
+      -- One bound, an index condition: the first pick's turn, or past every live turn when
+      -- there is none. Written as "no pick OR before the first pick", the OR kept it out of the
+      -- index scan, which then read every live turn to keep none (10,000 turns: 3.4 of a
+      -- claim's 4.1 ms, bench/README.md "Fair share").
+      AND (t.served_at, t.tenant_key)
+          < (SELECT f.served_at, f.tenant_key
+             FROM (SELECT served_at, tenant_key FROM target
+                   UNION ALL
+                   SELECT 'infinity'::timestamptz, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid) f
+             ORDER BY f.served_at, f.tenant_key LIMIT 1)
     ORDER BY t.served_at, t.tenant_key
     LIMIT 8
   ) x
