@@ -46,6 +46,28 @@ pub(crate) fn page<T>(
     Page { items, next_cursor }
 }
 
+/// A read-only transaction for one list page, planned for its arguments
+/// (`plan_cache_mode = force_custom_plan` for this transaction only).
+///
+/// Every pooled connection plans generically (`serve::pool_options`: claim-next was planned anew
+/// at every execution). A list statement's optional filters (`$n IS NULL OR …`) cannot be folded
+/// in a generic plan, so its cursor was a filter over every row, not a bound on its index: one
+/// page of 50 of 200,000 active orders read them all (67 ms, a parallel sequential scan and a
+/// sort). Planned with its arguments, the page walks `work_orders_listing` from the cursor and
+/// stops after the page. Costs three round trips (`BEGIN`, `SET LOCAL`, `COMMIT`) and a plan per
+/// page. `queue::claims::plan` holds each list statement to it.
+///
+/// Errors: the database's, as [`sqlx::Error`].
+pub(crate) async fn page_transaction(
+    pool: &sqlx::PgPool,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

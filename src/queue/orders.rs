@@ -303,6 +303,7 @@ impl Queue {
     /// Active orders, oldest first, without `yaml_content` (docs/design.md §5).
     pub async fn list_work_orders(&self, f: &OrderFilter) -> Result<Page<WorkOrder>, QueueError> {
         let after = f.cursor.as_deref().map(cursor::decode).transpose()?;
+        let mut tx = cursor::page_transaction(&self.pool).await?;
         let rows: Vec<OrderRow> = sqlx::query_as(sql::LIST_WORK_ORDERS)
             .bind(f.status.map(OrderStatus::as_str))
             .bind(f.work_type.map(WorkType::as_str))
@@ -314,8 +315,9 @@ impl Queue {
             .bind(f.since)
             .bind(f.id_prefix.map(|p| p.low))
             .bind(f.id_prefix.map(|p| p.high))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         let items: Vec<WorkOrder> = rows.into_iter().map(Into::into).collect();
         Ok(cursor::page(items, f.limit, |o| (o.created_at, o.id)))
     }
@@ -370,6 +372,7 @@ impl Queue {
     /// Finished orders, newest first, without `yaml_content` (docs/design.md §5).
     pub async fn list_log(&self, f: &LogFilter) -> Result<Page<LogEntry>, QueueError> {
         let after = f.cursor.as_deref().map(cursor::decode).transpose()?;
+        let mut tx = cursor::page_transaction(&self.pool).await?;
         let rows: Vec<LogRow> = sqlx::query_as(sql::LIST_LOG)
             .bind(f.work_type.map(WorkType::as_str))
             .bind(f.success)
@@ -382,8 +385,9 @@ impl Queue {
             .bind(f.since)
             .bind(f.id_prefix.map(|p| p.low))
             .bind(f.id_prefix.map(|p| p.high))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         let items: Vec<LogEntry> = rows.into_iter().map(Into::into).collect();
         Ok(cursor::page(items, f.limit, |e| (e.completed_at, e.id)))
     }

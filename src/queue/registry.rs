@@ -189,12 +189,14 @@ impl Queue {
         cursor_text: Option<&str>,
     ) -> Result<Page<Agent>, QueueError> {
         let after = cursor_text.map(cursor::decode).transpose()?;
+        let mut tx = cursor::page_transaction(&self.pool).await?;
         let rows: Vec<AgentRow> = sqlx::query_as(sql::LIST_AGENTS)
             .bind(after.map(|a| a.0))
             .bind(after.map(|a| a.1))
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         let items: Vec<Agent> = rows.into_iter().map(Into::into).collect();
         Ok(cursor::page(items, limit, |a| (a.created_at, a.id)))
     }

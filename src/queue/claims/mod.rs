@@ -246,14 +246,16 @@ impl Queue {
                 next_cursor: None,
             });
         }
+        let mut tx = cursor::page_transaction(&self.pool).await?;
         let rows: Vec<OrderRow> = sqlx::query_as(sql::PENDING_FOR_AGENT)
             .bind(agent_id)
             .bind(type_names(work_types))
             .bind(after.map(|a| a.0))
             .bind(after.map(|a| a.1))
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         let items: Vec<WorkOrder> = rows.into_iter().map(Into::into).collect();
         Ok(cursor::page(items, limit, |o| (o.created_at, o.id)))
     }

@@ -9,7 +9,7 @@
 
 use uuid::Uuid;
 
-use super::super::sql;
+use super::super::{cursor, sql};
 use crate::testing::fresh_pool;
 
 /// The tables a plan node reads, itself or below it.
@@ -30,6 +30,17 @@ fn node_types(plan: &serde_json::Value, out: &mut Vec<String>) {
         match (plan["Index Name"].as_str(), plan["Relation Name"].as_str()) {
             (Some(index), _) => out.push(format!("{t} using {index}")),
             (None, Some(table)) if t == "Seq Scan" => out.push(format!("{t} on {table}")),
+            // A bitmap of the primary key is a lookup of rows already chosen (the claimed
+            // orders' update), not a read of the eligible ones.
+            _ if t == "Bitmap Heap Scan"
+                && plan["Plans"].as_array().is_some_and(|children| {
+                    children
+                        .iter()
+                        .all(|c| c["Index Name"].as_str() == Some("work_orders_pkey"))
+                }) =>
+            {
+                out.push("Bitmap Heap Scan of work_orders_pkey".to_string());
+            }
             _ if t == "Sort" => {
                 let mut tables = Vec::new();
                 tables_under(plan, &mut tables);
@@ -68,7 +79,10 @@ async fn backlog(tenants: i32) -> (sqlx::PgPool, Uuid) {
 }
 
 /// `EXPLAIN (<options>, FORMAT JSON)` of the claim `statement` for `agent`, asking for
-/// `claims` orders; its top plan node. With `ANALYZE` among the options the claim runs.
+/// `claims` orders; its top plan node. With `ANALYZE` among the options the claim runs. The
+/// statement runs `PREPARE`d, as sqlx runs it, so the plan is the one the pool's
+/// `plan_cache_mode` gives it (generic): an `EXPLAIN` with bound parameters is planned for
+/// their values.
 async fn explain(
     pool: &sqlx::PgPool,
     agent: Uuid,
@@ -76,15 +90,24 @@ async fn explain(
     options: &str,
     claims: usize,
 ) -> serde_json::Value {
-    let (plan,): (serde_json::Value,) =
-        sqlx::query_as(&format!("EXPLAIN ({options}, FORMAT JSON) {statement}"))
-            .bind(agent)
-            .bind((0..claims).map(|_| Uuid::new_v4()).collect::<Vec<_>>())
-            .bind(None::<i32>)
-            .bind(Vec::<String>::new())
-            .fetch_one(pool)
-            .await
-            .unwrap();
+    let ids: Vec<String> = (0..claims).map(|_| Uuid::new_v4().to_string()).collect();
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql(&format!("PREPARE claim AS {statement}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let (plan,): (serde_json::Value,) = sqlx::query_as(&format!(
+        "EXPLAIN ({options}, FORMAT JSON) EXECUTE claim('{agent}'::uuid, '{{{}}}'::uuid[], \
+         NULL, '{{}}'::text[])",
+        ids.join(",")
+    ))
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::raw_sql("DEALLOCATE claim")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
     plan[0]["Plan"].clone()
 }
 
@@ -233,6 +256,96 @@ async fn a_fair_claim_reads_the_turns_it_passes_not_every_turn() {
                 most <= 16.0,
                 "{name}, {claims} claims: a scan of tenant_turns read {most} of 1,000 turns: \
                  {scans:?}"
+            );
+        }
+    }
+}
+
+/// The rows each list page reads, planned as [`cursor::page_transaction`] plans it: a page of
+/// 50 from the start and one from a cursor 5,000 rows in, of 10,000 active orders (and as many
+/// finished ones for the log). Each must walk its index from the cursor and stop after the page.
+/// Planned generically, as every pooled connection plans, each read all 10,000 rows (a
+/// parallel sequential scan and a sort; 67 ms a page at 200,000): the cursor and the optional
+/// filters (`$n IS NULL OR …`) stayed filters. The statements run as `PREPARE`d ones, as sqlx
+/// runs them, so the plan cache and its `plan_cache_mode` decide: an `EXPLAIN` with bound
+/// parameters is planned for their values whatever the mode, and would not see it.
+#[tokio::test]
+async fn a_list_page_reads_its_page_not_the_table() {
+    let (pool, agent) = backlog(1).await;
+    sqlx::query(
+        "INSERT INTO work_order_log (id, work_type, yaml_content, max_retries, backoff_seconds, \
+         claim_timeout_seconds, max_reclaims, targeting, outcome, retry_count, reclaim_count, \
+         source, ended_by, created_at, completed_at) \
+         SELECT gen_random_uuid(), 'custom', 'x', 3, 60, 3600, 5, '{}', 'succeeded', 0, 0, \
+           'api', 'agent', now(), now() - make_interval(secs => g) \
+         FROM generate_series(1, 10000) g",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("VACUUM ANALYZE").execute(&pool).await.unwrap();
+    // The row 5,000 in, in each list's order, as SQL literals.
+    let (order_cursor,): (String,) = sqlx::query_as(
+        "SELECT quote_literal(created_at) || '::timestamptz, ' || quote_literal(id) || '::uuid' \
+         FROM work_orders ORDER BY created_at, id OFFSET 5000 LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let (log_cursor,): (String,) = sqlx::query_as(
+        "SELECT quote_literal(completed_at) || '::timestamptz, ' || quote_literal(id) || '::uuid' \
+         FROM work_order_log ORDER BY completed_at DESC, id DESC OFFSET 5000 LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let first = "NULL, NULL".to_string();
+    for (orders_at, log_at) in [(&first, &first), (&order_cursor, &log_cursor)] {
+        let pages = [
+            (
+                "list_work_orders.sql",
+                sql::LIST_WORK_ORDERS,
+                "work_orders",
+                format!("NULL, NULL, {orders_at}, 50, NULL, NULL, NULL, NULL, NULL"),
+            ),
+            (
+                "pending_for_agent.sql",
+                sql::PENDING_FOR_AGENT,
+                "work_orders",
+                format!("'{agent}'::uuid, '{{}}'::text[], {orders_at}, 50"),
+            ),
+            (
+                "list_log.sql",
+                sql::LIST_LOG,
+                "work_order_log",
+                format!("NULL, NULL, NULL, {log_at}, 50, NULL, NULL, NULL, NULL, NULL"),
+            ),
+        ];
+        for (name, statement, table, arguments) in pages {
+            let mut tx = cursor::page_transaction(&pool).await.unwrap();
+            sqlx::raw_sql(&format!("PREPARE page AS {statement}"))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let (plan,): (serde_json::Value,) = sqlx::query_as(&format!(
+                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE page({arguments})"
+            ))
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+            sqlx::raw_sql("DEALLOCATE page")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            let mut scans = Vec::new();
+            rows_read(&plan[0]["Plan"], table, &mut scans);
+            assert!(!scans.is_empty(), "{name}: no scan of {table}");
+            let most = scans.iter().map(|(_, rows)| *rows).fold(0.0, f64::max);
+            assert!(
+                most <= 100.0,
+                "{name} ({arguments}): a scan of {table} read {most} of 10,000 rows for a page \
+                 of 50: {scans:?}"
             );
         }
     }

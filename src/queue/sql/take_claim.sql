@@ -28,5 +28,9 @@ upd AS (
   UPDATE work_orders w SET status = 'CLAIMED', last_claimed_by = claim.agent_id,
          last_claim_id = claim.claim_id, next_retry_after = NULL, updated_at = now()
   FROM claim WHERE w.id = claim.work_order_id
+    -- The same rows again, as an index condition: a generic plan cannot tell how many orders
+    -- `claim` holds (up to cardinality($2)), and with two tenants it guessed enough to hash
+    -- them against a sequential scan of work_orders at every claim (queue::claims::plan).
+    AND w.id = ANY (ARRAY(SELECT work_order_id FROM claim))
   RETURNING w.*
 )
