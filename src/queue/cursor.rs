@@ -46,7 +46,7 @@ pub(crate) fn page<T>(
     Page { items, next_cursor }
 }
 
-/// A read-only transaction for one list page, planned for its arguments
+/// A transaction for one list page (it only reads), planned for its arguments
 /// (`plan_cache_mode = force_custom_plan` for this transaction only).
 ///
 /// Every pooled connection plans generically (`serve::pool_options`: claim-next was planned anew
@@ -55,7 +55,8 @@ pub(crate) fn page<T>(
 /// page of 50 of 200,000 active orders read them all (67 ms, a parallel sequential scan and a
 /// sort). Planned with its arguments, the page walks `work_orders_listing` from the cursor and
 /// stops after the page. Costs three round trips (`BEGIN`, `SET LOCAL`, `COMMIT`) and a plan per
-/// page. `queue::claims::plan` holds each list statement to it.
+/// page. `queue::claims::plan` holds the pages of orders, of the log and of an agent's pending
+/// orders to it (the agents' list is small and not tested).
 ///
 /// Errors: the database's, as [`sqlx::Error`].
 pub(crate) async fn page_transaction(

@@ -4,8 +4,11 @@
 //! sat in the claim as top-level conditions, the planner turned its targeting disjuncts into a
 //! BitmapOr over the `work_orders_target_*` GIN indexes and sorted every eligible order to hand
 //! out one; the HTTP path fell from 0.70 to 0.17 of the SQL ceiling and no test noticed
-//! (issue #34). These tests read the plan PostgreSQL chooses (`EXPLAIN`, the statement is not
-//! run) with 10,000 eligible orders and fail on a sort or a bitmap scan.
+//! (issue #34). These tests read the plan PostgreSQL chooses with 10,000 eligible orders, for
+//! the statement `PREPARE`d as sqlx runs it, so the pool's `plan_cache_mode` decides, and fail
+//! on a sort or a bitmap scan of the eligible orders (`EXPLAIN`); and, running the statement
+//! (`EXPLAIN ANALYZE`), on a fair claim that reads every turn or a list page that reads every
+//! row.
 
 use uuid::Uuid;
 
