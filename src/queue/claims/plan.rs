@@ -81,6 +81,32 @@ async fn backlog(tenants: i32) -> (sqlx::PgPool, Uuid) {
     (pool, agent)
 }
 
+/// `EXPLAIN (<options>, FORMAT JSON) EXECUTE` of `statement` `PREPARE`d on `conn` (so its
+/// plan is the one the connection's `plan_cache_mode` gives it), with `arguments` as SQL
+/// literals; the whole JSON answer.
+async fn explain_prepared(
+    conn: &mut sqlx::PgConnection,
+    statement: &str,
+    options: &str,
+    arguments: &str,
+) -> serde_json::Value {
+    sqlx::raw_sql(&format!("PREPARE explained AS {statement}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let (plan,): (serde_json::Value,) = sqlx::query_as(&format!(
+        "EXPLAIN ({options}, FORMAT JSON) EXECUTE explained({arguments})"
+    ))
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::raw_sql("DEALLOCATE explained")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    plan
+}
+
 /// `EXPLAIN (<options>, FORMAT JSON)` of the claim `statement` for `agent`, asking for
 /// `claims` orders; its top plan node. With `ANALYZE` among the options the claim runs. The
 /// statement runs `PREPARE`d, as sqlx runs it, so the plan is the one the pool's
@@ -95,22 +121,11 @@ async fn explain(
 ) -> serde_json::Value {
     let ids: Vec<String> = (0..claims).map(|_| Uuid::new_v4().to_string()).collect();
     let mut conn = pool.acquire().await.unwrap();
-    sqlx::raw_sql(&format!("PREPARE claim AS {statement}"))
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    let (plan,): (serde_json::Value,) = sqlx::query_as(&format!(
-        "EXPLAIN ({options}, FORMAT JSON) EXECUTE claim('{agent}'::uuid, '{{{}}}'::uuid[], \
-         NULL, '{{}}'::text[])",
+    let arguments = format!(
+        "'{agent}'::uuid, '{{{}}}'::uuid[], NULL, '{{}}'::text[]",
         ids.join(",")
-    ))
-    .fetch_one(&mut *conn)
-    .await
-    .unwrap();
-    sqlx::raw_sql("DEALLOCATE claim")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
+    );
+    let plan = explain_prepared(&mut conn, statement, options, &arguments).await;
     plan[0]["Plan"].clone()
 }
 
@@ -326,20 +341,7 @@ async fn a_list_page_reads_its_page_not_the_table() {
         ];
         for (name, statement, table, arguments) in pages {
             let mut tx = cursor::page_transaction(&pool).await.unwrap();
-            sqlx::raw_sql(&format!("PREPARE page AS {statement}"))
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-            let (plan,): (serde_json::Value,) = sqlx::query_as(&format!(
-                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE page({arguments})"
-            ))
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-            sqlx::raw_sql("DEALLOCATE page")
-                .execute(&mut *tx)
-                .await
-                .unwrap();
+            let plan = explain_prepared(&mut tx, statement, "ANALYZE", &arguments).await;
             tx.commit().await.unwrap();
             let mut scans = Vec::new();
             rows_read(&plan[0]["Plan"], table, &mut scans);
