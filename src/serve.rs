@@ -290,6 +290,8 @@ async fn run_server(
     })
     .with_stopping(stopping.clone());
     tracing::info!(listen = %listener.local_addr()?, "pullman API listening");
+    // Before the first request can be answered: readiness must not precede the handler.
+    let mut signals = crate::signals::Signals::install().context("installing signal handlers")?;
     let stop_http = CancellationToken::new();
     let mut server = tokio::spawn(
         axum::serve(listener, api::router(state))
@@ -297,7 +299,7 @@ async fn run_server(
             .into_future(),
     );
     let served = tokio::select! {
-        _ = crate::signals::shutdown_signal() => None,
+        _ = signals.recv() => None,
         ended = &mut server => Some(ended),
     };
 
@@ -310,7 +312,11 @@ async fn run_server(
             .and_then(|served| served.context("serving HTTP")),
         None => {
             stopping.cancel();
-            shutdown_delay(Duration::from_secs(args.shutdown_delay_seconds)).await;
+            shutdown_delay(
+                Duration::from_secs(args.shutdown_delay_seconds),
+                &mut signals,
+            )
+            .await;
             tracing::info!(
                 held_long_polls = metrics.long_polls.get(),
                 "shutdown: refusing new connections; answering held long-polls now"
@@ -355,7 +361,7 @@ async fn run_server(
 /// it), so that Services and load balancers, told by the pod's deletion, stop routing here before
 /// the listener closes: a connection routed here meanwhile would be refused, or time out once the
 /// pod's address is gone (a rolling update did this without the delay).
-async fn shutdown_delay(delay: Duration) {
+async fn shutdown_delay(delay: Duration, signals: &mut crate::signals::Signals) {
     if delay.is_zero() {
         return;
     }
@@ -366,7 +372,7 @@ async fn shutdown_delay(delay: Duration) {
     );
     tokio::select! {
         _ = tokio::time::sleep(delay) => {}
-        _ = crate::signals::shutdown_signal() => {
+        _ = signals.recv() => {
             tracing::info!("shutdown: a second signal ends the shutdown delay");
         }
     }

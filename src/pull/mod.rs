@@ -83,17 +83,20 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
-    /// Wires SIGINT/SIGTERM: the first drains, the second abandons.
+    /// Wires SIGINT/SIGTERM: the first drains, the second abandons. The handlers are installed
+    /// before this returns, so a signal right after start is not met by its default action.
+    /// Panics outside the tokio runtime or if the OS refuses a handler.
     pub fn on_signals() -> Self {
         let s = Shutdown::default();
         let task = s.clone();
+        let mut signals = crate::signals::Signals::install().expect("installing signal handlers");
         tokio::spawn(async move {
-            crate::signals::shutdown_signal().await;
+            signals.recv().await;
             tracing::info!(
                 "draining: no new claims; running orders finish (signal again to abandon them)"
             );
             task.drain.cancel();
-            crate::signals::shutdown_signal().await;
+            signals.recv().await;
             tracing::warn!("abandoning running orders; the reaper will hand them out again");
             task.abandon.cancel();
         });
