@@ -36,7 +36,7 @@ SUITE=cnpg
 # shellcheck source=../lib/realnode.sh
 . e2e/lib/realnode.sh
 AGENTS="${AGENTS:-50}" ORDERS="${ORDERS:-10000}"
-FAULTS="${FAULTS_BIN:-$(find target/debug/deps -maxdepth 1 -type f -executable -name 'faults-*' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2)}"
+FAULTS="${FAULTS_BIN:-$(find target/debug/deps -maxdepth 1 -type f -executable -name 'faults-*' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2 || true)}"
 [[ -x "$FAULTS" ]] || fail "no fault suite binary (cargo test --test faults --no-run, or FAULTS_BIN)"
 
 WORK="$(mktemp -d /tmp/pullman-cnpg.XXXXXX)"
