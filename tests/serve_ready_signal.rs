@@ -24,13 +24,13 @@ async fn sigterm_right_after_readiness_is_a_graceful_stop() {
     let _busy = BusyThreads::start(4);
     for round in 0..20 {
         let port = free_port();
-        let mut child = support::serve::start_serve_over(
+        let mut child = KilledOnDrop(support::serve::start_serve_over(
             &db,
             port,
             &["--shutdown-delay-seconds", "0"],
             &log,
             "info",
-        );
+        ));
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
         loop {
             let ready = http
@@ -47,8 +47,8 @@ async fn sigterm_right_after_readiness_is_a_graceful_stop() {
             );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        sigterm(&child);
-        let status = wait_for_exit(&mut child);
+        sigterm(&child.0);
+        let status = wait_for_exit(&mut child.0);
         assert!(
             status.success(),
             "round {round}: serve exit status {status}: {}",
@@ -57,6 +57,18 @@ async fn sigterm_right_after_readiness_is_a_graceful_stop() {
     }
     let said = std::fs::read_to_string(&log).unwrap();
     assert_eq!(said.matches("SIGTERM received").count(), 20, "{said}");
+}
+
+/// A `serve` killed if the test fails before it stops.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// Threads that spin until dropped (also when the test fails), to load the CPUs.
