@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use support::free_port;
-use support::serve::{sigterm, wait_for_exit};
+use support::serve::{Serve, start_serve_over};
 
 /// docs/design.md §7: SIGTERM is handled from the moment `/readyz` first answers 200. The handler
 /// was installed when the main task first waited for a signal, just after the HTTP server started;
@@ -24,13 +24,13 @@ async fn sigterm_right_after_readiness_is_a_graceful_stop() {
     let _busy = BusyThreads::start(4);
     for round in 0..20 {
         let port = free_port();
-        let mut child = KilledOnDrop(support::serve::start_serve_over(
-            &db,
+        // Killed when dropped, should an assertion below fail.
+        let mut serve = Serve {
+            child: start_serve_over(&db, port, &["--shutdown-delay-seconds", "0"], &log, "info"),
             port,
-            &["--shutdown-delay-seconds", "0"],
-            &log,
-            "info",
-        ));
+        };
+        // Polled every millisecond, not with support::serve::wait_ready's interval: the window
+        // is just after the first 200.
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
         loop {
             let ready = http
@@ -47,8 +47,7 @@ async fn sigterm_right_after_readiness_is_a_graceful_stop() {
             );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        sigterm(&child.0);
-        let status = wait_for_exit(&mut child.0);
+        let status = serve.stop();
         assert!(
             status.success(),
             "round {round}: serve exit status {status}: {}",
@@ -57,18 +56,6 @@ async fn sigterm_right_after_readiness_is_a_graceful_stop() {
     }
     let said = std::fs::read_to_string(&log).unwrap();
     assert_eq!(said.matches("SIGTERM received").count(), 20, "{said}");
-}
-
-/// A `serve` killed if the test fails before it stops.
-struct KilledOnDrop(std::process::Child);
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }
 
 /// Threads that spin until dropped (also when the test fails), to load the CPUs.
