@@ -1,6 +1,6 @@
 //! `pullman serve` and SIGTERM right after it is ready (docs/design.md §7). A binary of its own:
-//! its busy threads would slow the timed stops of tests/serve_shutdown.rs, which run beside it
-//! otherwise.
+//! its busy threads would slow the timed stops of tests/integration/serve_shutdown.rs, which
+//! would run beside them in that binary.
 
 mod support;
 

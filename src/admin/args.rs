@@ -54,8 +54,8 @@ pub struct Connection {
 
 /// How a list command pages (`work-orders list`, `log list`): how many items it shows and how
 /// many it asks the server for at once. The server's page is at most `PAGE_LIMIT.max` items
-/// (docs/design.md §5 "Lists"); the help states that number in prose, and `tests/limits.rs`
-/// holds it there.
+/// (docs/design.md §5 "Lists"); the help states that number in prose, and
+/// `tests/integration/limits.rs` holds it there.
 #[derive(Debug, Clone, Copy, Args)]
 pub struct Paging {
     /// Most items shown; past 1000 the list is fetched page by page.

@@ -5,7 +5,8 @@
 //! copying the schema of `T` into it (utoipa issue #1586), so a client generated from the
 //! document had a `PageWorkOrderItemsItem` class beside `WorkOrder`. These structs describe the
 //! same wire shape with the items as references to `WorkOrder`, `Agent` and `LogEntry`. They are
-//! never built; `tests/openapi.rs` checks that `Page<T>` serializes to exactly their fields.
+//! never built; `tests/integration/openapi.rs` checks that `Page<T>` serializes to exactly
+//! their fields.
 
 #![allow(dead_code)]
 

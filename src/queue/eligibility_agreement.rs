@@ -341,7 +341,7 @@ async fn check(
         prop_assert!(claimed.len() <= all.len(), "claim-next does not stop");
     }
     // Which orders, not in which order: tenants take turns (docs/design.md §3), which
-    // tests/hand_out_order.rs and queue::waiting_agreement hold.
+    // tests/integration/hand_out_order.rs and queue::waiting_agreement hold.
     let mut expected: Vec<Uuid> = batches[1]
         .iter()
         .filter(|e| eligible(e))

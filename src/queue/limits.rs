@@ -5,8 +5,8 @@
 //! OpenAPI document (`api::ops` sets `minimum`, `maximum` and `default` from these), the CRD
 //! schema (`crd`, through schemars' `range` and serde's defaults) and the clap flags of the
 //! worker and the executor (`range` and `default_value_t`). Help texts and doc comments are prose
-//! that cannot be computed; `tests/limits.rs` reads `crds/`, the served OpenAPI document and
-//! `--help` and fails when any of them states another number than this file.
+//! that cannot be computed; `tests/integration/limits.rs` reads `crds/`, the served OpenAPI
+//! document and `--help` and fails when any of them states another number than this file.
 
 use super::QueueError;
 
@@ -177,8 +177,8 @@ pub const COMPLETE_BATCH_MAX: u64 = 1000;
 /// commit, small enough that one statement stays a few milliseconds.
 pub const COMPLETE_BATCH_DEFAULT: u64 = 64;
 
-// Output of running orders (docs/design.md §9). `tests/limits.rs` holds these against the
-// served OpenAPI document, the server's answers and `--help`.
+// Output of running orders (docs/design.md §9). `tests/integration/limits.rs` holds these
+// against the served OpenAPI document, the server's answers and `--help`.
 
 /// Longest output line an agent sends as one, bytes; longer lines go in pieces of this size
 /// (`pull::lines`), the same for the worker and the executor.

@@ -109,8 +109,8 @@ impl Drop for Serve {
     }
 }
 
-// What the tests of `serve` as a process share (tests/serve_cli.rs, tests/serve_shutdown.rs):
-// starting it on its embedded PostgreSQL or a fresh database, signals, and its processes.
+// What the tests of `serve` as a process share (tests/integration/serve_cli.rs,
+// tests/integration/serve_shutdown.rs): starting it on its embedded PostgreSQL or a fresh database, signals, and its processes.
 
 pub fn start_serve(data_dir: &Path, port: u16) -> Child {
     start_serve_logging(data_dir, port, Stdio::inherit())
