@@ -6,8 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::free_port;
-use support::serve::{Serve, start_serve_over};
+use support::serve::Serve;
 
 /// docs/design.md §7: SIGTERM is handled from the moment `/readyz` first answers 200. The handler
 /// was installed when the main task first waited for a signal, just after the HTTP server started;
@@ -23,12 +22,9 @@ async fn sigterm_right_after_readiness_is_a_graceful_stop() {
     let http = reqwest::Client::new();
     let _busy = BusyThreads::start(4);
     for round in 0..20 {
-        let port = free_port();
         // Killed when dropped, should an assertion below fail.
-        let mut serve = Serve {
-            child: start_serve_over(&db, port, &["--shutdown-delay-seconds", "0"], &log, "info"),
-            port,
-        };
+        let mut serve = Serve::over(&db, &["--shutdown-delay-seconds", "0"], &log, "info");
+        let port = serve.port;
         // Polled every millisecond, not with support::serve::wait_ready's interval: the window
         // is just after the first 200.
         let deadline = std::time::Instant::now() + Duration::from_secs(90);

@@ -167,10 +167,8 @@ async fn no_token_or_yaml_appears_in_logs() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("serve.log");
     let db = support::fresh_database_url().await;
-    let port = support::free_port();
-    let child = support::serve::start_serve_over(&db, port, &[], &log, "trace");
-    let mut serve = support::serve::Serve { child, port };
-    support::serve::wait_ready(port).await;
+    let mut serve = support::serve::Serve::over(&db, &[], &log, "trace");
+    support::serve::wait_ready(serve.port).await;
     let api = support::ApiClient::new(&serve.url(""));
     let (a, tok) = api
         .agent(json!({"name": "secretive", "labels": ["m"]}))

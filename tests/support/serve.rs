@@ -71,6 +71,14 @@ impl Serve {
         serve
     }
 
+    /// [`start_serve_over`] (`database_url`, `extra`, `log`, `rust_log`) on a free port, killed
+    /// when dropped. Does not wait for it to be ready ([`wait_ready`]).
+    pub fn over(database_url: &str, extra: &[&str], log: &Path, rust_log: &str) -> Serve {
+        let port = free_port();
+        let child = start_serve_over(database_url, port, extra, log, rust_log);
+        Serve { child, port }
+    }
+
     /// `http://127.0.0.1:<port>` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
