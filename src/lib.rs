@@ -191,6 +191,7 @@ pub mod cli;
 pub mod client;
 pub mod controller;
 pub mod crd;
+pub mod db_keepalive;
 pub mod executor;
 pub mod manifest;
 pub mod memory;

@@ -108,7 +108,7 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
             (pg.options(), Some(pg))
         }
     };
-    let pool = pool_options(args.db_max_connections)
+    let pool = pool_options(args.db_max_connections, &options)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(options)
         .await
@@ -122,17 +122,26 @@ pub async fn open_database(args: &DatabaseArgs) -> anyhow::Result<Database> {
 
 /// The server's connection pool settings (the tests' and benchmarks' pools use them too), for
 /// at most `max_connections` connections. Every connection plans prepared statements
-/// generically and never compiles them with JIT (docs/design.md §11).
+/// generically and never compiles them with JIT (docs/design.md §11). Connections over TCP to
+/// `database` (the options the pool will connect with) get keepalive and a user timeout
+/// (`db_keepalive`), so a server that vanished under them is found dead within seconds.
 ///
 /// A connection's buffers grow to the largest message it carried (a 1 MiB `yaml_content` each
 /// way) and keep that size; shrinking them as the connection returns to the pool keeps a burst of
 /// large orders from leaving every pooled connection megabytes larger (issue #16). When they are
 /// small that is a capacity check.
-pub fn pool_options(max_connections: u32) -> PgPoolOptions {
+pub fn pool_options(max_connections: u32, database: &PgConnectOptions) -> PgPoolOptions {
+    let tcp_port = database.get_socket().is_none().then(|| database.get_port());
     PgPoolOptions::new()
         .max_connections(max_connections)
-        .after_connect(|conn, _meta| {
+        .after_connect(move |conn, _meta| {
             Box::pin(async move {
+                if let Some(port) = tcp_port
+                    && let Err(error) = crate::db_keepalive::arm_connections_to(port)
+                {
+                    // Not fatal: the connection works, it would only wait longer on a dead server.
+                    tracing::warn!(%error, "could not set TCP keepalive on a database connection");
+                }
                 // A generic plan's costs are estimated without the parameters' values, so a
                 // large or skewed backlog can push a claim past jit_above_cost: PostgreSQL then
                 // compiled every claim (50–100 ms each, where the claim itself takes 1–3 ms).

@@ -100,9 +100,12 @@ pub async fn fresh_pool(max_connections: u32) -> PgPool {
         .expect("CREATE DATABASE");
     admin.close().await;
     let (base, _) = server.rsplit_once('/').expect("a URL with a database");
-    let pool = crate::serve::pool_options(max_connections)
+    let options: sqlx::postgres::PgConnectOptions = format!("{base}/{name}")
+        .parse()
+        .expect("the test database's URL");
+    let pool = crate::serve::pool_options(max_connections, &options)
         .acquire_timeout(Duration::from_secs(30))
-        .connect(&format!("{base}/{name}"))
+        .connect_with(options)
         .await
         .expect("connecting to the fresh database");
     queue::MIGRATOR

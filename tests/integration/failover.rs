@@ -1,7 +1,9 @@
 //! The database failing over under a running server (issue #41, docs/design.md §5): the address
 //! the server connects to leads for a while to a read-only standby (a demoted primary), then to a
 //! promoted one. The server never holds a connection to the standby, answers `503` (never `500`)
-//! meanwhile, says why in `/readyz`, and goes on by itself once the standby is promoted.
+//! meanwhile, says why in `/readyz`, and goes on by itself once the standby is promoted. And the
+//! database vanishing under statements in flight, nothing closed: they are answered `503` and
+//! their connections freed (`pullman::db_keepalive`).
 
 use crate::support;
 
@@ -51,7 +53,7 @@ async fn a_standby_behind_the_address_is_refused_until_promoted_then_work_goes_o
 
     // A connection that reaches the standby is never handed out: the pool's own check, for an
     // address that leads there before anything noticed an outage.
-    let refused = pullman::serve::pool_options(1)
+    let refused = pullman::serve::pool_options(1, &standby.options())
         .acquire_timeout(Duration::from_secs(2))
         .connect_with(standby.options())
         .await;
@@ -232,10 +234,10 @@ async fn a_peer_that_is_not_postgresql_is_an_outage_not_a_server_error() {
         }
     });
     let url = format!("postgres://pullman:secret@127.0.0.1:{port}/pullman");
-    let pool = pullman::serve::pool_options(4)
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let pool = pullman::serve::pool_options(4, &options)
         .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy(&url)
-        .unwrap();
+        .connect_lazy_with(options);
     let error = sqlx::query("SELECT 1").execute(&pool).await.unwrap_err();
     assert!(
         answered.load(std::sync::atomic::Ordering::SeqCst) >= 1,
@@ -253,4 +255,93 @@ async fn a_peer_that_is_not_postgresql_is_an_outage_not_a_server_error() {
         pullman::queue::QueueError::from(error),
         pullman::queue::QueueError::Unavailable(_)
     ));
+}
+
+/// A server that vanishes under statements in flight, nothing closed (a lost node, a pod's network
+/// torn down mid-failover): sqlx sets no keepalive, so without `pullman::db_keepalive` each such
+/// request waited forever and its pool slot with it. Three lists wait on a table lock, the path to
+/// the database is cut, the lock is let go (its answers dropped on the way): each request is
+/// answered `503` within the keepalive's bound, and once the path is back the pool, whose every
+/// slot those three held, serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_in_flight_when_the_database_vanishes_are_answered_and_their_connections_freed() {
+    use support::cut::Cut;
+    if !Cut::possible() {
+        eprintln!("skipped: cutting a connection needs root and iptables (CI runs as root)");
+        return;
+    }
+    let direct: sqlx::postgres::PgConnectOptions =
+        support::fresh_database_url().await.parse().unwrap();
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], direct.get_port()));
+    let mut path = Cut::to(server).await;
+    let through = direct.clone().port(path.port);
+    // The LISTEN connection holds one of the four.
+    let pool = pullman::serve::pool_options(4, &through)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(through)
+        .await
+        .unwrap();
+    let s = support::TestServer::start_on(pool, 8).await;
+    s.order(support::configmap_order("vanished")).await;
+
+    let mut locker = sqlx::ConnectOptions::connect(&direct).await.unwrap();
+    sqlx::Executor::execute(
+        &mut locker,
+        "BEGIN; LOCK TABLE work_orders IN ACCESS EXCLUSIVE MODE",
+    )
+    .await
+    .unwrap();
+    let lists: Vec<_> = (0..3)
+        .map(|_| {
+            let api = s.api.clone();
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let (status, body) = api.admin_get("/api/v1/work-orders").await;
+                (status, body, started.elapsed())
+            })
+        })
+        .collect();
+    let watcher = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(direct.clone())
+        .await
+        .unwrap();
+    eventually(10, "three lists waiting on the lock", || {
+        let watcher = watcher.clone();
+        async move {
+            let (waiting,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            )
+            .fetch_one(&watcher)
+            .await
+            .unwrap();
+            (waiting == 3).then_some(())
+        }
+    })
+    .await;
+
+    path.cut();
+    sqlx::Executor::execute(&mut locker, "ROLLBACK")
+        .await
+        .unwrap();
+    for list in lists {
+        let (status, body, took) = tokio::time::timeout(Duration::from_secs(40), list)
+            .await
+            .expect("a request in flight was not answered within 40 s")
+            .unwrap();
+        support::assert_refused(status, &body, 503, "database_unavailable");
+        assert!(took < Duration::from_secs(30), "answered after {took:?}");
+        eprintln!("a request in flight through the cut answered 503 after {took:?}");
+    }
+
+    path.mend();
+    eventually(30, "the pool serving again", || {
+        let api = s.api.clone();
+        async move {
+            let (status, body) = api.admin_get("/api/v1/work-orders").await;
+            (status == 200).then_some(body)
+        }
+    })
+    .await;
 }

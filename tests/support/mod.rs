@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod cli;
+pub mod cut;
 #[cfg(feature = "k8s-tests")]
 pub mod kube;
 #[cfg(feature = "k8s-tests")]

@@ -44,9 +44,9 @@ impl OwnPostgres {
     /// connection settings and primary check; an acquire waits 10 s: what an unknown outage
     /// costs).
     pub async fn server(&self, pg: &EmbeddedPostgres) -> TestServer {
-        let pool = pullman::serve::pool_options(8)
+        let pool = pullman::serve::pool_options(8, &pg.options())
             .acquire_timeout(Duration::from_secs(10))
-            .connect(&pg.url())
+            .connect_with(pg.options())
             .await
             .expect("connecting to the test's own PostgreSQL");
         pullman::queue::MIGRATOR
