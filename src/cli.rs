@@ -215,6 +215,16 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=crate::queue::limits::COMPLETE_BATCH_MAX))]
     pub complete_batch: u64,
 
+    /// Longest a request under /api/v1 may go unanswered, in seconds, not counting a claim-next's
+    /// long-poll wait or a followed output stream: past it the request is answered 503
+    /// `database_unavailable` and the database is taken for down until a probe answers
+    /// (docs/design.md §5). It ends waits that nothing else would: a database that still
+    /// acknowledges at the TCP level but answers nothing (a stopped process, a proxy whose server
+    /// is gone). A request body must arrive within it too.
+    #[arg(long, env = "PULLMAN_REQUEST_TIMEOUT_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub request_timeout_seconds: u64,
+
     /// Seconds `serve` keeps answering after SIGTERM/SIGINT before it stops accepting
     /// connections (docs/design.md §7). Meanwhile `/readyz` answers 503 and the controller hands
     /// its Lease on; the delay lets Services and load balancers stop routing here first, so a

@@ -297,7 +297,8 @@ async fn run_server(
         max_writes: args.max_output_writes as usize,
         max_followers: args.max_output_followers as usize,
     })
-    .with_stopping(stopping.clone());
+    .with_stopping(stopping.clone())
+    .with_request_timeout(Duration::from_secs(args.request_timeout_seconds));
     tracing::info!(listen = %listener.local_addr()?, "pullman API listening");
     // Before the first request can be answered: readiness must not precede the handler.
     let mut signals = crate::signals::Signals::install().context("installing signal handlers")?;

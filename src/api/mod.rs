@@ -11,7 +11,7 @@ mod pages;
 mod work_orders;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, Request, State};
@@ -35,6 +35,9 @@ use crate::telemetry::{HttpLabels, Metrics, RouteLabel};
 /// oversized YAML is answered with a `413` naming the field; JSON escaping can inflate a body.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
+/// `serve --request-timeout-seconds`' default (seconds: 60).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Everything a request handler needs. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -56,6 +59,9 @@ pub struct AppState {
     /// Cancelled when the process starts to stop (`serve --shutdown-delay-seconds`): `/readyz`
     /// answers `503` from then on while every other route keeps answering.
     pub stopping: CancellationToken,
+    /// Longest an `/api/v1` request goes unanswered apart from a long-poll's wait
+    /// (`serve --request-timeout-seconds`; [`database_gate`]).
+    pub request_timeout: Duration,
 }
 
 impl AppState {
@@ -78,12 +84,19 @@ impl AppState {
             output_writes: Arc::new(Semaphore::new(OutputSettings::default().max_writes)),
             output_followers: Arc::new(Semaphore::new(OutputSettings::default().max_followers)),
             stopping: CancellationToken::new(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 
     /// The same state, reporting not ready once `stopping` is cancelled.
     pub fn with_stopping(mut self, stopping: CancellationToken) -> Self {
         self.stopping = stopping;
+        self
+    }
+
+    /// The same state answering `503` past `timeout` (`serve --request-timeout-seconds`).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
         self
     }
 
@@ -214,13 +227,44 @@ pub fn router(state: AppState) -> Router {
 /// outage is known". Requests under `/api/v1` (all need the database, except the OpenAPI
 /// document) are answered without touching the pool while the queue knows the database is
 /// down; an answer that found it unavailable tells the queue, whose prober clears the mark.
+/// A request unanswered after `request_timeout` (plus the long-poll's longest wait for a
+/// claim-next) is answered `503` too and tells the queue the same: its handler is dropped, and
+/// with it its wait on a database that acknowledges but does not answer (`db_keepalive` ends
+/// the waits on one that is gone).
 async fn database_gate(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let needs_database = path.starts_with("/api/v1/") && path != "/api/v1/openapi.json";
-    if needs_database && state.queue.database_known_down() {
+    if !needs_database {
+        return next.run(req).await;
+    }
+    if state.queue.database_known_down() {
         return ApiError::database_unavailable().into_response();
     }
-    let response = next.run(req).await;
+    let claim_next = req.method() == axum::http::Method::POST
+        && path.starts_with("/api/v1/agents/")
+        && path.ends_with("/claim");
+    let bound = if claim_next {
+        state.request_timeout + Duration::from_secs(crate::queue::limits::MAX_WAIT_SECONDS.into())
+    } else {
+        state.request_timeout
+    };
+    let uri = req.uri().clone();
+    let response = match tokio::time::timeout(bound, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::warn!(
+                route = uri.path(),
+                seconds = bound.as_secs(),
+                "a request went unanswered: answered 503, the database taken for down"
+            );
+            let mut e = ApiError::database_unavailable();
+            e.message = format!(
+                "no answer within {} s: the database is not answering; retry later",
+                bound.as_secs()
+            );
+            e.into_response()
+        }
+    };
     if response.extensions().get::<DatabaseUnavailable>().is_some() {
         state.queue.note_database_unavailable();
     }

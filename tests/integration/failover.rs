@@ -345,3 +345,95 @@ async fn requests_in_flight_when_the_database_vanishes_are_answered_and_their_co
     })
     .await;
 }
+
+/// A database that acknowledges but answers nothing (a stopped server process, a proxy whose
+/// server is gone): its kernel answers keepalive probes, so only `serve
+/// --request-timeout-seconds` ends the wait. A list waiting on a table lock when the path
+/// freezes is answered `503` at the bound, `/readyz` says not ready, and once the path thaws
+/// `serve` answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_database_never_answers_is_answered_503_at_the_request_timeout() {
+    use support::cut::Cut;
+    let url = support::fresh_database_url().await;
+    let direct: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], direct.get_port()));
+    let path = Cut::to(server).await;
+    let through = url.replace(
+        &format!(":{}/", direct.get_port()),
+        &format!(":{}/", path.port),
+    );
+    assert_ne!(through, url, "the forwarder's port in the URL");
+    let dir = tempfile::tempdir().unwrap();
+    let serve = support::serve::Serve::over(
+        &through,
+        &["--request-timeout-seconds", "2"],
+        &dir.path().join("serve.log"),
+        "info",
+    );
+    support::serve::wait_ready(serve.port).await;
+    let api = support::ApiClient::new(&serve.url(""));
+
+    let mut locker = sqlx::ConnectOptions::connect(&direct).await.unwrap();
+    sqlx::Executor::execute(
+        &mut locker,
+        "BEGIN; LOCK TABLE work_orders IN ACCESS EXCLUSIVE MODE",
+    )
+    .await
+    .unwrap();
+    let list = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let answer = api.admin_get("/api/v1/work-orders").await;
+            (answer, started.elapsed())
+        })
+    };
+    let watcher = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(direct.clone())
+        .await
+        .unwrap();
+    // (Not a count of every waiter: serve's gauges read the table too.)
+    eventually(10, "the list waiting on the lock", || {
+        let watcher = watcher.clone();
+        async move {
+            let (waiting,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND datname = current_database() \
+                 AND query LIKE '-- list_work_orders:%'",
+            )
+            .fetch_one(&watcher)
+            .await
+            .unwrap();
+            (waiting == 1).then_some(())
+        }
+    })
+    .await;
+
+    path.freeze();
+    sqlx::Executor::execute(&mut locker, "ROLLBACK")
+        .await
+        .unwrap();
+    let ((status, body), took) = tokio::time::timeout(Duration::from_secs(20), list)
+        .await
+        .expect("a request the database never answered was not answered within 20 s")
+        .unwrap();
+    support::assert_refused(status, &body, 503, "database_unavailable");
+    assert!(
+        support::error_message(&body).contains("no answer within 2 s"),
+        "{body}"
+    );
+    assert!(took < Duration::from_secs(10), "answered after {took:?}");
+    let (status, _) = api.get("/readyz").await;
+    assert_eq!(status, 503, "ready while the database answers nothing");
+
+    path.thaw();
+    eventually(30, "serve answering again", || {
+        let api = api.clone();
+        async move {
+            let (status, body) = api.admin_get("/api/v1/work-orders").await;
+            (status == 200).then_some(body)
+        }
+    })
+    .await;
+}

@@ -1,8 +1,11 @@
 //! A path to a server that can be cut the way a lost node or a torn-down pod network cuts it:
 //! packets dropped in both directions, nothing closed, so neither end hears of it (the case
-//! `pullman::db_keepalive` exists for). A forwarder on its own loopback port carries each
-//! connection to the server; [`Cut::cut`] drops that port's packets with iptables. Needs root
-//! and `iptables` ([`Cut::possible`] says whether this machine has them; CI does).
+//! `pullman::db_keepalive` exists for); or frozen, as a stopped server process or a proxy whose
+//! server is gone: connections open and acknowledged, nothing carried (the case `serve
+//! --request-timeout-seconds` exists for). A forwarder on its own loopback port carries each
+//! connection to the server; [`Cut::cut`] drops that port's packets with iptables, which needs
+//! root and `iptables` ([`Cut::possible`] says whether this machine has them; CI does);
+//! [`Cut::freeze`] needs nothing.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -12,6 +15,7 @@ pub struct Cut {
     /// The forwarder's port on 127.0.0.1: connect here to reach the server.
     pub port: u16,
     rules_in: bool,
+    frozen: tokio::sync::watch::Sender<bool>,
 }
 
 /// The two rules: packets to the forwarder's port and from it, on the loopback interface.
@@ -59,11 +63,16 @@ impl Cut {
             .local_addr()
             .expect("the forwarder's address")
             .port();
+        let (frozen, watch) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
-            while let Ok((mut from, _)) = listener.accept().await {
+            while let Ok((from, _)) = listener.accept().await {
+                let watch = watch.clone();
                 tokio::spawn(async move {
-                    if let Ok(mut to) = tokio::net::TcpStream::connect(server).await {
-                        let _ = tokio::io::copy_bidirectional(&mut from, &mut to).await;
+                    if let Ok(to) = tokio::net::TcpStream::connect(server).await {
+                        let (from_r, from_w) = from.into_split();
+                        let (to_r, to_w) = to.into_split();
+                        tokio::spawn(carry(from_r, to_w, watch.clone()));
+                        carry(to_r, from_w, watch).await;
                     }
                 });
             }
@@ -71,7 +80,18 @@ impl Cut {
         Cut {
             port,
             rules_in: false,
+            frozen,
         }
+    }
+
+    /// Stops carrying bytes either way; connections stay open (and their packets acknowledged).
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// Carries bytes again, what arrived meanwhile first.
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
     }
 
     /// Drops every packet to and from the forwarder's port from now on.
@@ -98,5 +118,27 @@ impl Cut {
 impl Drop for Cut {
     fn drop(&mut self) {
         self.mend();
+    }
+}
+
+/// Copies `from` to `to`, holding each read while frozen.
+async fn carry(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if frozen.wait_for(|f| !*f).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if frozen.wait_for(|f| !*f).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }
