@@ -12,8 +12,12 @@
 //! waiting complete and every other already waiting (up to `max_batch`), runs them, answers them
 //! and comes back. Nothing waits to fill a batch: a lone complete runs at once, alone; under load,
 //! completes arriving while the runners are busy form the next batches. A batch that fails as a
-//! whole (a deadlock with another writer, a lost connection) is retried one complete at a time,
-//! so one bad complete cannot fail the others.
+//! whole (a deadlock with another writer) is retried one complete at a time, so one bad complete
+//! cannot fail the others; a batch that found the database unavailable is answered `503` at
+//! once, every complete of it (docs/design.md §5: a complete whose commit outcome is unknown is
+//! answered `503`, and its repeat is answered as a replay if it was committed). Retried one by
+//! one, each would wait out the pool's acquire timeout after the other: 10 s each behind an
+//! outage, so a batch of 8 took more than a minute and its agents' requests timed out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -139,6 +143,14 @@ async fn run_batch(pool: &PgPool, batch: Vec<Complete>) {
                 }
                 Vec::new()
             }
+            Err(QueueError::Unavailable(error)) => {
+                tracing::warn!(%error, completes = batch.len(), "a group commit found the database unavailable; answering each complete 503");
+                let why = error.to_string();
+                for c in batch {
+                    let _ = c.reply.send(Err(unavailable(&why)));
+                }
+                Vec::new()
+            }
             Err(error) => {
                 tracing::warn!(%error, completes = batch.len(), "a group commit failed; completing its orders one by one");
                 batch
@@ -172,6 +184,14 @@ async fn many(pool: &PgPool, batch: &[Complete]) -> Result<HashMap<Uuid, LogEntr
             (entry.id, entry)
         })
         .collect())
+}
+
+/// The `503` of one complete of a batch that found the database unavailable (`why`: the batch's
+/// error; `sqlx::Error` is not `Clone`).
+fn unavailable(why: &str) -> QueueError {
+    QueueError::Unavailable(sqlx::Error::Io(std::io::Error::other(format!(
+        "the group commit this complete was in: {why}"
+    ))))
 }
 
 async fn one(pool: &PgPool, c: &Complete) -> Answer {

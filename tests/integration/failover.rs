@@ -437,3 +437,66 @@ async fn a_request_the_database_never_answers_is_answered_503_at_the_request_tim
     })
     .await;
 }
+
+/// Completes in flight when the database vanishes are answered `503` together, not one by one
+/// behind the pool's acquire timeout (`queue::group_commit`). The server's pool reaches its
+/// database through a path that is then cut, as in the test above, so nothing tells it of the
+/// outage before 8 completes sent at once reach its group commit. Each is answered `503` once
+/// keepalive ends the connections (about 10 s); retried one by one, each waited for a connection
+/// through the cut path too, 5 s apiece here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completes_of_a_batch_that_meets_an_outage_are_all_answered_at_once() {
+    use support::cut::Cut;
+    if !Cut::possible() {
+        eprintln!("skipped: cutting a connection needs root and iptables (CI runs as root)");
+        return;
+    }
+    let direct: sqlx::postgres::PgConnectOptions =
+        support::fresh_database_url().await.parse().unwrap();
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], direct.get_port()));
+    let mut path = Cut::to(server).await;
+    let through = direct.clone().port(path.port);
+    let pool = pullman::serve::pool_options(12, &through)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(through)
+        .await
+        .unwrap();
+    let s = support::TestServer::start_on(pool, 8).await;
+    let (agent, token) = s
+        .agent(json!({"name": "batch-outage", "labels": ["batch-outage"]}))
+        .await;
+    for _ in 0..8 {
+        s.order(support::configmap_order("batch-outage")).await;
+    }
+    let (status, claimed) = s
+        .claim_next(&agent, &token, Some(json!({"max_orders": 8})))
+        .await;
+    assert_eq!(status, 200, "{claimed}");
+    let claimed = claimed["orders"].as_array().unwrap().clone();
+    assert_eq!(claimed.len(), 8, "{claimed:?}");
+
+    path.cut();
+    let started = std::time::Instant::now();
+    let completes: Vec<_> = claimed
+        .iter()
+        .map(|o| {
+            let (api, token) = (s.api.clone(), token.clone());
+            let body = json!({"agent_id": agent, "claim_id": o["claim_id"], "success": true});
+            let order = o["id"].as_str().unwrap().to_string();
+            tokio::spawn(async move { api.complete(&order, &token, body).await })
+        })
+        .collect();
+    for complete in completes {
+        let (status, body) = tokio::time::timeout(Duration::from_secs(90), complete)
+            .await
+            .expect("a complete not answered within 90 s")
+            .unwrap();
+        support::assert_refused(status, &body, 503, "database_unavailable");
+    }
+    let took = started.elapsed();
+    eprintln!("8 completes through the cut path answered 503 within {took:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "8 completes answered after {took:?}: one by one behind the acquire timeout?"
+    );
+}
