@@ -265,32 +265,13 @@ async fn a_peer_that_is_not_postgresql_is_an_outage_not_a_server_error() {
 /// slot those three held, serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_in_flight_when_the_database_vanishes_are_answered_and_their_connections_freed() {
-    use support::cut::Cut;
-    if !Cut::possible() {
-        eprintln!("skipped: cutting a connection needs root and iptables (CI runs as root)");
-        return;
-    }
-    let direct: sqlx::postgres::PgConnectOptions =
-        support::fresh_database_url().await.parse().unwrap();
-    let server = std::net::SocketAddr::from(([127, 0, 0, 1], direct.get_port()));
-    let mut path = Cut::to(server).await;
-    let through = direct.clone().port(path.port);
     // The LISTEN connection holds one of the four.
-    let pool = pullman::serve::pool_options(4, &through)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_with(through)
-        .await
-        .unwrap();
-    let s = support::TestServer::start_on(pool, 8).await;
+    let Some((s, mut path, direct)) = server_behind_a_cut(4).await else {
+        return;
+    };
     s.order(support::configmap_order("vanished")).await;
 
-    let mut locker = sqlx::ConnectOptions::connect(&direct).await.unwrap();
-    sqlx::Executor::execute(
-        &mut locker,
-        "BEGIN; LOCK TABLE work_orders IN ACCESS EXCLUSIVE MODE",
-    )
-    .await
-    .unwrap();
+    let mut locker = lock_orders(&direct).await;
     let lists: Vec<_> = (0..3)
         .map(|_| {
             let api = s.api.clone();
@@ -301,25 +282,7 @@ async fn requests_in_flight_when_the_database_vanishes_are_answered_and_their_co
             })
         })
         .collect();
-    let watcher = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(direct.clone())
-        .await
-        .unwrap();
-    eventually(10, "three lists waiting on the lock", || {
-        let watcher = watcher.clone();
-        async move {
-            let (waiting,): (i64,) = sqlx::query_as(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND datname = current_database()",
-            )
-            .fetch_one(&watcher)
-            .await
-            .unwrap();
-            (waiting == 3).then_some(())
-        }
-    })
-    .await;
+    lists_waiting(&direct, 3).await;
 
     path.cut();
     sqlx::Executor::execute(&mut locker, "ROLLBACK")
@@ -373,13 +336,7 @@ async fn a_request_the_database_never_answers_is_answered_503_at_the_request_tim
     support::serve::wait_ready(serve.port).await;
     let api = support::ApiClient::new(&serve.url(""));
 
-    let mut locker = sqlx::ConnectOptions::connect(&direct).await.unwrap();
-    sqlx::Executor::execute(
-        &mut locker,
-        "BEGIN; LOCK TABLE work_orders IN ACCESS EXCLUSIVE MODE",
-    )
-    .await
-    .unwrap();
+    let mut locker = lock_orders(&direct).await;
     let list = {
         let api = api.clone();
         tokio::spawn(async move {
@@ -388,27 +345,7 @@ async fn a_request_the_database_never_answers_is_answered_503_at_the_request_tim
             (answer, started.elapsed())
         })
     };
-    let watcher = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(direct.clone())
-        .await
-        .unwrap();
-    // (Not a count of every waiter: serve's gauges read the table too.)
-    eventually(10, "the list waiting on the lock", || {
-        let watcher = watcher.clone();
-        async move {
-            let (waiting,): (i64,) = sqlx::query_as(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND datname = current_database() \
-                 AND query LIKE '-- list_work_orders:%'",
-            )
-            .fetch_one(&watcher)
-            .await
-            .unwrap();
-            (waiting == 1).then_some(())
-        }
-    })
-    .await;
+    lists_waiting(&direct, 1).await;
 
     path.freeze();
     sqlx::Executor::execute(&mut locker, "ROLLBACK")
@@ -446,22 +383,9 @@ async fn a_request_the_database_never_answers_is_answered_503_at_the_request_tim
 /// through the cut path too, 5 s apiece here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completes_of_a_batch_that_meets_an_outage_are_all_answered_at_once() {
-    use support::cut::Cut;
-    if !Cut::possible() {
-        eprintln!("skipped: cutting a connection needs root and iptables (CI runs as root)");
+    let Some((s, mut path, _)) = server_behind_a_cut(12).await else {
         return;
-    }
-    let direct: sqlx::postgres::PgConnectOptions =
-        support::fresh_database_url().await.parse().unwrap();
-    let server = std::net::SocketAddr::from(([127, 0, 0, 1], direct.get_port()));
-    let mut path = Cut::to(server).await;
-    let through = direct.clone().port(path.port);
-    let pool = pullman::serve::pool_options(12, &through)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_with(through)
-        .await
-        .unwrap();
-    let s = support::TestServer::start_on(pool, 8).await;
+    };
     let (agent, token) = s
         .agent(json!({"name": "batch-outage", "labels": ["batch-outage"]}))
         .await;
@@ -499,4 +423,70 @@ async fn completes_of_a_batch_that_meets_an_outage_are_all_answered_at_once() {
         took < Duration::from_secs(20),
         "8 completes answered after {took:?}: one by one behind the acquire timeout?"
     );
+}
+
+/// An in-process server whose pool of `max_connections` (acquire timeout 5 s) reaches a fresh
+/// database through a [`Cut`](support::cut::Cut) path; also the path and the database's own
+/// address. `None`, said on stderr, where this machine cannot cut (root and iptables; CI has
+/// both).
+async fn server_behind_a_cut(
+    max_connections: u32,
+) -> Option<(
+    support::TestServer,
+    support::cut::Cut,
+    sqlx::postgres::PgConnectOptions,
+)> {
+    if !support::cut::Cut::possible() {
+        eprintln!("skipped: cutting a connection needs root and iptables (CI runs as root)");
+        return None;
+    }
+    let direct: sqlx::postgres::PgConnectOptions =
+        support::fresh_database_url().await.parse().unwrap();
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], direct.get_port()));
+    let path = support::cut::Cut::to(server).await;
+    let through = direct.clone().port(path.port);
+    let pool = pullman::serve::pool_options(max_connections, &through)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(through)
+        .await
+        .unwrap();
+    Some((support::TestServer::start_on(pool, 8).await, path, direct))
+}
+
+/// Takes `work_orders` in ACCESS EXCLUSIVE mode on a connection of its own to `direct`, held
+/// until the connection's `ROLLBACK`.
+async fn lock_orders(direct: &sqlx::postgres::PgConnectOptions) -> sqlx::postgres::PgConnection {
+    let mut locker = sqlx::ConnectOptions::connect(direct).await.unwrap();
+    sqlx::Executor::execute(
+        &mut locker,
+        "BEGIN; LOCK TABLE work_orders IN ACCESS EXCLUSIVE MODE",
+    )
+    .await
+    .unwrap();
+    locker
+}
+
+/// Returns once `n` lists of work orders wait on a lock in `direct`'s database. (Not a count of
+/// every waiter: `serve`'s gauges read the table too.)
+async fn lists_waiting(direct: &sqlx::postgres::PgConnectOptions, n: i64) {
+    let watcher = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(direct.clone())
+        .await
+        .unwrap();
+    eventually(10, "the lists waiting on the lock", || {
+        let watcher = watcher.clone();
+        async move {
+            let (waiting,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND datname = current_database() \
+                 AND query LIKE '-- list_work_orders:%'",
+            )
+            .fetch_one(&watcher)
+            .await
+            .unwrap();
+            (waiting == n).then_some(())
+        }
+    })
+    .await;
 }
