@@ -53,9 +53,14 @@ impl Carrier for Noop {
 impl Bench {
     /// (2d) `agents` pull loops of `slots` slots each (`LoopConfig::concurrency`) work a backlog
     /// of `orders` against a server as `serve` runs by default. Returns orders/s, from the start
-    /// of the loops until the last complete was answered; panics unless every order of the
-    /// backlog is in the log as succeeded.
-    pub(crate) async fn pull_loops(&self, orders: usize, agents: usize, slots: usize) -> f64 {
+    /// of the loops until the last complete was answered, and how the orders were batched;
+    /// panics unless every order of the backlog is in the log as succeeded.
+    pub(crate) async fn pull_loops(
+        &self,
+        orders: usize,
+        agents: usize,
+        slots: usize,
+    ) -> (f64, Batching) {
         let server = TestServer::start_with_batch(
             40,
             1024,
@@ -99,7 +104,26 @@ impl Bench {
             logged as usize, orders,
             "the pull loops finished with orders missing from the log"
         );
+        // The orders of one claim share its claimed_at, those of one commit their completed_at
+        // (both the transaction's now()).
+        let (claims, commits): (i64, i64) = sqlx::query_as(
+            "SELECT count(DISTINCT claimed_at), count(DISTINCT completed_at) FROM work_order_log",
+        )
+        .fetch_one(&server.pool)
+        .await
+        .unwrap();
         drop(server);
-        orders as f64 / seconds
+        let batching = Batching {
+            per_claim: orders as f64 / claims.max(1) as f64,
+            per_commit: orders as f64 / commits.max(1) as f64,
+        };
+        (orders as f64 / seconds, batching)
     }
+}
+
+/// How a (2d) run batched its orders: orders per claim-next and completes per commit, on
+/// average.
+pub(crate) struct Batching {
+    pub(crate) per_claim: f64,
+    pub(crate) per_commit: f64,
 }

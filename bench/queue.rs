@@ -7,7 +7,7 @@
 //!   cargo bench --bench queue -- sql http     # only these scenarios
 //!   cargo bench --bench queue -- --quick sql http batched pull river   # River as the peer (Go)
 //!   cargo bench --bench queue -- soak --soak-minutes=3
-//!   cargo bench --bench queue -- --quick --guard-http-ratio=0.4   # CI: exit 1 below the ratio
+//!   cargo bench --bench queue -- --quick --guard-http-ratio=0.4   # CI: exit 1 below the ratio, or when (2d) batches less
 //!
 //! Scenarios: sql (ceiling), http (end to end), unbatched and batched (end to end without any
 //! batching, and with multi-claim and group commit), pull (the agents' own pull loop,
@@ -372,6 +372,39 @@ async fn guard_http_ratio(b: &Bench, orders: usize, min: f64) -> i32 {
     1
 }
 
+/// The fewest orders a claim-next of (2d)'s agent of 16 slots may carry on average before the
+/// batching guard fails: 15.3 with a scheduler turn before a claim gathers its free slots, 8.2
+/// without it (bench/README.md, issue #34).
+const GUARD_ORDERS_PER_CLAIM: f64 = 12.0;
+
+/// The fewest completes a commit may carry on average in (2d): 10–15 with a scheduler turn
+/// before a group commit takes its batch, 4.1 without it (bench/README.md, issue #34).
+const GUARD_COMPLETES_PER_COMMIT: f64 = 6.0;
+
+/// The batching guard (`.ci/run`, with the throughput guard): (2d), one agent of 16 slots, must
+/// claim and commit its orders in batches of at least [`GUARD_ORDERS_PER_CLAIM`] and
+/// [`GUARD_COMPLETES_PER_COMMIT`] on average; measured once more before it fails. Returns the
+/// process's exit code.
+async fn guard_batching(b: &Bench, orders: usize) -> i32 {
+    for attempt in 1..=2 {
+        let (rate, batching) = b.pull_loops(orders, 1, AGENTS).await;
+        let (claim, commit) = (batching.per_claim, batching.per_commit);
+        let figures = format!(
+            "{rate:.0} orders/s, {claim:.1} orders a claim (at least {GUARD_ORDERS_PER_CLAIM}), \
+             {commit:.1} completes a commit (at least {GUARD_COMPLETES_PER_COMMIT})"
+        );
+        if claim >= GUARD_ORDERS_PER_CLAIM && commit >= GUARD_COMPLETES_PER_COMMIT {
+            println!("batching guard: (2d) {figures} (attempt {attempt}): passed");
+            return 0;
+        }
+        println!("batching guard: (2d) {figures} (attempt {attempt}): below");
+    }
+    println!(
+        "batching guard: failed twice in a row; the pull loop or the group commit batches less"
+    );
+    1
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     // `cargo test --all-targets` also runs this binary, built without optimizations: figures from
@@ -416,7 +449,9 @@ async fn main() {
     println!("| scenario | figure | ratio / target |");
     println!("|---|---|---|");
     if let Some(min) = guard {
-        std::process::exit(guard_http_ratio(&b, orders, min).await);
+        let http = guard_http_ratio(&b, orders, min).await;
+        let batching = guard_batching(&b, orders).await;
+        std::process::exit(http.max(batching));
     }
     let mut ceiling = None;
     // Printed after the table.
@@ -467,10 +502,12 @@ async fn main() {
     let mut pull_rate = None;
     if run("pull") {
         let c = ceiling.unwrap();
-        let rate = b.pull_loops(orders, 1, AGENTS).await;
+        let (rate, batching) = b.pull_loops(orders, 1, AGENTS).await;
         pull_rate = Some(rate);
         println!(
-            "| 2d. The agents' own pull loop (pullman::pull, as worker and executor run it, work that returns at once): 1 agent × 16 slots, {orders} backlog | {rate:.0} orders/s | {:.2} × ceiling |",
+            "| 2d. The agents' own pull loop (pullman::pull, as worker and executor run it, work that returns at once): 1 agent × 16 slots, {orders} backlog | {rate:.0} orders/s; {:.1} orders a claim, {:.1} completes a commit | {:.2} × ceiling |",
+            batching.per_claim,
+            batching.per_commit,
             rate / c
         );
     }

@@ -225,7 +225,7 @@ async fn run_loop<C: Carrier>(
 ) -> Result<Option<Ended>, PullError> {
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let pull = Pull {
-        reports: order::Reports::new(config.concurrency),
+        reports: order::Reports::new(config.concurrency * order::REPORTS_PER_SLOT),
         client,
         config,
         carrier,
@@ -254,6 +254,12 @@ async fn run_loop<C: Carrier>(
             running.join_next().await;
             break;
         }
+        // The orders of the last claim that finish at once (work that returns promptly) free
+        // their slots in their own tasks: one turn of the scheduler lets them, so this claim
+        // asks for all of them rather than for the first slot and what happened to be free.
+        // Without it one agent of 16 slots claimed 8.2 orders a claim, 15.3 with it
+        // (`bench/queue.rs` 2d; bench/README.md, issue #34).
+        tokio::task::yield_now().await;
         let Some(max_wait) = claim_wait(&pull.config, runs, &backoff) else {
             break;
         };

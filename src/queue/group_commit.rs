@@ -9,9 +9,10 @@
 //! once, by whichever statement deleted its claim row.
 //!
 //! How batches form: [`RUNNERS`] tasks take completes from one queue. A runner takes the first
-//! waiting complete and every other already waiting (up to `max_batch`), runs them, answers them
-//! and comes back. Nothing waits to fill a batch: a lone complete runs at once, alone; under load,
-//! completes arriving while the runners are busy form the next batches. A batch that fails as a
+//! waiting complete, yields once to the scheduler (so that completes sent at the same moment are
+//! in too), then takes every other waiting (up to `max_batch`), runs them, answers them and comes
+//! back. Nothing waits to fill a batch: a lone complete runs at once, alone (one scheduler turn
+//! later); under load, completes arriving while the runners are busy form the next batches. A batch that fails as a
 //! whole (a deadlock with another writer) is retried one complete at a time, so one bad complete
 //! cannot fail the others; a batch that found the database unavailable is answered `503` at
 //! once, every complete of it (docs/design.md §5: a complete whose commit outcome is unknown is
@@ -34,7 +35,10 @@ use super::{LogEntry, LogRow, QueueError, sql};
 /// completes alone, the rest in batches of 3.8 on average, `pg_stat_statements`), and
 /// `bench/queue.rs` (2d), one agent of 16 slots, read 1,758–1,894 orders/s with 4 runners,
 /// 1,857–2,167 with 2 and 1,771–2,300 with 1, three runs each alternated in one sitting
-/// (bench/README.md, issue #34).
+/// (bench/README.md, issue #34). With the batching of 2026-12-07 (the yields here and in the pull
+/// loop), one runner read about 10 % more in (2d) and the same in (2), and was not taken: behind
+/// an outage its one batch waits out the pool's acquire timeout (10 s) while the next batch
+/// waits behind it, so the completes that arrive meanwhile would be answered after up to 20 s.
 pub const RUNNERS: usize = 2;
 
 /// The answer to one complete: its log entry, or `None` when the agent did not hold the live
@@ -112,6 +116,12 @@ async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::UnboundedReceiver<Complete>
                 Some(first) => batch.push(first),
                 None => return,
             }
+            // Completes sent together (an agent's orders that finished at once, several agents'
+            // answers read from one poll of the sockets) reach the queue a few microseconds
+            // apart: one turn of the scheduler lets them arrive before the batch is taken.
+            // Without it the first of them was mostly committed alone (`bench/queue.rs` 2d:
+            // 1,430 of 10,000 completes alone, 710 with it; bench/README.md, issue #34).
+            tokio::task::yield_now().await;
             while batch.len() < max {
                 match receiver.try_recv() {
                     Ok(next) => batch.push(next),

@@ -1,12 +1,13 @@
 //! The agents' pull loop (`pullman::pull::run`, what `pullman worker` and the executor run)
 //! against a real server: an order gives its slot back once its verdict is in, so the next order
-//! starts while it reports, and the reports waiting are bounded by the slots (`pull::order::Slot`,
-//! issue #34).
+//! starts while it reports, and the reports waiting are bounded by the slots
+//! (`pull::order::Slot`, `pull::order::REPORTS_PER_SLOT`, issue #34).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use pullman::client::Client;
+use pullman::pull::order::REPORTS_PER_SLOT;
 use pullman::pull::{self, Carrier, LoopConfig, Shutdown, Verdict};
 use pullman::testing::{TestServer, eventually};
 use pullman::wire::WorkOrder;
@@ -16,15 +17,17 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-/// Says which orders it starts; the first order it finishes has its row locked in a transaction
-/// the test holds, so that order's complete waits at the database until the test lets go (or,
-/// with `release_after`, until that much later).
+/// Says which orders it starts; the first `hold` orders it finishes have their rows locked in
+/// transactions the test holds, so their completes wait at the database until the test lets go
+/// (or, with `release_after`, until that much later). The orders after them end with `then`.
 struct HoldsFirstReport {
     started: mpsc::UnboundedSender<Uuid>,
     pool: PgPool,
-    lock: Arc<Mutex<Option<Transaction<'static, Postgres>>>>,
-    locked_once: std::sync::atomic::AtomicBool,
+    lock: Arc<Mutex<Vec<Transaction<'static, Postgres>>>>,
+    locked: std::sync::atomic::AtomicUsize,
+    hold: usize,
     release_after: Option<Duration>,
+    then: Verdict,
 }
 
 impl Carrier for HoldsFirstReport {
@@ -42,9 +45,13 @@ impl Carrier for HoldsFirstReport {
         _stop: &CancellationToken,
         _: &pull::Progress,
     ) -> Verdict {
-        if !self
-            .locked_once
-            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        if self
+            .locked
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            >= self.hold
+        {
+            return self.then.clone();
+        }
         {
             let mut tx = self.pool.begin().await.unwrap();
             sqlx::query("SELECT id FROM work_orders WHERE id = $1 FOR UPDATE")
@@ -52,12 +59,12 @@ impl Carrier for HoldsFirstReport {
                 .execute(&mut *tx)
                 .await
                 .unwrap();
-            *self.lock.lock().await = Some(tx);
+            self.lock.lock().await.push(tx);
             if let Some(after) = self.release_after {
                 let lock = self.lock.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(after).await;
-                    if let Some(tx) = lock.lock().await.take() {
+                    for tx in lock.lock().await.drain(..) {
                         tx.rollback().await.unwrap();
                     }
                 });
@@ -69,33 +76,41 @@ impl Carrier for HoldsFirstReport {
     }
 }
 
-/// One slot, three orders. The first order's complete is held at the database: the second
-/// order starts meanwhile (its slot was given back when the first's verdict was in); its own
-/// report waits for the one report permit, so it keeps its slot and the third order is not
-/// claimed (the agent holds two claims, not more); once the first complete goes through, the
-/// third order runs, and every order is in the log once, succeeded.
 impl HoldsFirstReport {
-    /// The carrier, on `server`'s database, and the ids of the orders it starts, in order.
+    /// The carrier, on `server`'s database, holding the completes of the first `hold` orders
+    /// (which succeed) and ending the others with `then`, and the ids of the orders it starts, in
+    /// order.
     fn new(
         server: &TestServer,
+        hold: usize,
         release_after: Option<Duration>,
+        then: Verdict,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<Uuid>) {
         let (started, starts) = mpsc::unbounded_channel();
         let carrier = Arc::new(HoldsFirstReport {
             started,
             pool: server.pool.clone(),
             lock: Default::default(),
-            locked_once: Default::default(),
+            locked: Default::default(),
+            hold,
             release_after,
+            then,
         });
         (carrier, starts)
     }
 
-    /// Lets the held complete through: rolls back the transaction that locks the first
-    /// order's row.
+    /// How many completes are held now.
+    async fn held(&self) -> usize {
+        self.lock.lock().await.len()
+    }
+
+    /// Lets the held completes through: rolls back the transactions that lock their rows.
     async fn let_go(&self) {
-        let held = self.lock.lock().await.take().expect("a held report");
-        held.rollback().await.unwrap();
+        let held: Vec<_> = self.lock.lock().await.drain(..).collect();
+        assert!(!held.is_empty(), "no held report to let go");
+        for tx in held {
+            tx.rollback().await.unwrap();
+        }
     }
 }
 
@@ -127,6 +142,13 @@ fn one_slot_loop(
         shutdown.clone(),
     ));
     (shutdown, agent_loop)
+}
+
+/// The verdict of an order whose complete is not held.
+fn done() -> Verdict {
+    Verdict::Success {
+        message: "done".into(),
+    }
 }
 
 /// Registers an agent named and labelled `label` (with the fields of `extra` as well) and `n`
@@ -167,31 +189,40 @@ async fn next_start(starts: &mut mpsc::UnboundedReceiver<Uuid>, what: &str) -> U
         .unwrap()
 }
 
+/// One slot, [`REPORTS_PER_SLOT`] + 2 orders. The completes of the first `REPORTS_PER_SLOT`
+/// orders are held at the database: each order after the first starts while those before it
+/// report (its slot was given back when the verdict before was in), until the report permits
+/// are taken; then the next order's report waits for a permit, so it keeps its slot and the last
+/// order is not claimed (the agent holds `REPORTS_PER_SLOT` + 1 claims, not more); once the held
+/// completes go through, the last order runs, and every order is in the log once, succeeded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bounded() {
     let server = TestServer::start().await;
-    let (agent_id, token, orders) = agent_with_orders(&server, "pull-loop", json!({}), 3).await;
-    let (carrier, mut starts) = HoldsFirstReport::new(&server, None);
+    let n = REPORTS_PER_SLOT + 2;
+    let (agent_id, token, orders) = agent_with_orders(&server, "pull-loop", json!({}), n).await;
+    let (carrier, mut starts) = HoldsFirstReport::new(&server, REPORTS_PER_SLOT, None, done());
     let (shutdown, agent_loop) = one_slot_loop(&server, agent_id, &token, 1, carrier.clone());
 
-    let first = next_start(&mut starts, "the first order").await;
-    let second = next_start(
-        &mut starts,
-        "the second order (while the first's complete waits at the database)",
-    )
+    let mut started = Vec::new();
+    for i in 0..=REPORTS_PER_SLOT {
+        let what = format!(
+            "order {} (while the completes before it wait at the database)",
+            i + 1
+        );
+        started.push(next_start(&mut starts, &what).await);
+    }
+    eventually(10, "the held completes' rows locked", || {
+        let carrier = carrier.clone();
+        async move { (carrier.held().await == REPORTS_PER_SLOT).then_some(()) }
+    })
     .await;
-    assert_ne!(first, second);
-    assert!(
-        carrier.lock.lock().await.is_some(),
-        "the first order's row is held"
-    );
 
-    // The second order's report waits for the first's: it keeps its slot, so nothing more is
-    // claimed. Watched for 1.5 s: a third claim would come within milliseconds.
+    // The last started order's report waits for a permit: it keeps its slot, so nothing more is
+    // claimed. Watched for 1.5 s: another claim would come within milliseconds.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         starts.try_recv().is_err(),
-        "a third order started while two reports were waiting"
+        "an order started while every report permit and the slot were taken"
     );
     let (held,): (i64,) =
         sqlx::query_as("SELECT count(*) FROM work_order_claims WHERE agent_id = $1")
@@ -199,28 +230,34 @@ async fn a_slot_is_given_back_when_the_verdict_is_in_and_reports_waiting_are_bou
             .fetch_one(&server.pool)
             .await
             .unwrap();
-    assert_eq!(held, 2, "the agent holds the two orders reporting, no more");
+    assert_eq!(
+        held as usize,
+        REPORTS_PER_SLOT + 1,
+        "the agent holds the orders reporting and the one waiting to, no more"
+    );
 
-    // Let the first complete through: the third order runs.
+    // Let the held completes through: the last order runs.
     carrier.let_go().await;
-    let third = next_start(&mut starts, "the third order").await;
-    assert!(![first, second].contains(&third));
+    let last = next_start(&mut starts, "the last order").await;
+    assert!(!started.contains(&last));
+    started.push(last);
 
     eventually(10, "every order in the log", || {
         let pool = server.pool.clone();
+        let ids = started.clone();
         async move {
             let (n,): (i64,) = sqlx::query_as(
                 "SELECT count(*) FROM work_order_log WHERE outcome = 'succeeded' AND id = ANY($1)",
             )
-            .bind([first, second, third].into_iter().collect::<Vec<Uuid>>())
+            .bind(ids)
             .fetch_one(&pool)
             .await
             .unwrap();
-            (n == 3).then_some(())
+            (n as usize == REPORTS_PER_SLOT + 2).then_some(())
         }
     })
     .await;
-    let ids: Vec<String> = [first, second, third].iter().map(Uuid::to_string).collect();
+    let ids: Vec<String> = started.iter().map(Uuid::to_string).collect();
     for order in &orders {
         assert!(ids.contains(order), "order {order} was not carried out");
     }
@@ -238,7 +275,8 @@ async fn an_agent_at_its_max_concurrency_does_not_sleep_while_its_reports_end() 
     let server = TestServer::start().await;
     let capped = json!({"max_concurrency": 1});
     let (agent, token, orders) = agent_with_orders(&server, "capped-loop", capped, 5).await;
-    let (carrier, _starts) = HoldsFirstReport::new(&server, Some(Duration::from_secs(2)));
+    let (carrier, _starts) =
+        HoldsFirstReport::new(&server, 1, Some(Duration::from_secs(2)), done());
     let (shutdown, agent_loop) = one_slot_loop(&server, agent, &token, 30, carrier);
     for order in &orders {
         let entry = server.log_entry(order, 10).await;
@@ -249,30 +287,49 @@ async fn an_agent_at_its_max_concurrency_does_not_sleep_while_its_reports_end() 
 }
 
 /// The second signal while an order waits for its turn to report: its verdict is reported at
-/// once (without waiting for a report permit), not thrown away. One slot; the first order's
-/// complete is held at the database, the second order's verdict is in and waits behind it; then
-/// both signals. The second order reaches the log while the first is still held; once let go,
-/// the first does too.
+/// once (without waiting for a report permit), not thrown away. One slot; the completes of the
+/// first [`REPORTS_PER_SLOT`] orders are held at the database, the next order's verdict is in and
+/// waits behind them; then both signals. That order (a failure, see below) reaches the log while
+/// the others are still held; once let go, they do too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_second_signal_reports_a_verdict_that_waits_for_its_turn() {
     let server = TestServer::start().await;
-    let (agent, token, _) = agent_with_orders(&server, "signal-loop", json!({}), 2).await;
-    let (carrier, mut starts) = HoldsFirstReport::new(&server, None);
+    let n = REPORTS_PER_SLOT + 1;
+    let (agent, token, _) = agent_with_orders(&server, "signal-loop", json!({}), n).await;
+    // A failure: its complete does not go through the group commit, whose runners the held
+    // completes may all occupy.
+    let fails = Verdict::Failure {
+        message: "after the held ones".into(),
+        retryable: false,
+    };
+    let (carrier, mut starts) = HoldsFirstReport::new(&server, REPORTS_PER_SLOT, None, fails);
     let (shutdown, agent_loop) = one_slot_loop(&server, agent, &token, 1, carrier.clone());
-    let first = next_start(&mut starts, "the first order").await;
-    let second = next_start(&mut starts, "the second order").await;
-    // The second order's verdict is in at once; it waits for the first's report.
+    let mut held = Vec::new();
+    for i in 0..REPORTS_PER_SLOT {
+        held.push(next_start(&mut starts, &format!("order {}", i + 1)).await);
+    }
+    let waiting = next_start(&mut starts, "the order whose report waits").await;
+    // Its verdict is in at once; it waits for a report permit.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        carrier.held().await,
+        REPORTS_PER_SLOT,
+        "the held completes' rows are locked"
+    );
     shutdown.drain.cancel();
     shutdown.abandon.cancel();
-    let entry = server.log_entry(&second.to_string(), 10).await;
-    assert_eq!(entry["outcome"], "succeeded", "{entry}");
-    assert!(
-        carrier.lock.lock().await.is_some(),
-        "the first order's row is still held"
+    let entry = server.log_entry(&waiting.to_string(), 10).await;
+    assert_eq!(entry["outcome"], "failed", "{entry}");
+    assert_eq!(entry["message"], "after the held ones", "{entry}");
+    assert_eq!(
+        carrier.held().await,
+        REPORTS_PER_SLOT,
+        "the held completes' rows are still locked"
     );
     carrier.let_go().await;
-    let entry = server.log_entry(&first.to_string(), 10).await;
-    assert_eq!(entry["outcome"], "succeeded", "{entry}");
+    for order in held {
+        let entry = server.log_entry(&order.to_string(), 10).await;
+        assert_eq!(entry["outcome"], "succeeded", "{entry}");
+    }
     ends(agent_loop, 10, "the loop ends").await;
 }
