@@ -12,13 +12,14 @@
 //! waiting complete, yields once to the scheduler (so that completes sent at the same moment are
 //! in too), then takes every other waiting (up to `max_batch`), runs them, answers them and comes
 //! back. Nothing waits to fill a batch: a lone complete runs at once, alone (one scheduler turn
-//! later); under load, completes arriving while the runners are busy form the next batches. A batch that fails as a
-//! whole (a deadlock with another writer) is retried one complete at a time, so one bad complete
-//! cannot fail the others; a batch that found the database unavailable is answered `503` at
-//! once, every complete of it (docs/design.md §5: a complete whose commit outcome is unknown is
-//! answered `503`, and its repeat is answered as a replay if it was committed). Retried one by
-//! one, each would wait out the pool's acquire timeout after the other: 10 s each behind an
-//! outage, so a batch of 8 took more than a minute and its agents' requests timed out.
+//! later); under load, completes arriving while the runners are busy form the next batches. A
+//! batch that fails as a whole (a deadlock with another writer) is retried one complete at a
+//! time, so one bad complete cannot fail the others; a batch that found the database unavailable
+//! is answered `503` at once, every complete of it (docs/design.md §5: a complete whose commit
+//! outcome is unknown is answered `503`, and its repeat is answered as a replay if it was
+//! committed). Retried one by one, each would wait out the pool's acquire timeout after the
+//! other: 10 s each behind an outage, so a batch of 8 took more than a minute and its agents'
+//! requests timed out.
 
 use std::collections::HashMap;
 use std::sync::Arc;
