@@ -299,14 +299,7 @@ async fn requests_in_flight_when_the_database_vanishes_are_answered_and_their_co
     }
 
     path.mend();
-    eventually(30, "the pool serving again", || {
-        let api = s.api.clone();
-        async move {
-            let (status, body) = api.admin_get("/api/v1/work-orders").await;
-            (status == 200).then_some(body)
-        }
-    })
-    .await;
+    lists_again(&s.api, "the pool serving again").await;
 }
 
 /// A database that acknowledges but answers nothing (a stopped server process, a proxy whose
@@ -365,14 +358,7 @@ async fn a_request_the_database_never_answers_is_answered_503_at_the_request_tim
     assert_eq!(status, 503, "ready while the database answers nothing");
 
     path.thaw();
-    eventually(30, "serve answering again", || {
-        let api = api.clone();
-        async move {
-            let (status, body) = api.admin_get("/api/v1/work-orders").await;
-            (status == 200).then_some(body)
-        }
-    })
-    .await;
+    lists_again(&api, "serve answering again").await;
 }
 
 /// Completes in flight when the database vanishes are answered `503` together, not one by one
@@ -486,6 +472,19 @@ async fn lists_waiting(direct: &sqlx::postgres::PgConnectOptions, n: i64) {
             .await
             .unwrap();
             (waiting == n).then_some(())
+        }
+    })
+    .await;
+}
+
+/// Waits up to 30 s (`what` names the wait) for `api` to answer a list of work orders `200`
+/// again, after the path to its database was mended.
+async fn lists_again(api: &support::ApiClient, what: &str) {
+    eventually(30, what, || {
+        let api = api.clone();
+        async move {
+            let (status, body) = api.admin_get("/api/v1/work-orders").await;
+            (status == 200).then_some(body)
         }
     })
     .await;

@@ -52,27 +52,23 @@ impl Carrier for HoldsFirstReport {
         {
             return self.then.clone();
         }
-        {
-            let mut tx = self.pool.begin().await.unwrap();
-            sqlx::query("SELECT id FROM work_orders WHERE id = $1 FOR UPDATE")
-                .bind(order.id)
-                .execute(&mut *tx)
-                .await
-                .unwrap();
-            self.lock.lock().await.push(tx);
-            if let Some(after) = self.release_after {
-                let lock = self.lock.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(after).await;
-                    for tx in lock.lock().await.drain(..) {
-                        tx.rollback().await.unwrap();
-                    }
-                });
-            }
+        let mut tx = self.pool.begin().await.unwrap();
+        sqlx::query("SELECT id FROM work_orders WHERE id = $1 FOR UPDATE")
+            .bind(order.id)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        self.lock.lock().await.push(tx);
+        if let Some(after) = self.release_after {
+            let lock = self.lock.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                for tx in lock.lock().await.drain(..) {
+                    tx.rollback().await.unwrap();
+                }
+            });
         }
-        Verdict::Success {
-            message: "done".into(),
-        }
+        done()
     }
 }
 
