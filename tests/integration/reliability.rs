@@ -374,6 +374,42 @@ async fn connections_killed_under_load_answer_503_never_500() {
     .await;
 }
 
+/// The pool hands out a recently used connection without pinging it (`serve::PING_IDLE_AFTER`,
+/// issue #34); one idle longer is pinged first. So connections that died while idle (a
+/// restart, an operator's `pg_terminate_backend`) are replaced before a request finds them.
+#[tokio::test]
+async fn connections_that_died_idle_are_replaced_before_a_request_sees_them() {
+    use sqlx::Connection;
+    const IDLE: usize = 12;
+    let s = TestServer::start().await;
+    // More idle connections than the server's own background work (maintenance, the
+    // availability probe) would use up, and so weed out, while they sit dead.
+    let held: Vec<_> = futures::future::try_join_all((0..IDLE).map(|_| s.pool.acquire()))
+        .await
+        .unwrap();
+    drop(held);
+    let options = s.pool.connect_options().as_ref().clone();
+    let mut outside = sqlx::PgConnection::connect_with(&options).await.unwrap();
+    let (killed,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_one(&mut outside)
+    .await
+    .unwrap();
+    assert!(
+        killed >= IDLE as i64,
+        "killed {killed} connections of {IDLE} idle: the test proves nothing"
+    );
+    tokio::time::sleep(pullman::serve::PING_IDLE_AFTER + Duration::from_millis(200)).await;
+    // Each request answers at its first try: none meets a dead connection (that one would
+    // answer 503, and the requests after it too until the server found the database again).
+    for i in 0..IDLE {
+        let (st, v) = s.admin_get("/api/v1/work-orders?limit=5").await;
+        assert_eq!(st, 200, "request {i} met a dead connection: {v}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_is_down_answers_503_at_once_and_comes_back() {
     // A PostgreSQL of this test's own, to stop and start.
