@@ -112,18 +112,36 @@ impl Bench {
         .fetch_one(&server.pool)
         .await
         .unwrap();
+        // Every report went in one request that succeeded (no fault here): a batch complete or a
+        // single one, each answered 200 (success).
+        let requests: u64 = [
+            "/api/v1/agents/{id}/complete",
+            "/api/v1/work-orders/{id}/complete",
+        ]
+        .into_iter()
+        .map(|route| {
+            let labels = pullman::telemetry::HttpLabels {
+                method: "POST".into(),
+                route: route.into(),
+                status: 200,
+            };
+            server.metrics.http_requests.get_or_create(&labels).get()
+        })
+        .sum();
         drop(server);
         let batching = Batching {
             per_claim: orders as f64 / claims.max(1) as f64,
             per_commit: orders as f64 / commits.max(1) as f64,
+            per_request: orders as f64 / requests.max(1) as f64,
         };
         (orders as f64 / seconds, batching)
     }
 }
 
-/// How a (2d) run batched its orders: orders per claim-next and completes per commit, on
-/// average.
+/// How a (2d) run batched its orders: orders per claim-next, completes per commit and completes
+/// per request (batch complete, `pull::report`), on average.
 pub(crate) struct Batching {
     pub(crate) per_claim: f64,
     pub(crate) per_commit: f64,
+    pub(crate) per_request: f64,
 }

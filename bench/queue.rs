@@ -381,19 +381,29 @@ const GUARD_ORDERS_PER_CLAIM: f64 = 12.0;
 /// before a group commit takes its batch, 4.1 without it (bench/README.md, issue #34).
 const GUARD_COMPLETES_PER_COMMIT: f64 = 6.0;
 
+/// The fewest completes one report request of (2d)'s agent may carry on average (batch
+/// complete, `pull::report`): 1.0 when every order reports alone, as before the batches, which
+/// held (2d) at 0.60–0.76 × River (bench/README.md, issue #34).
+const GUARD_COMPLETES_PER_REQUEST: f64 = 3.0;
+
 /// The batching guard (`.ci/run`, with the throughput guard): (2d), one agent of 16 slots, must
-/// claim and commit its orders in batches of at least [`GUARD_ORDERS_PER_CLAIM`] and
-/// [`GUARD_COMPLETES_PER_COMMIT`] on average; measured once more before it fails. Returns the
-/// process's exit code.
+/// claim, report and commit its orders in batches of at least [`GUARD_ORDERS_PER_CLAIM`],
+/// [`GUARD_COMPLETES_PER_REQUEST`] and [`GUARD_COMPLETES_PER_COMMIT`] on average; measured once
+/// more before it fails. Returns the process's exit code.
 async fn guard_batching(b: &Bench, orders: usize) -> i32 {
     for attempt in 1..=2 {
         let (rate, batching) = b.pull_loops(orders, 1, AGENTS).await;
         let (claim, commit) = (batching.per_claim, batching.per_commit);
+        let request = batching.per_request;
         let figures = format!(
             "{rate:.0} orders/s, {claim:.1} orders a claim (at least {GUARD_ORDERS_PER_CLAIM}), \
+             {request:.1} completes a request (at least {GUARD_COMPLETES_PER_REQUEST}), \
              {commit:.1} completes a commit (at least {GUARD_COMPLETES_PER_COMMIT})"
         );
-        if claim >= GUARD_ORDERS_PER_CLAIM && commit >= GUARD_COMPLETES_PER_COMMIT {
+        if claim >= GUARD_ORDERS_PER_CLAIM
+            && request >= GUARD_COMPLETES_PER_REQUEST
+            && commit >= GUARD_COMPLETES_PER_COMMIT
+        {
             println!("batching guard: (2d) {figures} (attempt {attempt}): passed");
             return 0;
         }
@@ -505,8 +515,9 @@ async fn main() {
         let (rate, batching) = b.pull_loops(orders, 1, AGENTS).await;
         pull_rate = Some(rate);
         println!(
-            "| 2d. The agents' own pull loop (pullman::pull, as worker and executor run it, work that returns at once): 1 agent × 16 slots, {orders} backlog | {rate:.0} orders/s; {:.1} orders a claim, {:.1} completes a commit | {:.2} × ceiling |",
+            "| 2d. The agents' own pull loop (pullman::pull, as worker and executor run it, work that returns at once): 1 agent × 16 slots, {orders} backlog | {rate:.0} orders/s; {:.1} orders a claim, {:.1} completes a request, {:.1} completes a commit | {:.2} × ceiling |",
             batching.per_claim,
+            batching.per_request,
             batching.per_commit,
             rate / c
         );

@@ -13,8 +13,9 @@ use crate::wire::{
     Agent, AgentWithToken, Explanation, Heartbeat, LogEntry, NewAgent, Page, WorkOrder,
 };
 use crate::wire::{
-    ClaimNextBody, ClaimWaiting, ClaimedOrders, CompleteBody, ErrorBody, HeartbeatBody,
-    OutputAccepted, OutputChunk, OutputPage, OutputQuery, RetryScheduled, WhoAmI,
+    ClaimNextBody, ClaimWaiting, ClaimedOrders, CompleteBody, CompleteManyBody, CompletedMany,
+    ErrorBody, HeartbeatBody, OutputAccepted, OutputChunk, OutputPage, OutputQuery, RetryScheduled,
+    WhoAmI,
 };
 
 /// Reads a bearer token from a file (surrounding whitespace ignored), naming the file in errors.
@@ -515,6 +516,61 @@ impl Client {
             serde_json::from_slice(&bytes).map(|e| Completed::Finished(Box::new(e)))
         };
         parsed.map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+}
+
+impl Client {
+    /// `POST /agents/{agent_id}/complete`: several results in one request (issue #34). The
+    /// outer error is the request's (transport, `401`/`403`, `400`, `503` for the whole batch,
+    /// `404` from a server without the route); inside, one answer per item of `body`, in its
+    /// order, each what [`Client::complete`] would have returned for it.
+    pub async fn complete_many(
+        &self,
+        agent_id: Uuid,
+        body: &CompleteManyBody,
+    ) -> Result<Vec<Result<Completed, ClientError>>, ClientError> {
+        let answer: CompletedMany = self
+            .json(
+                Method::POST,
+                &format!("/agents/{agent_id}/complete"),
+                Some(body),
+            )
+            .await?;
+        let sent = body.completes.iter().map(|c| c.work_order_id);
+        if answer.results.len() != body.completes.len()
+            || !answer.results.iter().map(|r| r.work_order_id).eq(sent)
+        {
+            return Err(ClientError::Protocol(format!(
+                "a batch complete of {} results was answered with {} that do not match",
+                body.completes.len(),
+                answer.results.len()
+            )));
+        }
+        Ok(answer.results.into_iter().map(item_answer).collect())
+    }
+}
+
+/// One item of a batch complete's answer as [`Client::complete`] returns it.
+fn item_answer(result: crate::wire::CompleteResult) -> Result<Completed, ClientError> {
+    let status = StatusCode::from_u16(result.status)
+        .map_err(|_| ClientError::Protocol(format!("item status {}", result.status)))?;
+    match (result.log_entry, result.retry_scheduled, result.error) {
+        (Some(entry), _, _) if status == StatusCode::OK => Ok(Completed::Finished(entry)),
+        (_, Some(retry), _) if status == StatusCode::ACCEPTED => {
+            Ok(Completed::RetryScheduled(retry))
+        }
+        (_, _, Some(error)) if !status.is_success() => Err(ClientError::Api {
+            status,
+            code: error.code,
+            message: error.message,
+            // As the server says with a single complete's 503.
+            retry_after: (status == StatusCode::SERVICE_UNAVAILABLE)
+                .then_some(Duration::from_secs(1)),
+        }),
+        _ => Err(ClientError::Protocol(format!(
+            "item {} answered {} without the body that goes with it",
+            result.work_order_id, result.status
+        ))),
     }
 }
 

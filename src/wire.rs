@@ -101,6 +101,65 @@ pub struct CompleteBody {
     pub disrupted: Option<bool>,
 }
 
+/// Body of `POST /agents/{agent_id}/complete`: several results of the agent's claims reported in
+/// one request, so an agent whose orders finish together pays one round trip for them rather than
+/// one each (issue #34). Each item is what `POST /work-orders/{id}/complete` takes, with the order
+/// named in it and the agent in the path; each is answered as that request would be.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteManyBody {
+    /// 1–100 results (`queue::limits::MAX_COMPLETES`), each order at most once; `400` naming
+    /// the field otherwise, and then nothing is completed.
+    #[schema(min_items = 1, max_items = 100)]
+    pub completes: Vec<CompleteItem>,
+}
+
+/// One result of a [`CompleteManyBody`]: [`CompleteBody`] with the order's id instead of the
+/// agent's.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteItem {
+    pub work_order_id: Uuid,
+    /// The claim's fencing token; when given, only that claim may complete.
+    #[serde(default)]
+    pub claim_id: Option<Uuid>,
+    pub success: bool,
+    /// As [`CompleteBody::message`].
+    #[serde(default)]
+    pub message: Option<String>,
+    /// As [`CompleteBody::retryable`].
+    #[serde(default)]
+    pub retryable: Option<bool>,
+    /// As [`CompleteBody::disrupted`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disrupted: Option<bool>,
+}
+
+/// `200` answer of `POST /agents/{agent_id}/complete`: one result per item, in the request's
+/// order.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct CompletedMany {
+    pub results: Vec<CompleteResult>,
+}
+
+/// What one item of a batch complete led to: `status` is the status its own `POST
+/// /work-orders/{id}/complete` would have answered, with that answer's body in the one field
+/// that goes with it: `200` `log_entry` (without `yaml_content`, as in every list), `202`
+/// `retry_scheduled`, any other `error` (`409` `cancelled`, `reclaimed`, `not_claim_holder`;
+/// `404`; `503 database_unavailable`, to be sent again).
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct CompleteResult {
+    pub work_order_id: Uuid,
+    /// An HTTP status code: 200, 202, 404, 409, 500 or 503.
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_entry: Option<Box<LogEntry>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_scheduled: Option<RetryScheduled>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+}
+
 /// `202` body of complete when a retry was scheduled.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct RetryScheduled {
@@ -116,7 +175,7 @@ pub struct ErrorBody {
 }
 
 /// What went wrong: a stable snake_case `code` and a message naming the field.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,

@@ -10,6 +10,10 @@ case, but only where the generated value is itself valid (a UUID), so that negat
   and half the time an order for the agent is created first so that it claims a real one;
 - `/work-orders/{id}/claim`: `{id}` becomes a fresh pending order targeted at the agent (or
   stays, when it already names an active order), `agent_id` the agent's id;
+- `/agents/{id}/complete` (a batch complete): `{id}` becomes the agent's id; in positive cases
+  the first item whose `work_order_id` is a UUID names an order the agent holds (and its
+  `claim_id`, when a UUID, that claim), the others fresh UUIDs (unknown orders, answered `404`
+  inside the `200`): an order twice in one batch is `400` by design, which no schema states;
 - `/work-orders/{id}/heartbeat|complete|output` (POST): `{id}` becomes an order the agent holds (a fresh one
   is created and claimed), `agent_id` the agent's id and `claim_id`, when present, its claim id;
 - `POST /work-orders`: a `yaml_content` string (within its 1 MiB) becomes a valid manifest for
@@ -173,6 +177,21 @@ def before_call(context, case, kwargs):
         wait = body.get("max_wait_seconds") if body is not None else None
         if isinstance(wait, (int, float)) and not isinstance(wait, bool) and wait > 1:
             body["max_wait_seconds"] = 1
+    elif path == "/agents/{id}/complete":
+        if _is_uuid(params.get("id")):
+            params["id"] = AGENT_ID
+        items = body.get("completes") if body is not None else None
+        if _positive(case) and isinstance(items, list):
+            real = True
+            for item in items:
+                if isinstance(item, dict) and _is_uuid(item.get("work_order_id")):
+                    if real:
+                        item["work_order_id"], claim_id = _claimed_order()
+                        if _is_uuid(item.get("claim_id")):
+                            item["claim_id"] = claim_id
+                        real = False
+                    else:
+                        item["work_order_id"] = str(uuid.uuid4())
     elif path == "/work-orders/{id}/claim":
         if _is_uuid(params.get("id")) and not _visible(_active_order(params["id"])):
             params["id"] = _create_order()
@@ -233,12 +252,14 @@ def filter_failure(context, failure, case, response):
         except Exception:
             pass
     # `disrupted: true` goes only with `success: false` (docs/design.md §12): complete refuses the
-    # pair with `400 invalid_field` naming `disrupted`. The field's description says so; the schema
+    # pair with `400 invalid_field` naming `disrupted` (a batch complete, `completes[i].disrupted`). The field's description says so; the schema
     # does not, because an `anyOf` for it stops generated clients (e2e/openapi/client.sh).
     if getattr(failure, "code", None) == "ST202" and response is not None and response.status_code == 400:
         try:
             error = response.json()["error"]
-            if error["code"] == "invalid_field" and error["message"].startswith("disrupted: "):
+            if error["code"] == "invalid_field" and re.match(
+                r"(completes\[\d+\]\.)?disrupted: ", error["message"]
+            ):
                 return False
         except Exception:
             pass

@@ -230,38 +230,60 @@ pub async fn complete(
     ApiJson(body): ApiJson<CompleteBody>,
 ) -> Result<Response, ApiError> {
     caller.require_agent(body.agent_id)?;
-    let completion = Completion {
-        success: body.success,
-        message: body.message,
-        // For a disrupted attempt `retryable` says its run is known to have stopped: not said,
-        // it may still run, and `retry_on_disruption: safe` must not start a second one
-        // (docs/design.md §12).
-        retryable: body.retryable.unwrap_or(body.disrupted != Some(true)),
-        disrupted: body.disrupted.unwrap_or(false),
-    };
+    let completion = completion(body.success, body.message, body.retryable, body.disrupted);
     let result = state
         .queue
         .complete(id, body.agent_id, body.claim_id, &completion)
         .await?;
+    note_completion(&state, id, body.agent_id, &result);
     Ok(match result {
+        CompletionResult::Finished(entry) => Json(entry).into_response(),
+        CompletionResult::RetryScheduled { next_retry_after } => (
+            StatusCode::ACCEPTED,
+            Json(RetryScheduled {
+                status: "retry_scheduled".into(),
+                next_retry_after,
+            }),
+        )
+            .into_response(),
+    })
+}
+
+/// The [`Completion`] a complete's fields describe (docs/design.md §5, §12).
+pub(super) fn completion(
+    success: bool,
+    message: Option<String>,
+    retryable: Option<bool>,
+    disrupted: Option<bool>,
+) -> Completion {
+    Completion {
+        success,
+        message,
+        // For a disrupted attempt `retryable` says its run is known to have stopped: not said,
+        // it may still run, and `retry_on_disruption: safe` must not start a second one
+        // (docs/design.md §12).
+        retryable: retryable.unwrap_or(disrupted != Some(true)),
+        disrupted: disrupted.unwrap_or(false),
+    }
+}
+
+/// Counts and logs what a complete of `order` by `agent` led to, whichever route reported it.
+pub(super) fn note_completion(
+    state: &AppState,
+    order: Uuid,
+    agent: Uuid,
+    result: &CompletionResult,
+) {
+    match result {
         CompletionResult::Finished(entry) => {
             state.metrics.count_completion(entry.outcome.as_str());
-            tracing::info!(work_order = %id, agent = %body.agent_id, outcome = entry.outcome.as_str(), "work order finished");
-            Json(entry).into_response()
+            tracing::info!(work_order = %order, %agent, outcome = entry.outcome.as_str(), "work order finished");
         }
         CompletionResult::RetryScheduled { next_retry_after } => {
             state.metrics.count_completion("retry_scheduled");
-            tracing::info!(work_order = %id, agent = %body.agent_id, %next_retry_after, "retry scheduled");
-            (
-                StatusCode::ACCEPTED,
-                Json(RetryScheduled {
-                    status: "retry_scheduled".into(),
-                    next_retry_after,
-                }),
-            )
-                .into_response()
+            tracing::info!(work_order = %order, %agent, %next_retry_after, "retry scheduled");
         }
-    })
+    }
 }
 
 #[cfg(test)]

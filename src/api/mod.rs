@@ -4,6 +4,7 @@
 mod agents;
 pub mod backlog;
 mod claims;
+mod completes;
 pub mod error;
 mod ops;
 mod output;
@@ -203,6 +204,7 @@ pub fn router(state: AppState) -> Router {
         .route("/agents/{id}/backlog", get(backlog::agent))
         .route("/backlog", get(backlog::profile))
         .route("/agents/{id}/claim", post(claims::claim_next))
+        .route("/agents/{id}/complete", post(completes::complete_many))
         .route("/whoami", get(agents::whoami))
         .route("/openapi.json", get(ops::openapi));
     Router::new()

@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
-use super::{ApiError, AppState, agents, backlog, claims, output, work_orders};
+use super::{ApiError, AppState, agents, backlog, claims, completes, output, work_orders};
 use crate::telemetry::HealthLabel;
 
 /// The OpenAPI 3.1 description of every route, generated from the handlers' annotations.
@@ -21,6 +21,7 @@ use crate::telemetry::HealthLabel;
         agents::register, agents::list, agents::get_one, agents::rotate_token, agents::retire,
         agents::pending, agents::whoami, backlog::agent, backlog::own, backlog::profile,
         claims::claim, claims::claim_next, claims::heartbeat, claims::complete,
+        completes::complete_many,
         output::append, output::read,
         healthz, readyz, metrics, openapi,
     ),

@@ -11,6 +11,8 @@
 //! - [`lines`]: a stream's bytes cut into lines the same way for both: redacted first, invalid
 //!   UTF-8 replaced, long lines in pieces.
 //! - [`redact`]: the secret values hidden in that output, multi-line ones included.
+//! - [`report`]: the orders' verdicts sent to the server, several in one request when they
+//!   come together.
 //!
 //! Shutdown: the first signal stops claiming and lets running orders finish; the second abandons
 //! them (their carriers are stopped and no result is reported, so the reaper hands them out again).
@@ -23,6 +25,7 @@ pub mod lines;
 pub mod order;
 pub mod output;
 pub mod redact;
+pub mod report;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -225,7 +228,10 @@ async fn run_loop<C: Carrier>(
 ) -> Result<Option<Ended>, PullError> {
     let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
     let pull = Pull {
-        reports: order::Reports::new(config.concurrency * order::REPORTS_PER_SLOT),
+        reports: order::Reports::new(
+            config.concurrency * order::REPORTS_PER_SLOT,
+            report::Reporter::start(client.clone(), config.agent_id),
+        ),
         client,
         config,
         carrier,

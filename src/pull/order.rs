@@ -25,6 +25,7 @@ use uuid::Uuid;
 
 use super::Abandon;
 use super::heartbeat::{Heartbeats, Progress};
+use super::report::Reporter;
 use crate::client::{Client, ClientError, Completed};
 use crate::wire::CompleteBody;
 use crate::wire::WorkOrder;
@@ -216,15 +217,19 @@ pub struct Reports {
     permits: Arc<Semaphore>,
     most: usize,
     ended: Notify,
+    /// Sends the reports, several in one request when they come together.
+    reporter: Reporter,
 }
 
 impl Reports {
-    /// Room for `slots` reports (at least 1): the loop passes its slots × [`REPORTS_PER_SLOT`].
-    pub fn new(slots: usize) -> Arc<Self> {
+    /// Room for `slots` reports (at least 1): the loop passes its slots × [`REPORTS_PER_SLOT`];
+    /// they are sent by `reporter`.
+    pub fn new(slots: usize, reporter: Reporter) -> Arc<Self> {
         Arc::new(Reports {
             permits: Arc::new(Semaphore::new(slots.max(1))),
             most: slots.max(1),
             ended: Notify::new(),
+            reporter,
         })
     }
 
@@ -353,9 +358,14 @@ pub async fn carry_one<C: Carrier>(
                     Err(why) => Stage::Abandoned(why),
                     Ok(reporting) => {
                         drop(guard);
-                        let tries = if reporting.is_some() { REPORT_TRIES } else { 1 };
-                        let reported =
-                            report(ctx.client, ctx.agent_id, &order, &verdict, tries).await;
+                        // With a permit, with the agent's other reports; after the second
+                        // signal alone, so that it goes at once even while the batches in
+                        // flight wait for the server.
+                        let via = match reporting {
+                            Some(_) => Via::Batch(&ctx.slot.reports.reporter),
+                            None => Via::Alone(ctx.client),
+                        };
+                        let reported = report(via, ctx.agent_id, &order, &verdict).await;
                         return Ended::Reported { verdict, reported };
                     }
                 }
@@ -384,14 +394,21 @@ pub async fn carry_one<C: Carrier>(
 /// Tries of a report: transient failures are retried for up to about a minute.
 const REPORT_TRIES: u32 = 8;
 
-/// Reports a verdict in at most `tries` tries (transient failures retried with backoff).
-async fn report(
-    client: &Client,
-    agent_id: Uuid,
-    order: &WorkOrder,
-    verdict: &Verdict,
-    tries: u32,
-) -> Reported {
+/// How a report goes to the server.
+enum Via<'a> {
+    /// With the agent's other reports (`report::Reporter`), retried for about a minute.
+    Batch(&'a Reporter),
+    /// As a single complete, in one try.
+    Alone(&'a Client),
+}
+
+/// Reports a verdict (transient failures retried with backoff, [`REPORT_TRIES`] tries in all,
+/// when it goes [`Via::Batch`]).
+async fn report(via: Via<'_>, agent_id: Uuid, order: &WorkOrder, verdict: &Verdict) -> Reported {
+    let tries = match via {
+        Via::Batch(_) => REPORT_TRIES,
+        Via::Alone(_) => 1,
+    };
     let (success, message, retryable, disrupted) = match verdict {
         Verdict::Success { message } => (true, message.clone(), None, None),
         Verdict::Failure { message, retryable } => (false, message.clone(), Some(*retryable), None),
@@ -409,7 +426,11 @@ async fn report(
     };
     let mut delay = Duration::from_millis(500);
     for attempt in 1..=tries {
-        match client.complete(order.id, &body).await {
+        let answer = match via {
+            Via::Batch(reporter) => reporter.complete(order.id, body.clone()).await,
+            Via::Alone(client) => client.complete(order.id, &body).await.map_err(Arc::new),
+        };
+        match answer {
             Ok(Completed::Finished(entry)) => {
                 tracing::info!(outcome = entry.outcome.as_str(), "completed");
                 return Reported::Finished(entry.outcome.as_str().to_string());

@@ -144,6 +144,11 @@ pub const MAX_ORDERS: Range = Range {
     default: None,
 };
 
+/// Most results one batch complete carries (`POST /agents/{agent_id}/complete`, `completes`):
+/// as many as one multi-claim hands out ([`MAX_ORDERS`]), so an agent can report every order
+/// of a claim together. More, or none, is `400 invalid_field` naming `completes`.
+pub const MAX_COMPLETES: usize = MAX_ORDERS.max as usize;
+
 /// `limit` of the list routes (`GET /work-orders`, `/work-order-log`, `/agents`,
 /// `/agents/{id}/pending`): items in one page, 1–1000, default 100 (docs/design.md §5 "Lists").
 /// A query parameter, so not in [`RANGES`]: `api::ops` states it on each list route and
