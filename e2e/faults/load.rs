@@ -98,6 +98,10 @@ struct AgentIdentity {
     id: Uuid,
     token: String,
     home: usize,
+    /// Reports through the batch complete (`POST /agents/{id}/complete`, one item a request)
+    /// rather than `POST /work-orders/{id}/complete`: every other agent, so both routes meet
+    /// every fault.
+    batch: bool,
 }
 
 /// The load and everything it recorded.
@@ -159,6 +163,7 @@ impl Load {
                 id: v["agent"]["id"].as_str().unwrap_or_default().parse()?,
                 token: v["token"].as_str().unwrap_or_default().to_string(),
                 home: i % self.api.replica_count(),
+                batch: i % 2 == 1,
             });
         }
         Ok(())
@@ -442,6 +447,18 @@ impl Load {
             Endpoint::Complete
         };
         let message = if success { "done" } else { "failed, try again" };
+        let result =
+            json!({"claim_id": claim, "success": success, "message": message, "retryable": true});
+        let (path, body) = if agent.batch {
+            let mut item = result;
+            item["work_order_id"] = json!(order);
+            let path = format!("/api/v1/agents/{}/complete", agent.id);
+            (path, json!({"completes": [item]}))
+        } else {
+            let mut body = result;
+            body["agent_id"] = json!(agent.id);
+            (format!("/api/v1/work-orders/{order}/complete"), body)
+        };
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
         loop {
             let reply = self
@@ -451,15 +468,9 @@ impl Load {
                     Request {
                         endpoint,
                         method: Method::POST,
-                        path: format!("/api/v1/work-orders/{order}/complete"),
+                        path: path.clone(),
                         token: &agent.token,
-                        body: Some(json!({
-                            "agent_id": agent.id,
-                            "claim_id": claim,
-                            "success": success,
-                            "message": message,
-                            "retryable": true,
-                        })),
+                        body: Some(body.clone()),
                         idempotency_key: None,
                         timeout: Duration::from_secs(20),
                     },
