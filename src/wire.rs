@@ -115,7 +115,8 @@ pub struct CompleteManyBody {
 }
 
 /// One result of a [`CompleteManyBody`]: [`CompleteBody`] with the order's id instead of the
-/// agent's.
+/// agent's. The fields are written out again rather than shared through `#[serde(flatten)]`,
+/// which serde cannot combine with `deny_unknown_fields` (an unknown field must stay a `422`).
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompleteItem {
