@@ -9,7 +9,8 @@
 //! [`MAX_COMPLETES`], and [`BATCH_MESSAGE_BYTES`] of messages), sends them and comes back.
 //! Nothing waits to fill a batch: a lone report goes at once, as a single complete, the request
 //! every server knows. A server without the batch route (`404`, one older than it) gets single
-//! completes from then on.
+//! completes from then on; a batch refused as a whole (`400`, `413`, `422`) is sent again as
+//! single completes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,6 +145,12 @@ impl Runner {
                          reporting each order on its own"
                     );
                 }
+                self.singles(batch).await;
+            }
+            // The batch refused as a whole (say, past a smaller limit of another version): each
+            // report alone still gets the answer meant for it.
+            Err(e) if e.is_refused_body() || e.code() == Some("payload_too_large") => {
+                tracing::warn!(error = %e, completes = batch.len(), "a batch complete was refused; reporting its orders one by one");
                 self.singles(batch).await;
             }
             Err(e) => {

@@ -16,12 +16,23 @@ use pullman::wire::WorkOrder;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-/// Forwards every request to the real server, counting the completes; without `batch_route` it
-/// answers the batch complete as a server older than it does (`404 not_found`).
+/// How the proxy answers the batch complete.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Batches {
+    /// Forwarded to the server.
+    Served,
+    /// `404 not_found`, as a server older than the route.
+    Missing,
+    /// `400 invalid_field`, as a server refusing the batch as a whole.
+    Refused,
+}
+
+/// Forwards every request to the real server, counting the completes; the batch complete as
+/// `batches` says.
 struct Proxy {
     upstream: String,
     http: reqwest::Client,
-    batch_route: bool,
+    batches_answer: Batches,
     singles: AtomicUsize,
     batches: AtomicUsize,
     batched_items: AtomicUsize,
@@ -34,9 +45,14 @@ async fn forward(State(proxy): State<Arc<Proxy>>, req: axum::extract::Request) -
     let post = parts.method == axum::http::Method::POST;
     if post && path.starts_with("/api/v1/agents/") && path.ends_with("/complete") {
         proxy.batches.fetch_add(1, Ordering::SeqCst);
-        if !proxy.batch_route {
-            let error = json!({"error": {"code": "not_found", "message": "no such route"}});
-            return (StatusCode::NOT_FOUND, axum::Json(error)).into_response();
+        let (status, code) = match proxy.batches_answer {
+            Batches::Served => (StatusCode::OK, ""),
+            Batches::Missing => (StatusCode::NOT_FOUND, "not_found"),
+            Batches::Refused => (StatusCode::BAD_REQUEST, "invalid_field"),
+        };
+        if status != StatusCode::OK {
+            let error = json!({"error": {"code": code, "message": "refused by the test's proxy"}});
+            return (status, axum::Json(error)).into_response();
         }
         let batch: Value = serde_json::from_slice(&bytes).unwrap();
         let items = batch["completes"].as_array().unwrap().len();
@@ -67,11 +83,11 @@ async fn forward(State(proxy): State<Arc<Proxy>>, req: axum::extract::Request) -
 }
 
 /// Starts a [`Proxy`] in front of `server`; returns it and its base URL.
-async fn proxy(server: &TestServer, batch_route: bool) -> (Arc<Proxy>, String) {
+async fn proxy(server: &TestServer, batches_answer: Batches) -> (Arc<Proxy>, String) {
     let proxy = Arc::new(Proxy {
         upstream: server.base.clone(),
         http: reqwest::Client::new(),
-        batch_route,
+        batches_answer,
         singles: AtomicUsize::new(0),
         batches: AtomicUsize::new(0),
         batched_items: AtomicUsize::new(0),
@@ -124,12 +140,12 @@ impl Carrier for Instant {
     }
 }
 
-/// One agent of 16 slots works `orders` orders through a proxy (`batch_route` as [`Proxy`]);
+/// One agent of 16 slots works `orders` orders through a proxy answering batches as `batches`;
 /// returns the proxy once the loop has ended, after checking that every order is in the log
 /// once, a fifth of them failed.
-async fn work_through_proxy(orders: usize, batch_route: bool) -> Arc<Proxy> {
+async fn work_through_proxy(orders: usize, batches: Batches) -> Arc<Proxy> {
     let server = TestServer::start_with(40, 1024).await;
-    let (proxy, base) = proxy(&server, batch_route).await;
+    let (proxy, base) = proxy(&server, batches).await;
     let (agent, token) = server
         .agent(json!({"name": "reporter", "labels": ["reports"]}))
         .await;
@@ -180,7 +196,7 @@ async fn work_through_proxy(orders: usize, batch_route: bool) -> Arc<Proxy> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_that_finish_together_are_reported_in_one_request() {
     const ORDERS: usize = 320;
-    let proxy = work_through_proxy(ORDERS, true).await;
+    let proxy = work_through_proxy(ORDERS, Batches::Served).await;
     let singles = proxy.singles.load(Ordering::SeqCst);
     let batches = proxy.batches.load(Ordering::SeqCst);
     let batched = proxy.batched_items.load(Ordering::SeqCst);
@@ -200,11 +216,23 @@ async fn orders_that_finish_together_are_reported_in_one_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_batch_completes_gets_single_ones_and_loses_nothing() {
     const ORDERS: usize = 160;
-    let proxy = work_through_proxy(ORDERS, false).await;
+    let proxy = work_through_proxy(ORDERS, Batches::Missing).await;
     let batches = proxy.batches.load(Ordering::SeqCst);
     assert!(
         (1..=pull::report::RUNNERS).contains(&batches),
         "the batch route was tried {batches} times (once at least, then no more after its 404)"
     );
     assert_eq!(proxy.singles.load(Ordering::SeqCst), ORDERS);
+}
+
+/// A batch refused as a whole (`400`): its reports go again as single completes, each batch
+/// alike, and no order is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_batch_is_sent_again_as_single_completes() {
+    const ORDERS: usize = 160;
+    let proxy = work_through_proxy(ORDERS, Batches::Refused).await;
+    let batches = proxy.batches.load(Ordering::SeqCst);
+    let singles = proxy.singles.load(Ordering::SeqCst);
+    assert_eq!(singles, ORDERS, "every order reported alone once");
+    assert!(batches >= 1, "no batch was tried: {singles} singles");
 }
