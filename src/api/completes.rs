@@ -35,9 +35,9 @@ const COMPLETES_AT_ONCE: usize = 16;
 #[utoipa::path(post, path = "/api/v1/agents/{id}/complete", tag = "claims",
     params(("id" = Uuid, Path, description = "Agent id")), request_body = CompleteManyBody,
     responses(
-        (status = 200, description = "One result per item, in the request's order, each with the status its own complete would have answered: `200` with the log entry (without `yaml_content`), `202` with the retry, `409`/`404` with the error; an item answered `503` was not completed and may be sent again", body = CompletedMany),
+        (status = 200, description = "One result per item, in the request's order, each with the status its own complete would have answered: `200` with the log entry (without `yaml_content`), `202` with the retry, `409`/`404` with the error; an item answered `503` may or may not have been completed: send it again (a repeat of a complete that was committed is answered as a replay)", body = CompletedMany),
         (status = 400, description = "`invalid_field`: `completes` empty or past 100, an order twice, or `disrupted: true` with `success: true` (the item and field are named); nothing completed", body = ErrorBody),
-        (status = 503, description = "`database_unavailable`: no item could be completed; send the request again after `Retry-After` seconds", body = ErrorBody),
+        (status = 503, description = "`database_unavailable`: every item was answered so (a commit's outcome may be unknown); send the request again after `Retry-After` seconds, and a complete that was committed is answered as a replay", body = ErrorBody),
         (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn complete_many(
@@ -77,7 +77,7 @@ pub async fn complete_many(
         "batch complete answered"
     );
     if unavailable == results.len() {
-        // Nothing was completed: the answer of an outage (docs/design.md §5).
+        // Every item met the outage: the request's answer is the outage's (docs/design.md §5).
         return Err(ApiError::database_unavailable());
     }
     let mut response = Json(CompletedMany { results }).into_response();
