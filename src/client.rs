@@ -517,9 +517,7 @@ impl Client {
         };
         parsed.map_err(|e| ClientError::Protocol(e.to_string()))
     }
-}
 
-impl Client {
     /// `POST /agents/{agent_id}/complete`: several results in one request (issue #34). The
     /// outer error is the request's (transport, `401`/`403`, `400`, `503` for the whole batch,
     /// `404` from a server without the route); inside, one answer per item of `body`, in its

@@ -169,6 +169,16 @@ pub struct RetryScheduled {
     pub next_retry_after: DateTime<Utc>,
 }
 
+impl RetryScheduled {
+    /// The answer to a complete that scheduled a retry due at `next_retry_after`.
+    pub fn at(next_retry_after: DateTime<Utc>) -> Self {
+        RetryScheduled {
+            status: "retry_scheduled".into(),
+            next_retry_after,
+        }
+    }
+}
+
 /// `{"error": {...}}`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {

@@ -240,10 +240,7 @@ pub async fn complete(
         CompletionResult::Finished(entry) => Json(entry).into_response(),
         CompletionResult::RetryScheduled { next_retry_after } => (
             StatusCode::ACCEPTED,
-            Json(RetryScheduled {
-                status: "retry_scheduled".into(),
-                next_retry_after,
-            }),
+            Json(RetryScheduled::at(next_retry_after)),
         )
             .into_response(),
     })

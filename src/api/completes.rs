@@ -20,9 +20,7 @@ use super::{ApiError, AppState, Caller, ErrorBody};
 use crate::queue::limits::MAX_COMPLETES;
 use crate::queue::validate::validate_completion;
 use crate::queue::{Completion, CompletionResult, QueueError};
-use crate::wire::{
-    CompleteItem, CompleteManyBody, CompleteResult, CompletedMany, ErrorDetail, RetryScheduled,
-};
+use crate::wire::{CompleteItem, CompleteManyBody, CompleteResult, CompletedMany, RetryScheduled};
 
 /// Items of one batch complete in flight at once. Successes share the group commit's
 /// statements whatever this is; a failure is a transaction of its own, holding a pooled
@@ -153,20 +151,14 @@ fn answered(
                 }
                 CompletionResult::RetryScheduled { next_retry_after } => {
                     result.status = 202;
-                    result.retry_scheduled = Some(RetryScheduled {
-                        status: "retry_scheduled".into(),
-                        next_retry_after,
-                    });
+                    result.retry_scheduled = Some(RetryScheduled::at(next_retry_after));
                 }
             }
         }
         Err(e) => {
             let e = ApiError::from(e);
             result.status = e.status.as_u16();
-            result.error = Some(ErrorDetail {
-                code: e.code.to_string(),
-                message: e.message,
-            });
+            result.error = Some(e.into());
         }
     }
     result

@@ -55,20 +55,26 @@ impl ApiError {
 #[derive(Debug, Clone, Copy)]
 pub struct DatabaseUnavailable;
 
+/// The body's `error` of an answer (its status and `Retry-After` are the response's).
+impl From<ApiError> for ErrorDetail {
+    fn from(e: ApiError) -> Self {
+        ErrorDetail {
+            code: e.code.to_string(),
+            message: e.message,
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code: self.code.to_string(),
-                message: self.message,
-            },
-        };
+        let (status, retry_after) = (self.status, self.retry_after);
+        let body = ErrorBody { error: self.into() };
         let unavailable = body.error.code == "database_unavailable";
-        let mut response = (self.status, Json(body)).into_response();
+        let mut response = (status, Json(body)).into_response();
         if unavailable {
             response.extensions_mut().insert(DatabaseUnavailable);
         }
-        if let Some(secs) = self.retry_after {
+        if let Some(secs) = retry_after {
             response
                 .headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());
