@@ -193,6 +193,7 @@ pub mod controller;
 pub mod crd;
 pub mod db_keepalive;
 pub mod executor;
+mod gather;
 pub mod manifest;
 pub mod memory;
 pub mod postgres;

@@ -19,6 +19,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::client::{Client, ClientError, Completed};
+use crate::gather::take_waiting;
 use crate::queue::limits::MAX_COMPLETES;
 use crate::wire::{CompleteBody, CompleteItem, CompleteManyBody};
 
@@ -97,29 +98,17 @@ struct Runner {
 }
 
 impl Runner {
-    /// Takes what is waiting, sends it, answers, and again, until the queue is closed.
+    /// Takes what is waiting (`gather::take_waiting`), sends it, answers, and again, until the
+    /// queue is closed.
     async fn run(self: Arc<Self>) {
-        loop {
-            let mut batch = Vec::new();
-            {
-                let mut receiver = self.receiver.lock().await;
-                match receiver.recv().await {
-                    Some(first) => batch.push(first),
-                    None => return,
-                }
-                // Orders that finished together send their reports a few microseconds apart.
-                tokio::task::yield_now().await;
-                let mut bytes = message_bytes(&batch[0]);
-                while batch.len() < MAX_COMPLETES && bytes < BATCH_MESSAGE_BYTES {
-                    match receiver.try_recv() {
-                        Ok(next) => {
-                            bytes += message_bytes(&next);
-                            batch.push(next);
-                        }
-                        Err(_) => break,
-                    }
-                }
-            }
+        while let Some(batch) = take_waiting(
+            &self.receiver,
+            MAX_COMPLETES,
+            message_bytes,
+            BATCH_MESSAGE_BYTES,
+        )
+        .await
+        {
             self.send(batch).await;
         }
     }

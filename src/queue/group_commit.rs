@@ -29,6 +29,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
 use super::{LogEntry, LogRow, QueueError, sql};
+use crate::gather::take_waiting;
 
 /// Tasks running batches at once: while one waits for its commit, the other gathers the next
 /// batch, and a batch held up by a row lock does not hold up every complete. Fewer runners make
@@ -107,29 +108,10 @@ impl GroupCommit {
     }
 }
 
-/// A runner: takes what is waiting, runs it, answers, and again, until the queue is closed.
+/// A runner: takes what is waiting (`gather::take_waiting`), runs it, answers, and again, until
+/// the queue is closed.
 async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::UnboundedReceiver<Complete>>>, max: usize) {
-    loop {
-        let mut batch = Vec::new();
-        {
-            let mut receiver = receiver.lock().await;
-            match receiver.recv().await {
-                Some(first) => batch.push(first),
-                None => return,
-            }
-            // Completes sent together (an agent's orders that finished at once, several agents'
-            // answers read from one poll of the sockets) reach the queue a few microseconds
-            // apart: one turn of the scheduler lets them arrive before the batch is taken.
-            // Without it the first of them was mostly committed alone (`bench/queue.rs` 2d:
-            // 1,430 of 10,000 completes alone, 710 with it; bench/README.md, issue #34).
-            tokio::task::yield_now().await;
-            while batch.len() < max {
-                match receiver.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
-                }
-            }
-        }
+    while let Some(batch) = take_waiting(&receiver, max, |_| 0, usize::MAX).await {
         run_batch(&pool, batch).await;
     }
 }
