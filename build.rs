@@ -23,6 +23,9 @@ fn git(args: &[&str]) -> Option<String> {
 fn main() {
     version();
     expand_sql(Path::new("src/queue/sql"));
+    // sqlx::migrate! embeds migrations/ but does not tell cargo to watch it: without this line a
+    // new migration is left out of the build until something else changes.
+    println!("cargo:rerun-if-changed=migrations");
 }
 
 fn version() {
