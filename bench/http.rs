@@ -15,7 +15,8 @@ use super::{ADMIN, AGENTS, Bench};
 /// orders each carries at once.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Http {
-    /// `serve --complete-batch` (1: every complete its own statement and commit).
+    /// `serve --complete-batch` (1: every complete its own statement and commit, and every
+    /// claim too: the test server turns group claims off with it, `testing::TestServer`).
     pub(crate) complete_batch: usize,
     /// Agents claiming at once (at most [`AGENTS`]).
     pub(crate) agents: usize,
@@ -24,13 +25,15 @@ pub(crate) struct Http {
 }
 
 impl Http {
-    /// As `serve` runs by default: group commit on, 16 agents taking one order at a time.
+    /// As `serve` runs by default: group commit and group claims on, 16 agents taking one order
+    /// at a time.
     pub(crate) const DEFAULT: Http = Http {
         complete_batch: pullman::queue::limits::COMPLETE_BATCH_DEFAULT as usize,
         agents: AGENTS,
         slots: 1,
     };
-    /// Nothing batched: one order per claim, one complete per statement and commit.
+    /// Nothing batched: one order per claim, one claim and one complete per statement and
+    /// commit.
     pub(crate) const UNBATCHED: Http = Http {
         complete_batch: 1,
         ..Http::DEFAULT
@@ -105,15 +108,23 @@ impl Bench {
     }
 
     /// (2) 16 agents over HTTP with keep-alive, claim-next + complete, against a server as
-    /// `serve` runs by default (group commit on). Returns (orders/s, claim latencies sorted).
-    pub(crate) async fn http_end_to_end(&self, orders: usize) -> (f64, Vec<Duration>) {
+    /// `serve` runs by default (group commit and group claims on). Returns what
+    /// [`Self::http_scenario`] returns.
+    pub(crate) async fn http_end_to_end(&self, orders: usize) -> (f64, Vec<Duration>, f64) {
         self.http_scenario(orders, Http::DEFAULT).await
     }
 
     /// An end-to-end run of `setup` over HTTP with keep-alive: each agent claims (up to its
     /// slots, with `max_orders` when it has more than one) and completes what it got
-    /// concurrently, until the backlog is gone. Returns (orders/s, claim latencies sorted).
-    pub(crate) async fn http_scenario(&self, orders: usize, setup: Http) -> (f64, Vec<Duration>) {
+    /// concurrently, until the backlog is gone. Returns (orders/s, claim latencies sorted,
+    /// orders a claim commit): the last is 1.0 when every claim commits alone, more when the
+    /// server's group claims (or multi-claims) put several in one transaction, whose claims
+    /// share its `now()` as `claimed_at`.
+    pub(crate) async fn http_scenario(
+        &self,
+        orders: usize,
+        setup: Http,
+    ) -> (f64, Vec<Duration>, f64) {
         let server = TestServer::start_with_batch(40, 1024, setup.complete_batch).await;
         let base = server.base.clone();
         Self::fill(&server.pool, orders, 0).await;
@@ -140,8 +151,14 @@ impl Bench {
         }
         let rate = done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
         lat.sort();
+        let (per_commit,): (f64,) = sqlx::query_as(
+            "SELECT count(*)::float8 / greatest(count(DISTINCT claimed_at), 1) FROM work_order_log",
+        )
+        .fetch_one(&server.pool)
+        .await
+        .unwrap();
         drop(server);
-        (rate, lat)
+        (rate, lat, per_commit)
     }
 
     /// One claim-next for up to `slots` orders (no wait; `max_orders` when `slots` > 1), then a

@@ -201,16 +201,17 @@ impl Bench {
         c
     }
 
-    /// Scenario 2 measured and printed as its table row against `ceiling`; returns orders/s.
-    async fn http_row(&self, orders: usize, ceiling: f64) -> f64 {
-        let (rate, lat) = self.http_end_to_end(orders).await;
+    /// Scenario 2 measured and printed as its table row against `ceiling`; returns orders/s and
+    /// orders a claim commit.
+    async fn http_row(&self, orders: usize, ceiling: f64) -> (f64, f64) {
+        let (rate, lat, per_commit) = self.http_end_to_end(orders).await;
         println!(
-            "| 2. HTTP end to end: 16 agents, claim-next+complete (group commit on, as serve runs), {orders} backlog | {rate:.0} orders/s; claim p50 {} p99 {} | {:.2} × ceiling |",
+            "| 2. HTTP end to end: 16 agents, claim-next+complete (group commit and group claims on, as serve runs), {orders} backlog | {rate:.0} orders/s; claim p50 {} p99 {}; {per_commit:.1} claims a commit | {:.2} × ceiling |",
             ms(percentile(&lat, 0.5)),
             ms(percentile(&lat, 0.99)),
             rate / ceiling
         );
-        rate
+        (rate, per_commit)
     }
 
     /// The API server in-process over a fresh database, as the tests start it.
@@ -326,6 +327,7 @@ impl Bench {
 mod depth;
 mod fair;
 mod footprint;
+mod guard;
 mod http;
 mod keys;
 mod pull;
@@ -345,74 +347,6 @@ fn rss_kib(pid: u32) -> u64 {
             })
         })
         .unwrap_or(0)
-}
-
-/// The throughput guard (`.ci/run`): scenarios 1 and 2 in one run, and the exit code 1 when HTTP
-/// end to end falls below `min` × the SQL ceiling measured just before it. The machine is
-/// shared and noisy, so a ratio below `min` is measured once more before it fails. Returns the
-/// process's exit code.
-async fn guard_http_ratio(b: &Bench, orders: usize, min: f64) -> i32 {
-    for attempt in 1..=2 {
-        let ceiling = b.ceiling_row(orders).await;
-        let http = b.http_row(orders, ceiling).await;
-        let ratio = http / ceiling;
-        if ratio >= min {
-            println!(
-                "\nthroughput guard: HTTP {http:.0} orders/s / SQL ceiling {ceiling:.0} orders/s = {ratio:.2} ≥ {min} (attempt {attempt}): passed"
-            );
-            return 0;
-        }
-        println!(
-            "\nthroughput guard: HTTP {http:.0} orders/s / SQL ceiling {ceiling:.0} orders/s = {ratio:.2} < {min} (attempt {attempt})"
-        );
-    }
-    println!(
-        "throughput guard: failed twice in a row; the HTTP path lost throughput against the SQL ceiling"
-    );
-    1
-}
-
-/// The fewest orders a claim-next of (2d)'s agent of 16 slots may carry on average before the
-/// batching guard fails: 15.3 with a scheduler turn before a claim gathers its free slots, 8.2
-/// without it (bench/README.md, issue #34).
-const GUARD_ORDERS_PER_CLAIM: f64 = 12.0;
-
-/// The fewest completes a commit may carry on average in (2d): 10–15 with a scheduler turn
-/// before a group commit takes its batch, 4.1 without it (bench/README.md, issue #34).
-const GUARD_COMPLETES_PER_COMMIT: f64 = 6.0;
-
-/// The fewest completes one report request of (2d)'s agent may carry on average (batch
-/// complete, `pull::report`): 1.0 when every order reports alone, as before the batches, which
-/// held (2d) at 0.60–0.76 × River (bench/README.md, issue #34).
-const GUARD_COMPLETES_PER_REQUEST: f64 = 3.0;
-
-/// The batching guard (`.ci/run`, with the throughput guard): (2d), one agent of 16 slots, must
-/// claim, report and commit its orders in batches of at least [`GUARD_ORDERS_PER_CLAIM`],
-/// [`GUARD_COMPLETES_PER_REQUEST`] and [`GUARD_COMPLETES_PER_COMMIT`] on average; measured once
-/// more before it fails. Returns the process's exit code.
-async fn guard_batching(b: &Bench, orders: usize) -> i32 {
-    for attempt in 1..=2 {
-        let (rate, batching) = b.pull_loops(orders, 1, AGENTS).await;
-        let (claim, commit) = (batching.per_claim, batching.per_commit);
-        let request = batching.per_request;
-        let figures = format!(
-            "{rate:.0} orders/s, {claim:.1} orders a claim (at least {GUARD_ORDERS_PER_CLAIM}), \
-             {request:.1} completes a request (at least {GUARD_COMPLETES_PER_REQUEST}), \
-             {commit:.1} completes a commit (at least {GUARD_COMPLETES_PER_COMMIT})"
-        );
-        if claim >= GUARD_ORDERS_PER_CLAIM
-            && request >= GUARD_COMPLETES_PER_REQUEST
-            && commit >= GUARD_COMPLETES_PER_COMMIT
-        {
-            println!("batching guard: (2d) {figures} (attempt {attempt}): passed");
-            return 0;
-        }
-        println!("batching guard: (2d) {figures} (attempt {attempt}): below");
-    }
-    println!(
-        "batching guard: failed twice in a row; the pull loop or the group commit batches less"
-    );
-    1
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -459,8 +393,8 @@ async fn main() {
     println!("| scenario | figure | ratio / target |");
     println!("|---|---|---|");
     if let Some(min) = guard {
-        let http = guard_http_ratio(&b, orders, min).await;
-        let batching = guard_batching(&b, orders).await;
+        let http = guard::http_ratio(&b, orders, min).await;
+        let batching = guard::batching(&b, orders).await;
         std::process::exit(http.max(batching));
     }
     let mut ceiling = None;
@@ -476,14 +410,14 @@ async fn main() {
     let mut batched_rate = None;
     if run("http") {
         let c = ceiling.unwrap();
-        http_rate = Some(b.http_row(orders, c).await);
+        http_rate = Some(b.http_row(orders, c).await.0);
     }
     if run("unbatched") || run("batched") {
         let c = ceiling.unwrap();
         for (name, label, setup, target) in [
             (
                 "unbatched",
-                "2b. HTTP, nothing batched (--complete-batch 1, one order per claim), 16 agents",
+                "2b. HTTP, nothing batched (--complete-batch 1 --claim-batch 1, one order per claim), 16 agents",
                 Http::UNBATCHED,
                 "target ≥ 0.7",
             ),
@@ -497,12 +431,12 @@ async fn main() {
             if !run(name) {
                 continue;
             }
-            let (rate, lat) = b.http_scenario(orders, setup).await;
+            let (rate, lat, per_commit) = b.http_scenario(orders, setup).await;
             if name == "batched" {
                 batched_rate = Some(rate);
             }
             println!(
-                "| {label}, {orders} backlog | {rate:.0} orders/s; claim p50 {} p99 {} | {:.2} × ceiling {target} |",
+                "| {label}, {orders} backlog | {rate:.0} orders/s; claim p50 {} p99 {}; {per_commit:.1} orders a claim commit | {:.2} × ceiling {target} |",
                 ms(percentile(&lat, 0.5)),
                 ms(percentile(&lat, 0.99)),
                 rate / c

@@ -215,6 +215,14 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=crate::queue::limits::COMPLETE_BATCH_MAX))]
     pub complete_batch: u64,
 
+    /// Most one-order claims served together (group claims): claims of many agents arriving at
+    /// once share one statement and one commit, each agent handed only what it may take (a
+    /// claim the group cannot serve, such as an agent with orders targeting it by name, runs
+    /// alone). 1 runs each claim alone.
+    #[arg(long, env = "PULLMAN_CLAIM_BATCH", default_value_t = crate::queue::limits::CLAIM_BATCH_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..=crate::queue::limits::CLAIM_BATCH_MAX))]
+    pub claim_batch: u64,
+
     /// Longest a request under /api/v1 may go unanswered, in seconds, not counting a claim-next's
     /// long-poll wait or a followed output stream: past it the request is answered 503
     /// `database_unavailable` and the database is taken for down until a probe answers

@@ -275,7 +275,9 @@ async fn run_server(
     }
 
     let shutdown = CancellationToken::new();
-    let queue = Queue::new(pool.clone()).with_group_commit(args.complete_batch as usize);
+    let queue = Queue::new(pool.clone())
+        .with_group_commit(args.complete_batch as usize)
+        .with_group_claims(args.claim_batch as usize);
     let metrics = Arc::new(Metrics::new());
     let notifications = Notifications::new();
     let listener_task = queue::spawn_listener(&queue, notifications.clone(), shutdown.clone());

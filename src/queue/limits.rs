@@ -181,6 +181,12 @@ pub const COMPLETE_BATCH_MAX: u64 = 1000;
 /// `serve --complete-batch` unless told: enough to cover every agent of a busy server in one
 /// commit, small enough that one statement stays a few milliseconds.
 pub const COMPLETE_BATCH_DEFAULT: u64 = 64;
+/// Most one-order claims one group claim serves in one statement (`serve --claim-batch`,
+/// `queue::claims::group`); 1 turns group claims off.
+pub const CLAIM_BATCH_MAX: u64 = 256;
+/// `serve --claim-batch` unless told: a claim of 32 orders is still about 1.5 ms of PostgreSQL,
+/// and 32 agents claiming at the same moment already share few commits.
+pub const CLAIM_BATCH_DEFAULT: u64 = 32;
 
 // Output of running orders (docs/design.md §9). `tests/integration/limits.rs` holds these
 // against the served OpenAPI document, the server's answers and `--help`.

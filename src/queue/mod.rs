@@ -237,6 +237,8 @@ pub struct Queue {
     retry_scheduled: std::sync::Arc<tokio::sync::Notify>,
     /// Successful completes share statements and commits when set ([`Queue::with_group_commit`]).
     group_commit: Option<group_commit::GroupCommit>,
+    /// One-order claims share statements and commits when set ([`Queue::with_group_claims`]).
+    group_claims: Option<claims::GroupClaims>,
     /// Whether tenants compete, so that claims walk their turns (`queue::turns`).
     turns: std::sync::Arc<turns::TurnMode>,
     /// The live agents as the Schedulable condition last read them ([`Queue::waits`]).
@@ -252,6 +254,7 @@ impl Queue {
             availability: Default::default(),
             retry_scheduled: Default::default(),
             group_commit: None,
+            group_claims: None,
             turns: Default::default(),
             recent_agents: Default::default(),
         }
@@ -266,6 +269,17 @@ impl Queue {
     pub fn with_group_commit(mut self, max_batch: usize) -> Self {
         self.group_commit =
             (max_batch > 1).then(|| group_commit::GroupCommit::start(self.pool.clone(), max_batch));
+        self
+    }
+
+    /// The same queue with group claims (`queue::claims::group`): one-order claims of several
+    /// agents arriving together share one statement and one commit, up to `max_batch` agents
+    /// (`queue::limits::CLAIM_BATCH_MAX`), each handed only what it may take; a claim the group
+    /// cannot serve runs alone, as without. Starts the runners on the current tokio runtime;
+    /// `serve` turns it on (`--claim-batch`); a `max_batch` of 1 turns it off.
+    pub fn with_group_claims(mut self, max_batch: usize) -> Self {
+        self.group_claims =
+            (max_batch > 1).then(|| claims::GroupClaims::start(self.pool.clone(), max_batch));
         self
     }
 

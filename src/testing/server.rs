@@ -63,7 +63,7 @@ impl TestServer {
     }
 
     /// [`Self::start_with`] with `complete_batch` as `serve --complete-batch` (1: no group
-    /// commit); the others take serve's default.
+    /// commit, and no group claims either: nothing batched); the others take serve's default.
     pub async fn start_with_batch(
         max_connections: u32,
         max_long_polls: usize,
@@ -89,7 +89,14 @@ impl TestServer {
         output: api::OutputSettings,
         complete_batch: usize,
     ) -> Self {
-        let queue = Queue::new(pool.clone()).with_group_commit(complete_batch);
+        let claim_batch = if complete_batch > 1 {
+            crate::queue::limits::CLAIM_BATCH_DEFAULT as usize
+        } else {
+            1
+        };
+        let queue = Queue::new(pool.clone())
+            .with_group_commit(complete_batch)
+            .with_group_claims(claim_batch);
         let notifications = Notifications::new();
         let shutdown = CancellationToken::new();
         queue::spawn_listener(&queue, notifications.clone(), shutdown.clone());

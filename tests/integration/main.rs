@@ -24,6 +24,7 @@ mod crdgen;
 mod disruptions;
 mod eligibility;
 mod failover;
+mod group_claims;
 mod hand_out_order;
 mod history;
 mod limits;

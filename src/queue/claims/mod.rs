@@ -10,6 +10,7 @@ use sqlx::types::Json;
 use sqlx::{FromRow, Postgres, Row, Transaction};
 use uuid::Uuid;
 
+mod group;
 mod holder;
 #[cfg(all(test, feature = "testing"))]
 mod plan;
@@ -21,6 +22,7 @@ use super::{
     ConflictCode, OrderRow, OrderStatus, Page, Queue, QueueError, Targeting, TargetingColumns,
     WorkOrder, WorkType, cursor,
 };
+pub(crate) use group::GroupClaims;
 
 /// Who claims, and with what lease (seconds; `None` = no lease, docs/design.md §2).
 #[derive(Debug, Clone, Copy)]
@@ -314,6 +316,19 @@ impl Queue {
         max_orders: usize,
     ) -> Result<(Vec<WorkOrder>, Claimer), QueueError> {
         let statement = self.fair_or(sql::CLAIM_NEXT_FAIR, sql::CLAIM_NEXT).await?;
+        if let Some(group) = &self.group_claims
+            && max_orders == 1
+            && statement == sql::CLAIM_NEXT
+        {
+            match group
+                .claim(req.agent_id, req.lease_seconds, type_names(work_types))
+                .await
+            {
+                group::Reply::Claimed(orders, claimer) => return Ok((orders, claimer)),
+                group::Reply::Failed(error) => return Err(error),
+                group::Reply::Alone => {}
+            }
+        }
         let mut tries = 0;
         loop {
             tries += 1;

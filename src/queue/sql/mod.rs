@@ -53,6 +53,7 @@ const FRAGMENTS: &[&str] = &[
     "serve_turns",
     "live_claim",
     "take_claim",
+    "claim_rows",
     "claimed_order",
     "order_columns",
     "log_columns",
@@ -78,6 +79,7 @@ statements! {
     PENDING_FOR_AGENT = "pending_for_agent";
     READ_CLAIMER = "read_claimer";
     CLAIM_NEXT = "claim_next";
+    CLAIM_NEXT_GROUP = "claim_next_group";
     LOCK_CLAIMER = "lock_claimer";
     COUNT_HELD_CLAIMS = "count_held_claims";
     CLAIM_NEXT_CAPPED = "claim_next_capped";

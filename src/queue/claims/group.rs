@@ -1,0 +1,196 @@
+//! Group claims (issue #34): one-order claims of several agents that arrive together share one
+//! statement and one commit (`sql/claim_next_group.sql`) instead of one each, as successful
+//! completes do (`queue::group_commit`). A claim of k orders costs PostgreSQL about what one claim
+//! of one order costs plus a little per order (bench/README.md, "where (2), (2d) and 9a spend
+//! their time"), and one-order claims from many agents are what a fleet of one-slot workers sends.
+//!
+//! What each request sees does not change. The statement hands an agent only what it may take:
+//! it serves, with one walk in hand-out order, the agents whose eligibility does not depend on who
+//! they are (the same labels, annotations, work types and tenant as the first of them, no
+//! `max_concurrency`, not retired, no waiting order targeting them by id or name), the n-th order
+//! to the n-th of them. Every other claim of the batch, a claim alone in its batch, and a member
+//! whose order was taken by a concurrency key filled meanwhile, is answered
+//! [`Reply::Alone`]: its own task runs the single claim, exactly as without group claims (so a
+//! lone claim, an unknown or retired agent, a capped one, or one with its own targeted orders
+//! sees nothing new). Tenant turns are not served here: while tenants compete every claim runs
+//! alone (`queue::turns`).
+//!
+//! How batches form: [`RUNNERS`] tasks take claims from one queue with `gather::take_waiting`,
+//! as the group commit does: the first waiting claim, one turn of the scheduler, then what else
+//! waits, up to the batch size.
+
+use std::sync::Arc;
+
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgPool, Row};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use uuid::Uuid;
+
+use super::super::{OrderRow, QueueError, WorkOrder, sql};
+use super::{AgentLockRow, Claimer};
+use crate::gather::take_waiting;
+
+/// Tasks running batches at once: while one waits for its commit, the other gathers the next.
+pub const RUNNERS: usize = 2;
+
+/// How one claim sent to the batch is answered.
+pub(super) enum Reply {
+    /// Claimed in the batch's statement: the order (none when nothing eligible was left) and
+    /// the agent as the statement read it.
+    Claimed(Vec<WorkOrder>, Claimer),
+    /// Not served by the batch: the caller claims alone.
+    Alone,
+    /// The batch found the database unavailable; nothing was claimed.
+    Failed(QueueError),
+}
+
+/// One claim waiting for its batch.
+struct Claim {
+    agent_id: Uuid,
+    lease_seconds: Option<i32>,
+    types: Vec<&'static str>,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// The queue of claims and its runners; the runners stop when the last [`GroupClaims`] clone is
+/// dropped.
+#[derive(Clone)]
+pub(crate) struct GroupClaims {
+    sender: mpsc::UnboundedSender<Claim>,
+}
+
+impl GroupClaims {
+    /// Starts [`RUNNERS`] runners on `pool` (on the current tokio runtime), each claiming for at
+    /// most `max_batch` agents per statement.
+    pub(crate) fn start(pool: PgPool, max_batch: usize) -> Self {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let receiver = Arc::new(Mutex::new(receiver));
+        for _ in 0..RUNNERS {
+            tokio::spawn(run(pool.clone(), receiver.clone(), max_batch.max(2)));
+        }
+        GroupClaims { sender }
+    }
+
+    /// One order for `agent_id` in the next batch (`types`: the requested work types as bound
+    /// to SQL); see [`Reply`].
+    pub(super) async fn claim(
+        &self,
+        agent_id: Uuid,
+        lease_seconds: Option<i32>,
+        types: Vec<&'static str>,
+    ) -> Reply {
+        let (reply, answer) = oneshot::channel();
+        let claim = Claim {
+            agent_id,
+            lease_seconds,
+            types,
+            reply,
+        };
+        if self.sender.send(claim).is_err() {
+            return Reply::Alone;
+        }
+        // A runner dropped the claim unanswered (its task was cancelled mid-batch): the batch's
+        // transaction did not commit an answer anyone saw, and a claim nobody answered is
+        // reaped with its lease, so claiming alone now is safe.
+        answer.await.unwrap_or(Reply::Alone)
+    }
+}
+
+async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::UnboundedReceiver<Claim>>>, max: usize) {
+    while let Some(batch) = take_waiting(&receiver, max, |_| 0, usize::MAX).await {
+        for group in groups(batch) {
+            run_group(&pool, group).await;
+        }
+    }
+}
+
+/// The batch split into groups one statement can serve: the same lease and requested types,
+/// each agent once (an agent's second claim of the batch goes in a group of its own).
+fn groups(batch: Vec<Claim>) -> Vec<Vec<Claim>> {
+    let mut groups: Vec<Vec<Claim>> = Vec::new();
+    for claim in batch {
+        let fits = groups.iter_mut().find(|g| {
+            g[0].lease_seconds == claim.lease_seconds
+                && g[0].types == claim.types
+                && g.iter().all(|c| c.agent_id != claim.agent_id)
+        });
+        match fits {
+            Some(group) => group.push(claim),
+            None => groups.push(vec![claim]),
+        }
+    }
+    groups
+}
+
+/// Runs one group's statement and answers each of its claims.
+async fn run_group(pool: &PgPool, group: Vec<Claim>) {
+    if group.len() == 1 {
+        for c in group {
+            let _ = c.reply.send(Reply::Alone);
+        }
+        return;
+    }
+    let agents: Vec<Uuid> = group.iter().map(|c| c.agent_id).collect();
+    let claim_ids: Vec<Uuid> = group.iter().map(|_| Uuid::new_v4()).collect();
+    let rows: Result<Vec<PgRow>, sqlx::Error> = sqlx::query(sql::CLAIM_NEXT_GROUP)
+        .bind(&agents)
+        .bind(&claim_ids)
+        .bind(group[0].lease_seconds)
+        .bind(&group[0].types)
+        .fetch_all(pool)
+        .await;
+    let rows = match rows.map_err(QueueError::from) {
+        Ok(rows) => rows,
+        Err(QueueError::Unavailable(error)) => {
+            tracing::warn!(%error, claims = group.len(), "a group claim found the database unavailable; answering each claim 503");
+            let why = error.to_string();
+            for c in group {
+                let _ = c.reply.send(Reply::Failed(unavailable(&why)));
+            }
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(%error, claims = group.len(), "a group claim failed; claiming for each agent alone");
+            Vec::new()
+        }
+    };
+    for c in group {
+        let reply = rows
+            .iter()
+            .find(|row| row.try_get::<Uuid, _>("a_id").ok() == Some(c.agent_id))
+            .map_or(Ok(Reply::Alone), answer)
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, "a group claim's row did not read; claiming alone");
+                Reply::Alone
+            });
+        // The request may be gone (its client disconnected): an order claimed for it stays
+        // claimed until its lease or deadline ends, as after any claim whose answer was lost.
+        let _ = c.reply.send(reply);
+    }
+}
+
+/// One agent's row of `claim_next_group.sql` as its [`Reply`].
+fn answer(row: &PgRow) -> Result<Reply, sqlx::Error> {
+    let member: bool = row.try_get("member")?;
+    let contended: bool = row.try_get("contended")?;
+    let claimed = row.try_get::<Option<Uuid>, _>("id")?.is_some();
+    let short: bool = row.try_get("short")?;
+    if !member || contended || !(claimed || short) {
+        return Ok(Reply::Alone);
+    }
+    let claimer: Claimer = AgentLockRow::from_row(row)?.into();
+    let orders = if claimed {
+        vec![OrderRow::from_row(row)?.into()]
+    } else {
+        Vec::new()
+    };
+    Ok(Reply::Claimed(orders, claimer))
+}
+
+/// The `503` of one claim of a batch that found the database unavailable (`why`: the batch's
+/// error; `sqlx::Error` is not `Clone`).
+fn unavailable(why: &str) -> QueueError {
+    QueueError::Unavailable(sqlx::Error::Io(std::io::Error::other(format!(
+        "the group claim this claim was in: {why}"
+    ))))
+}
