@@ -4,8 +4,9 @@
 //! of one order costs plus a little per order (bench/README.md, "where (2), (2d) and 9a spend
 //! their time"), and one-order claims from many agents are what a fleet of one-slot workers sends.
 //!
-//! What each request sees does not change. The statement hands an agent only what it may take:
-//! it serves, with one walk in hand-out order, the agents whose eligibility does not depend on who
+//! The API does not change. The statement hands an agent only what it may take, and what claims
+//! run one after another would hand out (the n-th order in hand-out order to the n-th agent, not
+//! each agent the first): it serves, with one walk in hand-out order, the agents whose eligibility does not depend on who
 //! they are (the same labels, annotations, work types and tenant as the first of them, no
 //! `max_concurrency`, not retired, no waiting order targeting them by id or name), the n-th order
 //! to the n-th of them. Every other claim of the batch, a claim alone in its batch, and a member
@@ -13,7 +14,8 @@
 //! [`Reply::Alone`]: its own task runs the single claim, exactly as without group claims (so a
 //! lone claim, an unknown or retired agent, a capped one, or one with its own targeted orders
 //! sees nothing new). Tenant turns are not served here: while tenants compete every claim runs
-//! alone (`queue::turns`).
+//! alone (`queue::turns`). A claim whose request is gone by the time its batch runs is dropped
+//! unclaimed.
 //!
 //! How batches form: [`RUNNERS`] tasks take claims from one queue with `gather::take_waiting`,
 //! as the group commit does: the first waiting claim, one turn of the scheduler, then what else
@@ -40,7 +42,9 @@ pub(super) enum Reply {
     Claimed(Vec<WorkOrder>, Claimer),
     /// Not served by the batch: the caller claims alone.
     Alone,
-    /// The batch found the database unavailable; nothing was claimed.
+    /// The batch failed: the database was unavailable (`503`; whether its statement committed
+    /// is unknown, as for any claim answered so, and the reaper releases what it claimed), or
+    /// the agent's row did not read.
     Failed(QueueError),
 }
 
@@ -89,16 +93,27 @@ impl GroupClaims {
         if self.sender.send(claim).is_err() {
             return Reply::Alone;
         }
-        // A runner dropped the claim unanswered (its task was cancelled mid-batch): the batch's
-        // transaction did not commit an answer anyone saw, and a claim nobody answered is
-        // reaped with its lease, so claiming alone now is safe.
+        // A runner dropped the claim unanswered (its task ended mid-batch, as the runtime
+        // stops): if its statement committed, the order it claimed for this agent waits for the
+        // reaper (its lease, or its deadline), as after any claim whose answer was lost; this
+        // claim goes on alone.
         answer.await.unwrap_or(Reply::Alone)
     }
 }
 
 async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::UnboundedReceiver<Claim>>>, max: usize) {
     while let Some(batch) = take_waiting(&receiver, max, |_| 0, usize::MAX).await {
-        for group in groups(batch) {
+        // A claim whose request is gone (its client left, or the request's own time ran out
+        // while the database was away) is not claimed for: nobody would run that order, and
+        // it would wait for the reaper.
+        let batch = batch.into_iter().filter(|c| !c.reply.is_closed()).collect();
+        let (alone, groups): (Vec<_>, Vec<_>) =
+            groups(batch).into_iter().partition(|g| g.len() == 1);
+        // The claims no statement here serves go on at once, not after the groups' statements.
+        for c in alone.into_iter().flatten() {
+            let _ = c.reply.send(Reply::Alone);
+        }
+        for group in groups {
             run_group(&pool, group).await;
         }
     }
@@ -122,14 +137,8 @@ fn groups(batch: Vec<Claim>) -> Vec<Vec<Claim>> {
     groups
 }
 
-/// Runs one group's statement and answers each of its claims.
+/// Runs one group's statement (two claims or more) and answers each of its claims.
 async fn run_group(pool: &PgPool, group: Vec<Claim>) {
-    if group.len() == 1 {
-        for c in group {
-            let _ = c.reply.send(Reply::Alone);
-        }
-        return;
-    }
     let agents: Vec<Uuid> = group.iter().map(|c| c.agent_id).collect();
     let claim_ids: Vec<Uuid> = group.iter().map(|_| Uuid::new_v4()).collect();
     let rows: Result<Vec<PgRow>, sqlx::Error> = sqlx::query(sql::CLAIM_NEXT_GROUP)
@@ -158,33 +167,34 @@ async fn run_group(pool: &PgPool, group: Vec<Claim>) {
         let reply = rows
             .iter()
             .find(|row| row.try_get::<Uuid, _>("a_id").ok() == Some(c.agent_id))
-            .map_or(Ok(Reply::Alone), answer)
-            .unwrap_or_else(|error| {
-                tracing::warn!(%error, "a group claim's row did not read; claiming alone");
-                Reply::Alone
-            });
+            .map_or(Reply::Alone, answer);
         // The request may be gone (its client disconnected): an order claimed for it stays
         // claimed until its lease or deadline ends, as after any claim whose answer was lost.
         let _ = c.reply.send(reply);
     }
 }
 
-/// One agent's row of `claim_next_group.sql` as its [`Reply`].
-fn answer(row: &PgRow) -> Result<Reply, sqlx::Error> {
-    let member: bool = row.try_get("member")?;
-    let contended: bool = row.try_get("contended")?;
-    let claimed = row.try_get::<Option<Uuid>, _>("id")?.is_some();
-    let short: bool = row.try_get("short")?;
-    if !member || contended || !(claimed || short) {
-        return Ok(Reply::Alone);
-    }
-    let claimer: Claimer = AgentLockRow::from_row(row)?.into();
-    let orders = if claimed {
-        vec![OrderRow::from_row(row)?.into()]
-    } else {
-        Vec::new()
+/// One agent's row of `claim_next_group.sql` as its [`Reply`]. A row that does not read is an
+/// error (`500`), not [`Reply::Alone`]: the statement has committed, and an order it claimed for
+/// the agent must not be followed by a second claim while the first waits for the reaper.
+fn answer(row: &PgRow) -> Reply {
+    let read = || -> Result<Reply, sqlx::Error> {
+        let member: bool = row.try_get("member")?;
+        let contended: bool = row.try_get("contended")?;
+        let claimed = row.try_get::<Option<Uuid>, _>("id")?.is_some();
+        let short: bool = row.try_get("short")?;
+        if !member || contended || !(claimed || short) {
+            return Ok(Reply::Alone);
+        }
+        let claimer: Claimer = AgentLockRow::from_row(row)?.into();
+        let orders = if claimed {
+            vec![OrderRow::from_row(row)?.into()]
+        } else {
+            Vec::new()
+        };
+        Ok(Reply::Claimed(orders, claimer))
     };
-    Ok(Reply::Claimed(orders, claimer))
+    read().unwrap_or_else(|error| Reply::Failed(error.into()))
 }
 
 /// The `503` of one claim of a batch that found the database unavailable (`why`: the batch's

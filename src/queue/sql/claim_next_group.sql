@@ -1,5 +1,5 @@
 -- claim_next_group: one order each for several agents whose claims arrived together (group
--- claims, queue::group_claim; issue #34), in one statement and one commit, while at most one
+-- claims, queue::claims::group; issue #34), in one statement and one commit, while at most one
 -- tenant has orders (the plain walk, handout_walk.sql).
 -- $1 the agents' ids (uuid[], distinct, in the order their claims arrived)
 -- $2 their new claims' ids (uuid[], one per agent, in the same order)
@@ -16,7 +16,7 @@
 -- annotations, work types and tenant, no max_concurrency, is not retired, and no PENDING or
 -- RETRY_PENDING order targets it (or the lead) by id or name (checked through the targeting GIN
 -- indexes): for them eligibility does not depend on who they are. Every other agent of $1 is
--- claimed for alone afterwards (queue::group_claim), as are members that got an order the walk
+-- claimed for alone afterwards (queue::claims::group), as are members that got an order the walk
 -- chose but no claim (`contended`). A member that got nothing while the walk ran `short` has
 -- nothing it may take (but what other claims hold): it is answered so.
 -- Lock order agent → order → claim, as claim_next.sql: the agents are locked FOR KEY SHARE in
@@ -54,11 +54,14 @@ members AS (
     AND (g.labels, g.annotation_pairs, g.work_types, g.tenant)
         IS NOT DISTINCT FROM (lead.labels, lead.annotation_pairs, lead.work_types, lead.tenant)
 ),
--- What eligible.sql and handout_walk.sql read as the claiming agent: the lead. Empty (so the
--- walk is too) when no agent may be a member.
+-- What eligible.sql and handout_walk.sql read as the claiming agent: the members' shared
+-- profile, the lead's, without an id or a name (`@> ARRAY[NULL]` holds for no order), so the walk
+-- takes only what every member may take even if an agent was renamed after `untargeted` looked;
+-- at most one order a member. Empty (so the walk is too) when no agent may be a member.
 a AS (
-  SELECT id, name, labels, annotations, annotation_pairs, work_types, tenant, max_concurrency,
-         retired_at, $4::text[] AS requested_types, true AS walks
+  SELECT NULL::uuid AS id, NULL::text AS name, labels, annotations, annotation_pairs,
+         work_types, tenant, max_concurrency, retired_at, $4::text[] AS requested_types,
+         true AS walks, (SELECT count(*) FROM members) AS most
   FROM lead
 ),
 -- @include handout_walk.sql

@@ -1,7 +1,7 @@
--- claimed_order (a fragment, not a statement): the order just claimed by take_claim.sql, with
+-- claimed_order (a fragment, not a statement): the order just claimed (claim_rows.sql), with
 -- yaml_content and its claim, as queue::OrderRow reads it. Included (`-- @include claimed_order.sql`,
 -- build.rs) by claim_next_result.sql (claim_next.sql, claim_next_fair.sql),
--- claim_next_capped.sql, claim_next_capped_fair.sql and claim_by_id.sql.
+-- claim_next_capped.sql, claim_next_capped_fair.sql, claim_by_id.sql and claim_next_group.sql.
 SELECT w.yaml_content,
        -- @include order_columns.sql
 FROM upd w JOIN claim c ON c.work_order_id = w.id

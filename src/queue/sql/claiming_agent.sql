@@ -4,7 +4,7 @@
 -- maintenance's lock_retired_agent.sql), so an agent's claims and completes run side by side (FOR NO KEY UPDATE here made one agent of
 -- 16 slots wait on its own row, each statement until the last one's commit: issue #34).
 -- `walks` is false for an agent with max_concurrency, whose claim is the transaction of
--- claim_next_capped(_fair).sql. `contact` records the agent's contact at most once a second (or
+-- claim_next_capped(_fair).sql; `most` is how many orders the walk may take (handout_walk.sql). `contact` records the agent's contact at most once a second (or
 -- when its lease changes) and never waits: its row lock is SKIP LOCKED, so while another
 -- statement writes the row (which records the contact too) this one leaves it. Not waiting is
 -- what rules out a deadlock: `contact` runs at the end of the statement, after the orders'
@@ -12,7 +12,8 @@
 -- $1 agent id (uuid), $3 lease seconds (int, NULL = no lease), $4 requested work types (text[])
 a AS (
   SELECT id, name, labels, annotations, annotation_pairs, work_types, tenant, max_concurrency,
-         retired_at, $4::text[] AS requested_types, max_concurrency IS NULL AS walks
+         retired_at, $4::text[] AS requested_types, max_concurrency IS NULL AS walks,
+         cardinality($2::uuid[]) AS most
   FROM agents WHERE id = $1
   FOR KEY SHARE
 ),
