@@ -11,11 +11,12 @@
 -- order's columns all NULL.
 --
 -- One walk serves every member: the orders eligible for the lead (the first agent that may be a
--- member), in hand-out order (docs/design.md §3), the n-th to the n-th member. That is right only
--- for agents that may take exactly what the lead may, so a member has the lead's labels,
--- annotations, work types and tenant, no max_concurrency, is not retired, and no PENDING or
--- RETRY_PENDING order targets it (or the lead) by id or name (checked through the targeting GIN
--- indexes): for them eligibility does not depend on who they are. Every other agent of $1 is
+-- member) by its profile alone, not its id or name, in hand-out order (docs/design.md §3), the
+-- n-th to the n-th member. That is right only for agents that may take exactly what the lead may,
+-- so a member has the lead's labels, annotations, work types and tenant, no max_concurrency, is
+-- not retired, and no PENDING or RETRY_PENDING order targets it (or the lead) by id or name
+-- (checked through the targeting GIN indexes): for them eligibility does not depend on who they
+-- are. Every other agent of $1 is
 -- claimed for alone afterwards (queue::claims::group), as are members that got an order the walk
 -- chose but no claim (`contended`). A member that got nothing while the walk ran `short` has
 -- nothing it may take (but what other claims hold): it is answered so.
