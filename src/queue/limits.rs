@@ -184,8 +184,9 @@ pub const COMPLETE_BATCH_DEFAULT: u64 = 64;
 /// Most one-order claims one group claim serves in one statement (`serve --claim-batch`,
 /// `queue::claims::group`); 1 turns group claims off.
 pub const CLAIM_BATCH_MAX: u64 = 256;
-/// `serve --claim-batch` unless told: a claim of 32 orders is still about 1.5 ms of PostgreSQL,
-/// and 32 agents claiming at the same moment already share few commits.
+/// `serve --claim-batch` unless told: one statement for up to 32 agents. A claim of 16 orders
+/// took 1.4 ms of PostgreSQL (bench/README.md, "where (2), (2d) and 9a spend their time"), so a
+/// full batch stays within a few milliseconds.
 pub const CLAIM_BATCH_DEFAULT: u64 = 32;
 
 // Output of running orders (docs/design.md §9). `tests/integration/limits.rs` holds these
