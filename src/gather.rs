@@ -1,9 +1,39 @@
-//! Taking what waits in a queue as one batch, the way both of Pullman's batchers form theirs: the
-//! server's group commit of completes (`queue::group_commit`) and an agent's reports
-//! (`pull::report`). Several tasks share one receiver; each takes a batch, works it, and comes
-//! back, so while one batch is in flight the next forms, and nothing waits to fill a batch.
+//! Taking what waits in a queue as one batch, the way Pullman's batchers form theirs: the
+//! server's group commit of completes (`queue::group_commit`), its group claims
+//! (`queue::claims::group`) and an agent's reports (`pull::report`). Several tasks share one
+//! receiver; each takes a batch, works it, and comes back, so while one batch is in flight the
+//! next forms, and nothing waits to fill a batch.
+
+use std::future::Future;
+use std::sync::Arc;
 
 use tokio::sync::{Mutex, mpsc};
+
+/// Starts `runners` tasks on the current tokio runtime sharing one queue: each takes what waits
+/// ([`take_waiting`], at most `most` items, unweighed), awaits `work` on that batch, and comes
+/// back, until every sender is dropped and the queue is empty. Returns the queue's sender.
+pub(crate) fn spawn_runners<T, F, Fut>(
+    runners: usize,
+    most: usize,
+    work: F,
+) -> mpsc::UnboundedSender<T>
+where
+    T: Send + 'static,
+    F: Fn(Vec<T>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let receiver = Arc::new(Mutex::new(receiver));
+    for _ in 0..runners {
+        let (receiver, work) = (receiver.clone(), work.clone());
+        tokio::spawn(async move {
+            while let Some(batch) = take_waiting(&receiver, most, |_| 0, usize::MAX).await {
+                work(batch).await;
+            }
+        });
+    }
+    sender
+}
 
 /// Waits for the first item of `receiver` (`None` once it is closed and empty), yields one turn
 /// of the scheduler, then takes every other item waiting while the batch holds fewer than `most`

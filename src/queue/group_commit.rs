@@ -22,14 +22,12 @@
 //! requests timed out.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use sqlx::PgPool;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::{LogEntry, LogRow, QueueError, sql};
-use crate::gather::take_waiting;
 
 /// Tasks running batches at once: while one waits for its commit, the other gathers the next
 /// batch, and a batch held up by a row lock does not hold up every complete. Fewer runners make
@@ -68,12 +66,13 @@ impl GroupCommit {
     /// `max_batch` completes per statement (at least 1; `Queue::with_group_commit` starts none
     /// for 1).
     pub(crate) fn start(pool: PgPool, max_batch: usize) -> Self {
-        let (sender, receiver) = mpsc::unbounded_channel();
-        let receiver = Arc::new(Mutex::new(receiver));
-        for _ in 0..RUNNERS {
-            tokio::spawn(run(pool.clone(), receiver.clone(), max_batch.max(1)));
+        let run = move |batch| {
+            let pool = pool.clone();
+            async move { run_batch(&pool, batch).await }
+        };
+        GroupCommit {
+            sender: crate::gather::spawn_runners(RUNNERS, max_batch.max(1), run),
         }
-        GroupCommit { sender }
     }
 
     /// Completes `order_id` as succeeded for `agent_id` in the next batch and returns once that
@@ -108,14 +107,6 @@ impl GroupCommit {
     }
 }
 
-/// A runner: takes what is waiting (`gather::take_waiting`), runs it, answers, and again, until
-/// the queue is closed.
-async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::UnboundedReceiver<Complete>>>, max: usize) {
-    while let Some(batch) = take_waiting(&receiver, max, |_| 0, usize::MAX).await {
-        run_batch(&pool, batch).await;
-    }
-}
-
 /// Runs one batch and answers each of its completes.
 async fn run_batch(pool: &PgPool, batch: Vec<Complete>) {
     // An order twice in one batch (an agent repeating a complete it has not been answered yet):
@@ -140,7 +131,7 @@ async fn run_batch(pool: &PgPool, batch: Vec<Complete>) {
                 tracing::warn!(%error, completes = batch.len(), "a group commit found the database unavailable; answering each complete 503");
                 let why = error.to_string();
                 for c in batch {
-                    let _ = c.reply.send(Err(unavailable(&why)));
+                    let _ = c.reply.send(Err(unavailable("group commit", &why)));
                 }
                 Vec::new()
             }
@@ -179,11 +170,11 @@ async fn many(pool: &PgPool, batch: &[Complete]) -> Result<HashMap<Uuid, LogEntr
         .collect())
 }
 
-/// The `503` of one complete of a batch that found the database unavailable (`why`: the batch's
-/// error; `sqlx::Error` is not `Clone`).
-fn unavailable(why: &str) -> QueueError {
+/// The `503` of one request of a batch (a group commit, a group claim) that found the database
+/// unavailable: `batch` names the batch, `why` is its error (`sqlx::Error` is not `Clone`).
+pub(super) fn unavailable(batch: &str, why: &str) -> QueueError {
     QueueError::Unavailable(sqlx::Error::Io(std::io::Error::other(format!(
-        "the group commit this complete was in: {why}"
+        "the {batch} this request was in: {why}"
     ))))
 }
 

@@ -17,20 +17,18 @@
 //! alone (`queue::turns`). A claim whose request is gone by the time its batch runs is dropped
 //! unclaimed.
 //!
-//! How batches form: [`RUNNERS`] tasks take claims from one queue with `gather::take_waiting`,
-//! as the group commit does: the first waiting claim, one turn of the scheduler, then what else
+//! How batches form: [`RUNNERS`] tasks take claims from one queue (`gather::spawn_runners`), as
+//! the group commit does: the first waiting claim, one turn of the scheduler, then what else
 //! waits, up to the batch size.
-
-use std::sync::Arc;
 
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, PgPool, Row};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use super::super::group_commit::unavailable;
 use super::super::{OrderRow, QueueError, WorkOrder, sql};
 use super::{AgentLockRow, Claimer};
-use crate::gather::take_waiting;
 
 /// Tasks running batches at once: while one waits for its commit, the other gathers the next.
 pub const RUNNERS: usize = 2;
@@ -67,12 +65,13 @@ impl GroupClaims {
     /// Starts [`RUNNERS`] runners on `pool` (on the current tokio runtime), each claiming for at
     /// most `max_batch` agents per statement.
     pub(crate) fn start(pool: PgPool, max_batch: usize) -> Self {
-        let (sender, receiver) = mpsc::unbounded_channel();
-        let receiver = Arc::new(Mutex::new(receiver));
-        for _ in 0..RUNNERS {
-            tokio::spawn(run(pool.clone(), receiver.clone(), max_batch.max(2)));
+        let run = move |batch| {
+            let pool = pool.clone();
+            async move { run_batch(&pool, batch).await }
+        };
+        GroupClaims {
+            sender: crate::gather::spawn_runners(RUNNERS, max_batch.max(2), run),
         }
-        GroupClaims { sender }
     }
 
     /// One order for `agent_id` in the next batch (`types`: the requested work types as bound
@@ -101,21 +100,20 @@ impl GroupClaims {
     }
 }
 
-async fn run(pool: PgPool, receiver: Arc<Mutex<mpsc::UnboundedReceiver<Claim>>>, max: usize) {
-    while let Some(batch) = take_waiting(&receiver, max, |_| 0, usize::MAX).await {
-        // A claim whose request is gone (its client left, or the request's own time ran out
-        // while the database was away) is not claimed for: nobody would run that order, and
-        // it would wait for the reaper.
-        let batch = batch.into_iter().filter(|c| !c.reply.is_closed()).collect();
-        let (alone, groups): (Vec<_>, Vec<_>) =
-            groups(batch).into_iter().partition(|g| g.len() == 1);
-        // The claims no statement here serves go on at once, not after the groups' statements.
-        for c in alone.into_iter().flatten() {
-            let _ = c.reply.send(Reply::Alone);
-        }
-        for group in groups {
-            run_group(&pool, group).await;
-        }
+/// Runs one batch (`gather::spawn_runners`): its groups' statements, and every other claim of it
+/// answered [`Reply::Alone`].
+async fn run_batch(pool: &PgPool, batch: Vec<Claim>) {
+    // A claim whose request is gone (its client left, or the request's own time ran out while
+    // the database was away) is not claimed for: nobody would run that order, and it would wait
+    // for the reaper.
+    let batch = batch.into_iter().filter(|c| !c.reply.is_closed()).collect();
+    let (alone, groups): (Vec<_>, Vec<_>) = groups(batch).into_iter().partition(|g| g.len() == 1);
+    // The claims no statement here serves go on at once, not after the groups' statements.
+    for c in alone.into_iter().flatten() {
+        let _ = c.reply.send(Reply::Alone);
+    }
+    for group in groups {
+        run_group(pool, group).await;
     }
 }
 
@@ -154,7 +152,9 @@ async fn run_group(pool: &PgPool, group: Vec<Claim>) {
             tracing::warn!(%error, claims = group.len(), "a group claim found the database unavailable; answering each claim 503");
             let why = error.to_string();
             for c in group {
-                let _ = c.reply.send(Reply::Failed(unavailable(&why)));
+                let _ = c
+                    .reply
+                    .send(Reply::Failed(unavailable("group claim", &why)));
             }
             return;
         }
@@ -195,12 +195,4 @@ fn answer(row: &PgRow) -> Reply {
         Ok(Reply::Claimed(orders, claimer))
     };
     read().unwrap_or_else(|error| Reply::Failed(error.into()))
-}
-
-/// The `503` of one claim of a batch that found the database unavailable (`why`: the batch's
-/// error; `sqlx::Error` is not `Clone`).
-fn unavailable(why: &str) -> QueueError {
-    QueueError::Unavailable(sqlx::Error::Io(std::io::Error::other(format!(
-        "the group claim this claim was in: {why}"
-    ))))
 }
