@@ -65,8 +65,8 @@ fn row(name: &str, base: (f64, Vec<Duration>), keyed: (f64, Vec<Duration>)) {
 /// Prints rows 10a and 10b.
 pub async fn run(b: &Bench) {
     let n: i64 = if b.quick { 10_000 } else { 100_000 };
-    let base = drain_filled(b, n, async |pool| fill(pool, n, 0, 0, 0).await).await;
-    let keyed = drain_filled(b, n, async |pool| fill(pool, n, n, 200, 5).await).await;
+    let base = drain_filled(b, n, false, async |pool| fill(pool, n, 0, 0, 0).await).await;
+    let keyed = drain_filled(b, n, false, async |pool| fill(pool, n, n, 200, 5).await).await;
     row(
         &format!(
             "10a. Concurrency keys, {n} pending, 8 agents: every order keyed (200 keys, max 5)"
@@ -74,7 +74,7 @@ pub async fn run(b: &Bench) {
         base.clone(),
         keyed,
     );
-    let hot = drain_filled(b, n, async |pool| fill(pool, n, n / 10, 1, 1).await).await;
+    let hot = drain_filled(b, n, false, async |pool| fill(pool, n, n / 10, 1, 1).await).await;
     row(
         &format!(
             "10b. Concurrency keys, {n} pending, 8 agents: the oldest {} one key of max 1",

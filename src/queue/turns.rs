@@ -109,6 +109,22 @@ impl TurnMode {
     }
 }
 
+/// [`Queue::park_turns`] on `pool`: also for the group claims (`queue::claims::group`), which
+/// run on the pool, not on a [`Queue`].
+pub(super) async fn park(pool: &sqlx::PgPool, tenants: &[uuid::Uuid]) {
+    if tenants.is_empty() {
+        return;
+    }
+    let parked: Result<i32, sqlx::Error> = sqlx::query_scalar(sql::PARK_TURNS)
+        .bind(tenants)
+        .fetch_one(pool)
+        .await;
+    match parked {
+        Ok(n) => tracing::trace!(named = tenants.len(), parked = n, "tenant turns parked"),
+        Err(error) => tracing::debug!(%error, "idle tenant turns not parked"),
+    }
+}
+
 impl Queue {
     /// Parks the turns of `tenants` (tenant keys a claim named idle, `sql/claim_next_result.sql`)
     /// whose tenants have no order to hand out (docs/design.md §3 "Parked turns";
@@ -117,17 +133,7 @@ impl Queue {
     /// failure is logged and dropped: the claim has happened, and a later claim names the turn
     /// again.
     pub(super) async fn park_turns(&self, tenants: &[uuid::Uuid]) {
-        if tenants.is_empty() {
-            return;
-        }
-        let parked: Result<i32, sqlx::Error> = sqlx::query_scalar(sql::PARK_TURNS)
-            .bind(tenants)
-            .fetch_one(&self.pool)
-            .await;
-        match parked {
-            Ok(n) => tracing::trace!(named = tenants.len(), parked = n, "tenant turns parked"),
-            Err(error) => tracing::debug!(%error, "idle tenant turns not parked"),
-        }
+        park(&self.pool, tenants).await;
     }
 
     /// Unparks up to [`UNPARK_AT_MOST`] parked turns whose tenants have orders to hand out

@@ -216,3 +216,130 @@ async fn a_retired_or_unknown_agent_in_a_group_is_answered_as_alone() {
     );
     assert!(matches!(answers[3], Ok(Some(_))), "{:?}", answers[3]);
 }
+
+/// An order of `tenant` for agents labelled `gc`.
+async fn tenant_order(queue: &Queue, tenant: &str) -> Uuid {
+    let body = json!({"work_type": "custom", "yaml_content": CM, "tenant": tenant,
+                      "targeting": {"labels": ["gc"]}});
+    create_order(queue, body).await
+}
+
+/// While tenants compete, agents claiming together hand out what single claims one after
+/// another would: tenants `a` and `b` (one order each, served first as their turns are oldest),
+/// then `c`'s two oldest, whether the four claims ran as one group, several or alone; the turns
+/// of `a` and `b`, left without orders, are parked after the commit (within two seconds). Claims shared a commit in
+/// at least one of the rounds, so the fair group statement ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn while_tenants_compete_grouped_claims_hand_out_by_turns_and_park_idle_ones() {
+    let mut grouped = false;
+    for _ in 0..6 {
+        let queue = queue().await;
+        let a = tenant_order(&queue, "a").await;
+        let b = tenant_order(&queue, "b").await;
+        let mut c = Vec::new();
+        for _ in 0..6 {
+            c.push(tenant_order(&queue, "c").await);
+        }
+        let mut agents = Vec::new();
+        for i in 0..4 {
+            let body = json!({"name": format!("f-{i}"), "labels": ["gc"]});
+            agents.push(register_agent(&queue, body).await);
+        }
+        // The queue reads that tenants compete at a claim: one that takes nothing, so the
+        // claims below do not go on with what it knew before the orders (`queue::turns`).
+        let other = register_agent(&queue, json!({"name": "other", "labels": ["none"]})).await;
+        assert!(queue.claim_next(&req(other), &[]).await.unwrap().is_none());
+        let answers = claim_together(&queue, &agents).await;
+        let mut got: Vec<Uuid> = answers
+            .into_iter()
+            .map(|a| a.unwrap().expect("an order for each agent"))
+            .collect();
+        got.sort();
+        let mut want = vec![a, b, c[0], c[1]];
+        want.sort();
+        assert_eq!(got, want, "not what four single claims would hand out");
+        // A group parks after it answered its claims: give it a moment.
+        let mut parked: Vec<String> = Vec::new();
+        for _ in 0..100 {
+            parked = sqlx::query_scalar(
+                "SELECT tenant FROM tenant_turns WHERE served_at = 'infinity' ORDER BY tenant",
+            )
+            .fetch_all(queue.pool())
+            .await
+            .unwrap();
+            if parked == ["a", "b"] {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(parked, ["a", "b"], "a's and b's turns are idle");
+        let (times,): (i64,) =
+            sqlx::query_as("SELECT count(DISTINCT claimed_at) FROM work_order_claims")
+                .fetch_one(queue.pool())
+                .await
+                .unwrap();
+        grouped |= times < 4;
+    }
+    assert!(
+        grouped,
+        "in six rounds, no two of four claims shared a commit"
+    );
+}
+
+/// 16 agents claim and complete 400 orders of 20 tenants one at a time, all at once, while the
+/// tenants compete: every order is claimed once and logged once, and claims shared commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fair_group_claims_hand_each_order_out_once() {
+    let queue = queue().await;
+    for i in 0..400 {
+        tenant_order(&queue, &format!("t{}", i % 20)).await;
+    }
+    let mut agents = Vec::new();
+    for i in 0..16 {
+        agents.push(
+            register_agent(&queue, json!({"name": format!("fg-{i}"), "labels": ["gc"]})).await,
+        );
+    }
+    let done = Completion {
+        success: true,
+        message: None,
+        retryable: true,
+        disrupted: false,
+    };
+    let tasks: Vec<_> = agents
+        .iter()
+        .map(|&agent| {
+            let (queue, done) = (queue.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut claimed = Vec::new();
+                while let Some(o) = queue.claim_next(&req(agent), &[]).await.unwrap() {
+                    assert_eq!(o.claimed_by, Some(agent), "the order names its claimer");
+                    claimed.push((o.id, o.claimed_at.expect("a claim has its time")));
+                    queue
+                        .complete(o.id, agent, o.claim_id, &done)
+                        .await
+                        .unwrap();
+                }
+                claimed
+            })
+        })
+        .collect();
+    let mut ids = HashSet::new();
+    let mut times = HashSet::new();
+    for t in tasks {
+        for (id, at) in t.await.unwrap() {
+            assert!(ids.insert(id), "order {id} claimed twice");
+            times.insert(at);
+        }
+    }
+    assert_eq!(ids.len(), 400, "every order claimed");
+    let (logged,): (i64,) = sqlx::query_as("SELECT count(DISTINCT id) FROM work_order_log")
+        .fetch_one(queue.pool())
+        .await
+        .unwrap();
+    assert_eq!(logged, 400, "every order logged once");
+    assert!(
+        times.len() < 400,
+        "400 claims of 16 agents took 400 commits: no claims were grouped"
+    );
+}

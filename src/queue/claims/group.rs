@@ -13,9 +13,10 @@
 //! whose order was taken by a concurrency key filled meanwhile, is answered
 //! [`Reply::Alone`]: its own task runs the single claim, exactly as without group claims (so a
 //! lone claim, an unknown or retired agent, a capped one, or one with its own targeted orders
-//! sees nothing new). Tenant turns are not served here: while tenants compete every claim runs
-//! alone (`queue::turns`). A claim whose request is gone by the time its batch runs is dropped
-//! unclaimed.
+//! sees nothing new). While tenants compete (`queue::turns`) the group walks their turns
+//! (`sql/claim_next_group_fair.sql`): it takes what a multi-claim of as many orders would, and
+//! parks the turns it found idle after its commit, as a fair claim alone does. A claim whose
+//! request is gone by the time its batch runs is dropped unclaimed.
 //!
 //! How batches form: [`RUNNERS`] tasks take claims from one queue (`gather::spawn_runners`), as
 //! the group commit does: the first waiting claim, one turn of the scheduler, then what else
@@ -27,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::super::group_commit::unavailable;
+use super::super::turns::park;
 use super::super::{OrderRow, QueueError, WorkOrder, sql};
 use super::{AgentLockRow, Claimer};
 
@@ -51,6 +53,8 @@ struct Claim {
     agent_id: Uuid,
     lease_seconds: Option<i32>,
     types: Vec<&'static str>,
+    /// Tenants compete (`queue::turns`): the group walks their turns.
+    fair: bool,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -75,18 +79,21 @@ impl GroupClaims {
     }
 
     /// One order for `agent_id` in the next batch (`types`: the requested work types as bound
-    /// to SQL); see [`Reply`].
+    /// to SQL; `fair`: tenants compete, so the group walks their turns as
+    /// `sql/claim_next_group_fair.sql`); see [`Reply`].
     pub(super) async fn claim(
         &self,
         agent_id: Uuid,
         lease_seconds: Option<i32>,
         types: Vec<&'static str>,
+        fair: bool,
     ) -> Reply {
         let (reply, answer) = oneshot::channel();
         let claim = Claim {
             agent_id,
             lease_seconds,
             types,
+            fair,
             reply,
         };
         if self.sender.send(claim).is_err() {
@@ -117,14 +124,16 @@ async fn run_batch(pool: &PgPool, batch: Vec<Claim>) {
     }
 }
 
-/// The batch split into groups one statement can serve: the same lease and requested types,
-/// each agent once (an agent's second claim of the batch goes in a group of its own).
+/// The batch split into groups one statement can serve: the same lease, requested types and
+/// walk (plain or fair), each agent once (an agent's second claim of the batch goes in a group of
+/// its own).
 fn groups(batch: Vec<Claim>) -> Vec<Vec<Claim>> {
     let mut groups: Vec<Vec<Claim>> = Vec::new();
     for claim in batch {
         let fits = groups.iter_mut().find(|g| {
             g[0].lease_seconds == claim.lease_seconds
                 && g[0].types == claim.types
+                && g[0].fair == claim.fair
                 && g.iter().all(|c| c.agent_id != claim.agent_id)
         });
         match fits {
@@ -135,11 +144,17 @@ fn groups(batch: Vec<Claim>) -> Vec<Vec<Claim>> {
     groups
 }
 
-/// Runs one group's statement (two claims or more) and answers each of its claims.
+/// Runs one group's statement (two claims or more), answers each of its claims, then parks the
+/// turns the statement named idle (`queue::turns`), as a fair claim alone does after its commit.
 async fn run_group(pool: &PgPool, group: Vec<Claim>) {
     let agents: Vec<Uuid> = group.iter().map(|c| c.agent_id).collect();
     let claim_ids: Vec<Uuid> = group.iter().map(|_| Uuid::new_v4()).collect();
-    let rows: Result<Vec<PgRow>, sqlx::Error> = sqlx::query(sql::CLAIM_NEXT_GROUP)
+    let statement = if group[0].fair {
+        sql::CLAIM_NEXT_GROUP_FAIR
+    } else {
+        sql::CLAIM_NEXT_GROUP
+    };
+    let rows: Result<Vec<PgRow>, sqlx::Error> = sqlx::query(statement)
         .bind(&agents)
         .bind(&claim_ids)
         .bind(group[0].lease_seconds)
@@ -172,6 +187,12 @@ async fn run_group(pool: &PgPool, group: Vec<Claim>) {
         // claimed until its lease or deadline ends, as after any claim whose answer was lost.
         let _ = c.reply.send(reply);
     }
+    // Every row names the statement's idle turns; one that does not read names none.
+    let idle: Vec<Uuid> = rows
+        .first()
+        .and_then(|row| row.try_get("idle_turns").ok())
+        .unwrap_or_default();
+    park(pool, &idle).await;
 }
 
 /// One agent's row of `claim_next_group.sql` as its [`Reply`]. A row that does not read is an

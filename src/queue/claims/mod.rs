@@ -318,10 +318,15 @@ impl Queue {
         let statement = self.fair_or(sql::CLAIM_NEXT_FAIR, sql::CLAIM_NEXT).await?;
         if let Some(group) = &self.group_claims
             && max_orders == 1
-            && statement == sql::CLAIM_NEXT
         {
+            let fair = statement == sql::CLAIM_NEXT_FAIR;
             match group
-                .claim(req.agent_id, req.lease_seconds, type_names(work_types))
+                .claim(
+                    req.agent_id,
+                    req.lease_seconds,
+                    type_names(work_types),
+                    fair,
+                )
                 .await
             {
                 group::Reply::Claimed(orders, claimer) => return Ok((orders, claimer)),

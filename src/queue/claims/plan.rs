@@ -355,3 +355,71 @@ async fn a_list_page_reads_its_page_not_the_table() {
         }
     }
 }
+
+/// The plan node `name` (a CTE's, `CTE target`) under `plan`.
+fn subplan<'p>(plan: &'p serde_json::Value, name: &str) -> Option<&'p serde_json::Value> {
+    if plan["Subplan Name"].as_str() == Some(name) {
+        return Some(plan);
+    }
+    plan["Plans"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|child| subplan(child, name))
+}
+
+/// The node types of a group claim's walk (`sql/claim_next_group.sql`,
+/// `sql/claim_next_group_fair.sql`: its `target` and, while tenants compete, `turns` CTEs) for
+/// the backlog's agent and a second of the same profile, with 10,000 eligible orders spread over
+/// `tenants` tenants; with `ANALYZE` the claim runs: also the rows each scan of `tenant_turns`
+/// read. The rest of the statement reads the agents (their rows, sorted for the answer, and two
+/// GIN probes each for orders naming them), not the eligible orders.
+async fn group_walk(statement: &str, tenants: i32, options: &str) -> (Vec<String>, Vec<f64>) {
+    let (pool, agent) = backlog(tenants).await;
+    let second = Uuid::new_v4();
+    sqlx::query("INSERT INTO agents (id, name, labels) VALUES ($1, 'planner-2', ARRAY['plan'])")
+        .bind(second)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let arguments = format!(
+        "'{{{agent},{second}}}'::uuid[], '{{{},{}}}'::uuid[], NULL, '{{}}'::text[]",
+        Uuid::new_v4(),
+        Uuid::new_v4()
+    );
+    let plan = explain_prepared(&mut conn, statement, options, &arguments).await;
+    let mut nodes = Vec::new();
+    for cte in ["CTE target", "CTE turns"] {
+        if let Some(walk) = subplan(&plan[0]["Plan"], cte) {
+            node_types(walk, &mut nodes);
+        }
+    }
+    let mut scans = Vec::new();
+    rows_read(&plan[0]["Plan"], "tenant_turns", &mut scans);
+    (nodes, scans.into_iter().map(|(_, rows)| rows).collect())
+}
+
+/// A group claim walks as the single claim does: the hand-out index with one tenant; while
+/// tenants compete, the turns one probe at a time and each tenant's orders in order, reading the
+/// turns it passes, not every turn.
+#[tokio::test]
+async fn group_claims_walk_in_hand_out_order() {
+    let (nodes, _) = group_walk(sql::CLAIM_NEXT_GROUP, 1, "COSTS ON").await;
+    assert_ordered_walk("claim_next_group.sql", &nodes, "work_orders_handout");
+    let name = "claim_next_group_fair.sql";
+    let (nodes, _) = group_walk(sql::CLAIM_NEXT_GROUP_FAIR, 1000, "COSTS ON").await;
+    assert_ordered_walk(name, &nodes, "work_orders_turn");
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n.ends_with(" Scan using tenant_turns_served")),
+        "{name}: no walk of tenant_turns_served in {nodes:?}"
+    );
+    let (_, scans) = group_walk(sql::CLAIM_NEXT_GROUP_FAIR, 1000, "ANALYZE").await;
+    let most = scans.iter().copied().fold(0.0, f64::max);
+    assert!(
+        !scans.is_empty() && most <= 16.0,
+        "{name}: a scan of tenant_turns read {most} of 1,000 turns: {scans:?}"
+    );
+}

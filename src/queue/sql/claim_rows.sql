@@ -1,8 +1,8 @@
 -- claim_rows (a fragment, not a statement): records the claims the statement's `claimants` CTE
 -- pairs (work_order_id, claim_id, agent_id: the orders its walk chose, each with its claim's id
 -- and the agent that takes it) and marks those orders CLAIMED. Included (`-- @include
--- claim_rows.sql`, build.rs) by take_claim.sql (one agent's claims) and claim_next_group.sql (one
--- claim each for several agents).
+-- claim_rows.sql`, build.rs) by take_claim.sql (one agent's claims) and group_claim_rows.sql
+-- (one claim each for several agents: claim_next_group.sql and claim_next_group_fair.sql).
 -- $3 lease seconds (int, NULL = no lease)
 -- Each claim lasts claim_timeout_seconds from now (its deadline); the lease, when given, ends at
 -- the earlier of now + lease and the deadline (docs/design.md §2). An order with a concurrency

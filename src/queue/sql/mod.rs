@@ -54,6 +54,8 @@ const FRAGMENTS: &[&str] = &[
     "live_claim",
     "take_claim",
     "claim_rows",
+    "group_agents",
+    "group_claim_rows",
     "claimed_order",
     "order_columns",
     "log_columns",
@@ -80,6 +82,7 @@ statements! {
     READ_CLAIMER = "read_claimer";
     CLAIM_NEXT = "claim_next";
     CLAIM_NEXT_GROUP = "claim_next_group";
+    CLAIM_NEXT_GROUP_FAIR = "claim_next_group_fair";
     LOCK_CLAIMER = "lock_claimer";
     COUNT_HELD_CLAIMS = "count_held_claims";
     CLAIM_NEXT_CAPPED = "claim_next_capped";

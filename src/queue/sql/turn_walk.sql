@@ -1,15 +1,16 @@
 -- turn_walk (a fragment, not a statement): the `turns`, `target` and `served` CTEs of
--- claim_next_fair.sql and claim_next_capped_fair.sql (which say WITH RECURSIVE for `turns`), the
--- claims while tenants compete (queue::turns). `target` is the orders agent `a` is handed, in
--- hand-out order (docs/design.md §3): the tenants in the order they were last served (`turns`:
--- tenant_turns, least recently first; an agent bound to a tenant reads its own turn only), and
--- in each tenant work_orders_turn walked by priority (higher first), then age, stopping at the
--- first rows eligible for `a`, at most as many as $2 has claim ids. A multi-claim takes from
--- one tenant before the next, as single claims would that all came before that tenant's next
--- turn. Empty when a.walks is false. The rule is a per-row sub-select for the reason
--- handout_walk.sql gives. `turns` steps through tenant_turns_served one turn at a time, each
--- step one index probe, and only as far as `target` reads it: written as one ordered scan, the
--- planner sorted every turn at every claim.
+-- claim_next_fair.sql, claim_next_capped_fair.sql and claim_next_group_fair.sql (which say WITH
+-- RECURSIVE for `turns`), the claims while tenants compete (queue::turns). `target` is the
+-- orders agent `a` is handed, in hand-out order (docs/design.md §3): the tenants in the order
+-- they were last served (`turns`: tenant_turns, least recently first; an agent bound to a tenant
+-- reads its own turn only), and in each tenant work_orders_turn walked by priority (higher
+-- first), then age, stopping at the first rows eligible for `a`, at most a.most (as many as $2
+-- has claim ids; in a group claim, as many as the group has members). A multi-claim (and a
+-- group) takes from one tenant before the next, as single claims would that all came before that
+-- tenant's next turn. Empty when a.walks is false. The rule is a per-row sub-select for the
+-- reason handout_walk.sql gives. `turns` steps through tenant_turns_served one turn at a time,
+-- each step one index probe, and only as far as `target` reads it: written as one ordered scan,
+-- the planner sorted every turn at every claim.
 turns AS (
   (SELECT t.served_at, t.tenant_key FROM tenant_turns t
    WHERE (SELECT walks FROM a) AND (SELECT tenant FROM a) IS NULL
@@ -42,10 +43,10 @@ target AS (
       -- @include key_full.sql
       )
     ORDER BY w.priority DESC, w.created_at, w.id
-    LIMIT cardinality($2::uuid[])
+    LIMIT (SELECT most FROM a)
     FOR UPDATE SKIP LOCKED
   ) pick
-  LIMIT cardinality($2::uuid[])
+  LIMIT (SELECT most FROM a)
 ),
 -- @include serve_turns.sql
 -- The turns that look idle in this statement's snapshot: the tenants served now that have no

@@ -1,0 +1,17 @@
+-- claim_next_group_fair: claim_next_group.sql while tenants compete (two or more have orders,
+-- queue::turns): one order each for several agents whose claims arrived together, in one
+-- statement and one commit, in §3's whole hand-out order (docs/design.md): the members' one walk
+-- is turn_walk.sql's, the tenant served least recently first, then priority, then age. The
+-- group takes orders as a multi-claim of as many orders as it has members would (a tenant's
+-- orders before the next tenant's turn: what that many single claims starting together take, as
+-- they read the same first turn), and every tenant it served moves to the back.
+-- $1 the agents' ids (uuid[], distinct, in the order their claims arrived)
+-- $2 their new claims' ids (uuid[], one per agent, in the same order)
+-- $3 lease seconds (int, NULL = no lease), the same for all of them
+-- $4 requested work types (text[], empty = any), the same for all of them
+-- Returns what claim_next_group.sql returns; `idle_turns` names the turns to park.
+-- Lock order agent → order → claim → tenant turn, as claim_next_fair.sql.
+WITH RECURSIVE
+-- @include group_agents.sql
+-- @include turn_walk.sql
+-- @include group_claim_rows.sql
