@@ -222,6 +222,9 @@ impl Load {
         {
             body["concurrency"] = concurrency;
         }
+        if let Some(tenant) = tenant_of(seq, self.settings.orders) {
+            body["tenant"] = json!(tenant);
+        }
         let key = format!("faults-{}-{seq}", self.run);
         let mut record = CreateRecord {
             seq,
@@ -502,4 +505,13 @@ impl Load {
             let _ = task.await;
         }
     }
+}
+
+/// The tenant of order `seq` of `orders`: one of three in the first half of the run, none in the
+/// second, so the claims walk tenant turns (fair mode, the group claims' fair statement
+/// included) while the first half's orders wait, and priority and age alone afterwards
+/// (docs/design.md §11, `queue::turns`). A key's slot is per tenant, and the key watcher counts
+/// per slot.
+fn tenant_of(seq: usize, orders: usize) -> Option<String> {
+    (seq < orders / 2).then(|| format!("t{}", seq % 3))
 }
