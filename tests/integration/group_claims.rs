@@ -55,19 +55,14 @@ async fn claim_together(queue: &Queue, agents: &[Uuid]) -> Vec<Result<Option<Uui
     answers
 }
 
-/// 16 agents of one profile claim and complete 400 orders one at a time, all at once: every
-/// order is claimed once and logged once, and claims shared commits (a statement's claims share
-/// its `claimed_at`, the transaction's `now()`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn claims_sent_together_share_commits_and_hand_each_order_out_once() {
-    let queue = queue().await;
-    for _ in 0..400 {
-        create_order(&queue, order(json!({"labels": ["gc"]}))).await;
-    }
+/// 16 agents labelled `gc` claim and complete the queue's `orders` orders one at a time, all at
+/// once, until none is left: every order is claimed once and logged once, and claims shared
+/// commits (a statement's claims share its `claimed_at`, the transaction's `now()`).
+async fn drain_together(queue: &Queue, orders: usize) {
     let mut agents = Vec::new();
     for i in 0..16 {
         agents.push(
-            register_agent(&queue, json!({"name": format!("gc-{i}"), "labels": ["gc"]})).await,
+            register_agent(queue, json!({"name": format!("gc-{i}"), "labels": ["gc"]})).await,
         );
     }
     let done = Completion {
@@ -102,16 +97,26 @@ async fn claims_sent_together_share_commits_and_hand_each_order_out_once() {
             times.insert(at);
         }
     }
-    assert_eq!(ids.len(), 400, "every order claimed");
+    assert_eq!(ids.len(), orders, "every order claimed");
     let (logged,): (i64,) = sqlx::query_as("SELECT count(DISTINCT id) FROM work_order_log")
         .fetch_one(queue.pool())
         .await
         .unwrap();
-    assert_eq!(logged, 400, "every order logged once");
+    assert_eq!(logged as usize, orders, "every order logged once");
     assert!(
-        times.len() < 400,
-        "400 claims of 16 agents took 400 commits: no claims were grouped"
+        times.len() < orders,
+        "{orders} claims of 16 agents took {orders} commits: no claims were grouped"
     );
+}
+
+/// [`drain_together`] over 400 orders without a tenant (the plain walk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_sent_together_share_commits_and_hand_each_order_out_once() {
+    let queue = queue().await;
+    for _ in 0..400 {
+        create_order(&queue, order(json!({"labels": ["gc"]}))).await;
+    }
+    drain_together(&queue, 400).await;
 }
 
 /// The oldest order targets agent `x` by name; `x` and seven agents of the same labels claim at
@@ -286,60 +291,14 @@ async fn while_tenants_compete_grouped_claims_hand_out_by_turns_and_park_idle_on
     );
 }
 
-/// 16 agents claim and complete 400 orders of 20 tenants one at a time, all at once, while the
-/// tenants compete: every order is claimed once and logged once, and claims shared commits.
+/// [`drain_together`] over 400 orders of 20 tenants, which compete until the last ones run out
+/// (the fair walk, `sql/claim_next_group_fair.sql`): the claims grouped in fair mode hand each
+/// order out once too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fair_group_claims_hand_each_order_out_once() {
     let queue = queue().await;
     for i in 0..400 {
         tenant_order(&queue, &format!("t{}", i % 20)).await;
     }
-    let mut agents = Vec::new();
-    for i in 0..16 {
-        agents.push(
-            register_agent(&queue, json!({"name": format!("fg-{i}"), "labels": ["gc"]})).await,
-        );
-    }
-    let done = Completion {
-        success: true,
-        message: None,
-        retryable: true,
-        disrupted: false,
-    };
-    let tasks: Vec<_> = agents
-        .iter()
-        .map(|&agent| {
-            let (queue, done) = (queue.clone(), done.clone());
-            tokio::spawn(async move {
-                let mut claimed = Vec::new();
-                while let Some(o) = queue.claim_next(&req(agent), &[]).await.unwrap() {
-                    assert_eq!(o.claimed_by, Some(agent), "the order names its claimer");
-                    claimed.push((o.id, o.claimed_at.expect("a claim has its time")));
-                    queue
-                        .complete(o.id, agent, o.claim_id, &done)
-                        .await
-                        .unwrap();
-                }
-                claimed
-            })
-        })
-        .collect();
-    let mut ids = HashSet::new();
-    let mut times = HashSet::new();
-    for t in tasks {
-        for (id, at) in t.await.unwrap() {
-            assert!(ids.insert(id), "order {id} claimed twice");
-            times.insert(at);
-        }
-    }
-    assert_eq!(ids.len(), 400, "every order claimed");
-    let (logged,): (i64,) = sqlx::query_as("SELECT count(DISTINCT id) FROM work_order_log")
-        .fetch_one(queue.pool())
-        .await
-        .unwrap();
-    assert_eq!(logged, 400, "every order logged once");
-    assert!(
-        times.len() < 400,
-        "400 claims of 16 agents took 400 commits: no claims were grouped"
-    );
+    drain_together(&queue, 400).await;
 }
