@@ -302,3 +302,46 @@ async fn fair_group_claims_hand_each_order_out_once() {
     }
     drain_together(&queue, 400).await;
 }
+
+/// While tenants compete, agents bound to tenant `b` claim together with agents of no tenant:
+/// each bound agent gets one of `b`'s orders (its only turn), the others orders in turn order,
+/// and no order goes out twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_bound_to_a_tenant_claim_only_its_orders_in_a_group() {
+    // Four rounds: who arrives first, and so leads the group, is up to the scheduler.
+    for _ in 0..4 {
+        let queue = queue().await;
+        let (mut a, mut b) = (HashSet::new(), HashSet::new());
+        for _ in 0..8 {
+            a.insert(tenant_order(&queue, "a").await);
+            b.insert(tenant_order(&queue, "b").await);
+        }
+        let mut agents = Vec::new();
+        for i in 0..8 {
+            let bound = i % 2 == 0;
+            let body = if bound {
+                json!({"name": format!("b-{i}"), "labels": ["gc"], "tenant": "b"})
+            } else {
+                json!({"name": format!("any-{i}"), "labels": ["gc"]})
+            };
+            agents.push((bound, register_agent(&queue, body).await));
+        }
+        // The queue reads that tenants compete before the claims below (as in the test above).
+        let other = register_agent(&queue, json!({"name": "other", "labels": ["none"]})).await;
+        assert!(queue.claim_next(&req(other), &[]).await.unwrap().is_none());
+        let ids: Vec<Uuid> = agents.iter().map(|(_, id)| *id).collect();
+        let answers = claim_together(&queue, &ids).await;
+        let mut seen = HashSet::new();
+        for ((bound, _), answer) in agents.iter().zip(answers) {
+            let id = answer.unwrap().expect("an order for each agent");
+            if *bound {
+                assert!(
+                    b.contains(&id),
+                    "an agent bound to b got {id}, not one of b's"
+                );
+            }
+            assert!(a.contains(&id) || b.contains(&id));
+            assert!(seen.insert(id), "{id} handed out twice");
+        }
+    }
+}
