@@ -18,7 +18,7 @@
 //! parks the turns it found idle after its commit, as a fair claim alone does. A claim whose
 //! request is gone by the time its batch runs is dropped unclaimed.
 //!
-//! How batches form: [`RUNNERS`] tasks take claims from one queue (`gather::spawn_runners`), as
+//! How batches form: [`RUNNERS`] task takes claims from a queue (`gather::spawn_runners`), as
 //! the group commit does: the first waiting claim, one turn of the scheduler, then what else
 //! waits, up to the batch size.
 
@@ -32,8 +32,12 @@ use super::super::turns::park;
 use super::super::{OrderRow, QueueError, WorkOrder, sql};
 use super::{AgentLockRow, Claimer};
 
-/// Tasks running batches at once: while one waits for its commit, the other gathers the next.
-pub const RUNNERS: usize = 2;
+/// Tasks running batches at once. One: the claims that arrive while a group's statement runs
+/// wait for it and then go together, where a second runner took them at once in smaller groups
+/// and more claims alone. With one, 3.4 → 4.8 claims a commit in (2) (+4 %, claim p99 +1 ms)
+/// and 9a+ with 1,000 tenants +10–14 % (`bench/queue.rs`; bench/README.md, issues #34, #40).
+/// A claim alone in its batch is answered at once, before the batch's groups run.
+pub const RUNNERS: usize = 1;
 
 /// How one claim sent to the batch is answered.
 pub(super) enum Reply {
