@@ -7,8 +7,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use pullman::queue::{ClaimRequest, Completion, ConflictCode, Queue, QueueError};
-use pullman::testing::{create_order, fresh_pool, register_agent};
+use crate::support::queue::{done, parked};
+
+use pullman::queue::{ClaimRequest, ConflictCode, Queue, QueueError};
+use pullman::testing::{create_order, eventually, fresh_pool, register_agent};
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -65,23 +67,18 @@ async fn drain_together(queue: &Queue, orders: usize) {
             register_agent(queue, json!({"name": format!("gc-{i}"), "labels": ["gc"]})).await,
         );
     }
-    let done = Completion {
-        success: true,
-        message: None,
-        retryable: true,
-        disrupted: false,
-    };
+    let success = done(true);
     let tasks: Vec<_> = agents
         .iter()
         .map(|&agent| {
-            let (queue, done) = (queue.clone(), done.clone());
+            let (queue, success) = (queue.clone(), success.clone());
             tokio::spawn(async move {
                 let mut claimed = Vec::new();
                 while let Some(o) = queue.claim_next(&req(agent), &[]).await.unwrap() {
                     assert_eq!(o.claimed_by, Some(agent), "the order names its claimer");
                     claimed.push((o.id, o.claimed_at.expect("a claim has its time")));
                     queue
-                        .complete(o.id, agent, o.claim_id, &done)
+                        .complete(o.id, agent, o.claim_id, &success)
                         .await
                         .unwrap();
                 }
@@ -264,20 +261,12 @@ async fn while_tenants_compete_grouped_claims_hand_out_by_turns_and_park_idle_on
         want.sort();
         assert_eq!(got, want, "not what four single claims would hand out");
         // A group parks after it answered its claims: give it a moment.
-        let mut parked: Vec<String> = Vec::new();
-        for _ in 0..100 {
-            parked = sqlx::query_scalar(
-                "SELECT tenant FROM tenant_turns WHERE served_at = 'infinity' ORDER BY tenant",
-            )
-            .fetch_all(queue.pool())
-            .await
-            .unwrap();
-            if parked == ["a", "b"] {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        assert_eq!(parked, ["a", "b"], "a's and b's turns are idle");
+        eventually(
+            2,
+            "a's and b's turns (idle) parked, and no other",
+            || async { (parked(queue.pool()).await == ["a", "b"]).then_some(()) },
+        )
+        .await;
         let (times,): (i64,) =
             sqlx::query_as("SELECT count(DISTINCT claimed_at) FROM work_order_claims")
                 .fetch_one(queue.pool())

@@ -5,6 +5,7 @@
 //! order waiting; and maintenance unparks a turn that was stranded anyway.
 
 use crate::support;
+use crate::support::queue::parked;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,16 +46,6 @@ async fn order(queue: &Queue, tenant: &str) -> Uuid {
 async fn finish(queue: &Queue, order: Uuid, agent: Uuid, success: bool) {
     let done = support::queue::done(success);
     queue.complete(order, agent, None, &done).await.unwrap();
-}
-
-/// The tenants whose turns are parked, sorted.
-async fn parked(pool: &PgPool) -> Vec<String> {
-    sqlx::query_scalar(
-        "SELECT tenant FROM tenant_turns WHERE served_at = 'infinity' ORDER BY tenant",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap()
 }
 
 async fn stranded(pool: &PgPool) -> i64 {

@@ -6,10 +6,10 @@
 //!
 //! The API does not change. The statement hands an agent only what it may take, and what claims
 //! run one after another would hand out (the n-th order in hand-out order to the n-th agent, not
-//! each agent the first): it serves, with one walk in hand-out order, the agents whose eligibility does not depend on who
-//! they are (the same labels, annotations, work types and tenant as the first of them, no
-//! `max_concurrency`, not retired, no waiting order targeting them by id or name), the n-th order
-//! to the n-th of them. Every other claim of the batch, a claim alone in its batch, and a member
+//! each agent the first): it serves, with one walk in hand-out order, the agents whose
+//! eligibility does not depend on who they are (the same labels, annotations, work types and
+//! tenant as the first of them, no `max_concurrency`, not retired, no waiting order targeting
+//! them by id or name), the n-th order to the n-th of them. Every other claim of the batch, a claim alone in its batch, and a member
 //! whose order was taken by a concurrency key filled meanwhile, is answered
 //! [`Reply::Alone`]: its own task runs the single claim, exactly as without group claims (so a
 //! lone claim, an unknown or retired agent, a capped one, or one with its own targeted orders
@@ -199,7 +199,7 @@ async fn run_group(pool: &PgPool, group: Vec<Claim>) {
     park(pool, &idle).await;
 }
 
-/// One agent's row of `claim_next_group.sql` as its [`Reply`]. A row that does not read is an
+/// One agent's row of `claim_next_group.sql` (or `claim_next_group_fair.sql`) as its [`Reply`]. A row that does not read is an
 /// error (`500`), not [`Reply::Alone`]: the statement has committed, and an order it claimed for
 /// the agent must not be followed by a second claim while the first waits for the reaper.
 fn answer(row: &PgRow) -> Reply {

@@ -71,14 +71,21 @@ async fn backlog(tenants: i32) -> (sqlx::PgPool, Uuid) {
     .execute(&pool)
     .await
     .unwrap();
-    let agent = Uuid::new_v4();
-    sqlx::query("INSERT INTO agents (id, name, labels) VALUES ($1, 'planner', ARRAY['plan'])")
-        .bind(agent)
-        .execute(&pool)
-        .await
-        .unwrap();
+    let agent = add_agent(&pool, "planner").await;
     sqlx::query("VACUUM ANALYZE").execute(&pool).await.unwrap();
     (pool, agent)
+}
+
+/// A new agent named `name`, labelled `plan` (it may take every order of [`backlog`]); its id.
+async fn add_agent(pool: &sqlx::PgPool, name: &str) -> Uuid {
+    let agent = Uuid::new_v4();
+    sqlx::query("INSERT INTO agents (id, name, labels) VALUES ($1, $2, ARRAY['plan'])")
+        .bind(agent)
+        .bind(name)
+        .execute(pool)
+        .await
+        .unwrap();
+    agent
 }
 
 /// `EXPLAIN (<options>, FORMAT JSON) EXECUTE` of `statement` `PREPARE`d on `conn` (so its
@@ -376,12 +383,7 @@ fn subplan<'p>(plan: &'p serde_json::Value, name: &str) -> Option<&'p serde_json
 /// GIN probes each for orders naming them), not the eligible orders.
 async fn group_walk(statement: &str, tenants: i32, options: &str) -> (Vec<String>, Vec<f64>) {
     let (pool, agent) = backlog(tenants).await;
-    let second = Uuid::new_v4();
-    sqlx::query("INSERT INTO agents (id, name, labels) VALUES ($1, 'planner-2', ARRAY['plan'])")
-        .bind(second)
-        .execute(&pool)
-        .await
-        .unwrap();
+    let second = add_agent(&pool, "planner-2").await;
     let mut conn = pool.acquire().await.unwrap();
     let arguments = format!(
         "'{{{agent},{second}}}'::uuid[], '{{{},{}}}'::uuid[], NULL, '{{}}'::text[]",
