@@ -190,6 +190,18 @@ async fn the_capped_claim_walks_the_handout_index_in_order() {
     );
 }
 
+/// A claim while tenants compete, by its plan's `nodes`: a probe of `tenant_turns_served` per
+/// turn taken (least recently served first), each tenant's orders through `work_orders_turn`.
+fn assert_turn_walk(name: &str, nodes: &[String]) {
+    assert_ordered_walk(name, nodes, "work_orders_turn");
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n.ends_with(" Scan using tenant_turns_served")),
+        "{name}: no walk of tenant_turns_served (least recently served first) in {nodes:?}"
+    );
+}
+
 /// While tenants compete: a probe of `tenant_turns_served` per turn taken, and each tenant's
 /// orders through `work_orders_turn`, never a sort of the turns or of the orders.
 #[tokio::test]
@@ -198,14 +210,7 @@ async fn the_fair_claims_walk_turns_then_each_tenants_orders_in_order() {
         ("claim_next_fair.sql", sql::CLAIM_NEXT_FAIR),
         ("claim_next_capped_fair.sql", sql::CLAIM_NEXT_CAPPED_FAIR),
     ] {
-        let nodes = plan_of(statement, 1000).await;
-        assert_ordered_walk(name, &nodes, "work_orders_turn");
-        assert!(
-            nodes
-                .iter()
-                .any(|n| n.ends_with(" Scan using tenant_turns_served")),
-            "{name}: no walk of tenant_turns_served (least recently served first) in {nodes:?}"
-        );
+        assert_turn_walk(name, &plan_of(statement, 1000).await);
         // Two tenants, each with half the backlog: still a walk, whichever index it takes.
         let nodes = plan_of(statement, 2).await;
         assert!(
@@ -411,13 +416,7 @@ async fn group_claims_walk_in_hand_out_order() {
     assert_ordered_walk("claim_next_group.sql", &nodes, "work_orders_handout");
     let name = "claim_next_group_fair.sql";
     let (nodes, _) = group_walk(sql::CLAIM_NEXT_GROUP_FAIR, 1000, "COSTS ON").await;
-    assert_ordered_walk(name, &nodes, "work_orders_turn");
-    assert!(
-        nodes
-            .iter()
-            .any(|n| n.ends_with(" Scan using tenant_turns_served")),
-        "{name}: no walk of tenant_turns_served in {nodes:?}"
-    );
+    assert_turn_walk(name, &nodes);
     let (_, scans) = group_walk(sql::CLAIM_NEXT_GROUP_FAIR, 1000, "ANALYZE").await;
     let most = scans.iter().copied().fold(0.0, f64::max);
     assert!(
