@@ -112,6 +112,18 @@ pub async fn check(
             "order {id} is still {status} after the drain deadline"
         ));
     }
+    // No foreign key removes a claim row with its order (the migration claims_without_cascade):
+    // every way an order ends must, or the row would hold its key's slot for good.
+    let orphans: Vec<(Uuid,)> = sqlx::query_as(
+        "SELECT c.work_order_id FROM work_order_claims c \
+         WHERE NOT EXISTS (SELECT 1 FROM work_orders o WHERE o.id = c.work_order_id) LIMIT 10",
+    )
+    .fetch_all(pool)
+    .await?;
+    for (order,) in orphans {
+        c.violations
+            .push(format!("a claim row of order {order} outlived its order"));
+    }
     let log: HashMap<Uuid, &LogRow> = rows.iter().map(|r| (r.id, r)).collect();
     for r in &rows {
         *c.outcomes

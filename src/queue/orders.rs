@@ -421,7 +421,8 @@ impl Queue {
 }
 
 /// Moves an active order to the log in the caller's transaction (docs/design.md §2). Any live claim row
-/// goes with it (cascade). `last_error` overrides the order's when the order fails now.
+/// goes with it, in the same statement (`sql/finish_order.sql`). `last_error` overrides the
+/// order's when the order fails now.
 /// The caller must hold the order's row lock.
 pub(crate) async fn finish(
     tx: &mut Transaction<'_, Postgres>,

@@ -9,6 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use support::TestServer;
 use support::agent::Agent;
+use support::queue::orphan_claims;
 
 fn order_with(max_retries: i64, backoff: i64) -> Value {
     json!({
@@ -118,6 +119,11 @@ async fn non_retryable_failure_goes_straight_to_the_log_and_success_returns_the_
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["success"], false);
     assert_eq!(v["retry_count"], 0);
+    assert_eq!(
+        orphan_claims(&s.pool).await,
+        0,
+        "the claim left with its order"
+    );
 
     let o = s.order(order_with(3, 10)).await;
     let (st, v) = claim_and_complete(&a, &o, json!({"success": true, "message": "done"})).await;
@@ -261,6 +267,11 @@ async fn reclaim_bound_sends_the_order_to_the_log_as_failed() {
     assert_eq!(v["outcome"], "failed");
     assert_eq!(v["message"], "no agent completed it within 3 claims");
     assert_eq!(v["reclaim_count"], 2);
+    assert_eq!(
+        orphan_claims(&s.pool).await,
+        0,
+        "the claim left with its order"
+    );
     let (st, v) = a.heartbeat(&o, json!({})).await;
     assert_eq!(st, 409);
     assert_eq!(v["error"]["code"], "reclaimed");
@@ -312,6 +323,11 @@ async fn cancel_of_a_claimed_order_answers_the_next_heartbeat_with_cancelled() {
     let (st, v) = s.cancel(&o).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["outcome"], "cancelled");
+    assert_eq!(
+        orphan_claims(&s.pool).await,
+        0,
+        "the claim left with its order"
+    );
     let (st, v) = a.heartbeat(&o, json!({"claim_id": c["claim_id"]})).await;
     assert_eq!(st, 409, "{v}");
     assert_eq!(v["error"]["code"], "cancelled");

@@ -23,3 +23,16 @@ pub async fn parked(pool: &PgPool) -> Vec<String> {
     .await
     .unwrap()
 }
+
+/// Claim rows whose order is gone: what no way of ending an order may leave, as no foreign key
+/// removes them with it (the migration claims_without_cascade). One would hold its concurrency
+/// slot for good.
+pub async fn orphan_claims(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM work_order_claims c \
+         WHERE NOT EXISTS (SELECT 1 FROM work_orders o WHERE o.id = c.work_order_id)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}

@@ -424,3 +424,62 @@ async fn group_claims_walk_in_hand_out_order() {
         "{name}: a scan of tenant_turns read {most} of 1,000 turns: {scans:?}"
     );
 }
+
+/// Once claims have churned through `work_order_claims` and a vacuum replanned the statements
+/// that end a claim, each finds the claim row through an index (the order's primary key, or
+/// the agent's claims), not by reading the table. A vacuum that gave back the table's empty tail left it a few pages long, where a
+/// sequential scan is the cheaper plan, and the generic plan made then read every page the
+/// table grew to until the next vacuum: with the foreign-key cascade's look-up, that cost one
+/// agent of 16 slots a third of its throughput over 100,000 orders (the migration
+/// claims_without_cascade, bench/README.md, issue #34).
+#[tokio::test]
+async fn a_claim_is_ended_through_an_index_after_churn() {
+    let pool = fresh_pool(1).await;
+    // Five thousand claims, come and gone, as a busy minute between two vacuums leaves them.
+    sqlx::query(
+        "INSERT INTO work_order_claims (work_order_id, claim_id, agent_id, claimed_at, deadline) \
+         SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), now(), now() \
+         FROM generate_series(1, 5000)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM work_order_claims")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("VACUUM ANALYZE work_order_claims")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (order, agent) = (Uuid::new_v4(), Uuid::new_v4());
+    let one = format!("'{order}'::uuid, '{agent}'::uuid, NULL::uuid, NULL::text");
+    let many = format!(
+        "ARRAY['{order}']::uuid[], ARRAY['{agent}']::uuid[], ARRAY[NULL]::uuid[], \
+         ARRAY[NULL]::text[]"
+    );
+    let finish = format!(
+        "'{order}'::uuid, 'failed', NULL, NULL, '{agent}'::uuid, NULL::uuid, NULL::timestamptz, \
+         'agent'"
+    );
+    let mut conn = pool.acquire().await.unwrap();
+    for (name, statement, arguments) in [
+        ("complete_success", sql::COMPLETE_SUCCESS, one),
+        ("complete_success_many", sql::COMPLETE_SUCCESS_MANY, many),
+        ("finish_order", sql::FINISH_ORDER, finish),
+    ] {
+        let plan = explain_prepared(&mut conn, statement, "COSTS ON", &arguments).await;
+        let mut nodes = Vec::new();
+        node_types(&plan[0]["Plan"], &mut nodes);
+        assert!(
+            !nodes.iter().any(|n| n == "Seq Scan on work_order_claims"),
+            "{name} reads every claim row to end one: {nodes:?}"
+        );
+        assert!(
+            nodes
+                .iter()
+                .any(|n| n.starts_with("Index Scan using work_order_claims_")),
+            "{name} does not find the claim through an index: {nodes:?}"
+        );
+    }
+}

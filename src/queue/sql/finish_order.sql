@@ -1,5 +1,6 @@
 -- finish_order: moves an active order to the log (docs/design.md §2: a finished order leaves
--- work_orders in the transaction that finishes it); any live claim row goes with it (cascade).
+-- work_orders in the transaction that finishes it); any live claim row goes with it, in this
+-- statement (no foreign key cascades it: the migration claims_without_cascade).
 -- The caller holds the order's row lock. Used by a failed complete, cancel and the reaper; a
 -- successful complete is complete_success.sql.
 -- $1 order id (uuid)
@@ -12,6 +13,7 @@
 --    cancel), so a late heartbeat can be told why
 -- Returns the log entry without yaml_content.
 WITH w AS (DELETE FROM work_orders WHERE id = $1 RETURNING *),
+claim AS (DELETE FROM work_order_claims WHERE work_order_id = $1),
 ending AS (
   SELECT w.id, $2::text AS outcome, $3::text AS message, COALESCE($4, w.last_error) AS last_error,
          CASE WHEN $4::text IS NULL THEN w.last_error_at ELSE now() END AS last_error_at,

@@ -13,6 +13,9 @@ w AS (
                  FOR UPDATE OF x SKIP LOCKED)
   RETURNING o.*
 ),
+-- A waiting order holds no claim; should one be left, it goes with its order, as in
+-- finish_order.sql (no foreign key cascades it), so no slot stays taken for a gone order.
+claim AS (DELETE FROM work_order_claims WHERE work_order_id IN (SELECT id FROM w)),
 ending AS (
   SELECT w.id, 'cancelled'::text AS outcome, 'superseded by work order ' || $1::text AS message,
          w.last_error, w.last_error_at, w.last_claimed_by AS claimed_by,
