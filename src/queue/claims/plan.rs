@@ -427,11 +427,11 @@ async fn group_claims_walk_in_hand_out_order() {
 
 /// Once claims have churned through `work_order_claims` and a vacuum replanned the statements
 /// that end a claim, each finds the claim row through an index (the order's primary key, or
-/// the agent's claims), not by reading the table. A vacuum that gave back the table's empty tail left it a few pages long, where a
-/// sequential scan is the cheaper plan, and the generic plan made then read every page the
-/// table grew to until the next vacuum: with the foreign-key cascade's look-up, that cost one
-/// agent of 16 slots a third of its throughput over 100,000 orders (the migration
-/// claims_without_cascade, bench/README.md, issue #34).
+/// the agent's claims), not by reading the table. A vacuum that gave back the table's empty
+/// tail left it a few pages long, where a sequential scan is the cheaper plan, and the generic
+/// plan made then read every page the table grew to until the next vacuum: with the
+/// foreign-key cascade's look-up, that cost one agent of 16 slots a third of its throughput
+/// over 100,000 orders (the migration claims_without_cascade, bench/README.md, issue #34).
 #[tokio::test]
 async fn a_claim_is_ended_through_an_index_after_churn() {
     let pool = fresh_pool(1).await;
