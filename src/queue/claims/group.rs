@@ -9,18 +9,19 @@
 //! each agent the first): it serves, with one walk in hand-out order, the agents whose
 //! eligibility does not depend on who they are (the same labels, annotations, work types and
 //! tenant as the first of them, no `max_concurrency`, not retired, no waiting order targeting
-//! them by id or name), the n-th order to the n-th of them. Every other claim of the batch, a claim alone in its batch, and a member
-//! whose order was taken by a concurrency key filled meanwhile, is answered
-//! [`Reply::Alone`]: its own task runs the single claim, exactly as without group claims (so a
-//! lone claim, an unknown or retired agent, a capped one, or one with its own targeted orders
-//! sees nothing new). While tenants compete (`queue::turns`) the group walks their turns
+//! them by id or name), the n-th order to the n-th of them. Every other claim of the batch, a
+//! claim alone in its batch, and a member whose order was taken by a concurrency key filled
+//! meanwhile, is answered [`Reply::Alone`]: its own task runs the single claim, exactly as
+//! without group claims (so a lone claim, an unknown or retired agent, a capped one, or one
+//! with its own targeted orders sees nothing new). While tenants compete (`queue::turns`) the
+//! group walks their turns
 //! (`sql/claim_next_group_fair.sql`): it takes what a multi-claim of as many orders would, and
 //! parks the turns it found idle after its commit, as a fair claim alone does. A claim whose
 //! request is gone by the time its batch runs is dropped unclaimed.
 //!
-//! How batches form: [`RUNNERS`] task takes claims from a queue (`gather::spawn_runners`), as
-//! the group commit does: the first waiting claim, one turn of the scheduler, then what else
-//! waits, up to the batch size.
+//! How batches form: [`RUNNERS`] (one) task takes claims from a queue (`gather::spawn_runners`),
+//! as the group commit's runners do: the first waiting claim, one turn of the scheduler, then
+//! what else waits, up to the batch size.
 
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, PgPool, Row};
@@ -199,9 +200,10 @@ async fn run_group(pool: &PgPool, group: Vec<Claim>) {
     park(pool, &idle).await;
 }
 
-/// One agent's row of `claim_next_group.sql` (or `claim_next_group_fair.sql`) as its [`Reply`]. A row that does not read is an
-/// error (`500`), not [`Reply::Alone`]: the statement has committed, and an order it claimed for
-/// the agent must not be followed by a second claim while the first waits for the reaper.
+/// One agent's row of `claim_next_group.sql` (or `claim_next_group_fair.sql`) as its
+/// [`Reply`]. A row that does not read is an error (`500`), not [`Reply::Alone`]: the statement
+/// has committed, and an order it claimed for the agent must not be followed by a second claim
+/// while the first waits for the reaper.
 fn answer(row: &PgRow) -> Reply {
     let read = || -> Result<Reply, sqlx::Error> {
         let member: bool = row.try_get("member")?;
