@@ -14,10 +14,9 @@
 //! meanwhile, is answered [`Reply::Alone`]: its own task runs the single claim, exactly as
 //! without group claims (so a lone claim, an unknown or retired agent, a capped one, or one
 //! with its own targeted orders sees nothing new). While tenants compete (`queue::turns`) the
-//! group walks their turns
-//! (`sql/claim_next_group_fair.sql`): it takes what a multi-claim of as many orders would, and
-//! parks the turns it found idle after its commit, as a fair claim alone does. A claim whose
-//! request is gone by the time its batch runs is dropped unclaimed.
+//! group walks their turns (`sql/claim_next_group_fair.sql`): it takes what a multi-claim of as
+//! many orders would, and parks the turns it found idle after its commit, as a fair claim alone
+//! does. A claim whose request is gone by the time its batch runs is dropped unclaimed.
 //!
 //! How batches form: [`RUNNERS`] (one) task takes claims from a queue (`gather::spawn_runners`),
 //! as the group commit's runners do: the first waiting claim, one turn of the scheduler, then
